@@ -1,0 +1,200 @@
+//! The records the store keeps. Plain data: serde-encoded into the backend.
+
+use serde::{Deserialize, Serialize};
+
+/// Status of a task of either format. Formats name them their own way on the wire
+/// (`in_progress`/`completed` in the first, `running`/`succeeded` in the second).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// `succeeded`, `failed` and `cancelled` are final: a final task never changes status again.
+    pub const fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+}
+
+/// Which API created a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    /// First format, `/v1/videos`.
+    Video,
+    /// Second format, `/v1/video/generations`.
+    Generation,
+}
+
+/// `{"code", "message"}` of a failed task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskError {
+    pub code: String,
+    pub message: String,
+}
+
+/// Blob ids of what a finished task produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outputs {
+    pub video: Option<String>,
+    pub thumbnail: Option<String>,
+    pub last_frame: Option<String>,
+    /// Size of the video blob in bytes.
+    pub video_bytes: Option<u64>,
+}
+
+/// One video task, of either format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// Public id (`video_<ulid>` / `gen_<ulid>`); sorts by creation time.
+    pub id: String,
+    pub kind: TaskKind,
+    /// Id of the key that created it; other keys' owners never see it.
+    pub owner: String,
+    pub model: String,
+    pub status: TaskStatus,
+    /// 0..=100, never goes down.
+    pub progress: u8,
+    /// Unix seconds.
+    pub created_at: u64,
+    pub updated_at: u64,
+    pub completed_at: Option<u64>,
+    /// When the content stops being downloadable (unix seconds).
+    pub expires_at: Option<u64>,
+    /// Unix milliseconds past which an unfinished task times out.
+    pub deadline_ms: u64,
+    /// Unix milliseconds when the engine should look at the task next; `None` once final.
+    pub next_poll_ms: Option<u64>,
+    /// The normalised request, as the task's format keeps it.
+    pub params: serde_json::Value,
+    /// Channel that runs the task, once chosen.
+    pub channel: Option<String>,
+    /// The upstream's own id; never shown to clients.
+    pub upstream_id: Option<String>,
+    /// Unix milliseconds when the upstream accepted the task.
+    pub submitted_ms: Option<u64>,
+    /// Submission or poll attempts that failed in a row (for retries and backoff).
+    pub attempts: u32,
+    /// `x-relay-sim` directives given at submission (simulator only).
+    pub sim: Option<String>,
+    pub outputs: Outputs,
+    pub error: Option<TaskError>,
+    pub warnings: Vec<String>,
+    /// Credits pre-deducted when the task was accepted.
+    pub price: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    Active,
+    Revoked,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub rps: u32,
+    pub burst: u32,
+}
+
+/// An API key. Only the hash of the secret is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Key {
+    /// `key_<ulid>`.
+    pub id: String,
+    pub name: String,
+    pub group: String,
+    /// Lowercase hex SHA-256 of the secret.
+    pub hash: String,
+    /// First characters of the secret, for operators to recognise it.
+    pub prefix: String,
+    /// Remaining credits; `None` is unlimited.
+    pub quota: Option<i64>,
+    /// Credits used so far (goes down on a refund).
+    pub quota_used: i64,
+    pub rate_limit: Option<RateLimit>,
+    /// Models the key may use; `None` is all.
+    pub models: Option<Vec<String>>,
+    /// Unix seconds.
+    pub expires_at: Option<u64>,
+    pub status: KeyStatus,
+    pub created_at: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerKind {
+    Prededuct,
+    Settle,
+    Refund,
+    Charge,
+}
+
+impl LedgerKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LedgerKind::Prededuct => "prededuct",
+            LedgerKind::Settle => "settle",
+            LedgerKind::Refund => "refund",
+            LedgerKind::Charge => "charge",
+        }
+    }
+}
+
+/// A credit movement the caller asks for; the store fills in id, balance and time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerDraft {
+    pub key_id: String,
+    pub task_id: String,
+    pub kind: LedgerKind,
+    /// Signed from the key's side: negative takes credits, positive returns them.
+    pub amount: i64,
+}
+
+/// A credit movement as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    pub id: String,
+    pub key_id: String,
+    pub task_id: String,
+    pub kind: LedgerKind,
+    pub amount: i64,
+    /// Remaining quota after the movement; `None` when the key is unlimited.
+    pub balance_after: Option<i64>,
+    /// Unix seconds.
+    pub at: u64,
+}
+
+/// Listing order by creation time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    #[default]
+    Desc,
+    Asc,
+}
+
+/// What `list_tasks` returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskQuery {
+    pub owner: String,
+    pub kind: Option<TaskKind>,
+    /// Exclusive cursor: a task id.
+    pub after: Option<String>,
+    /// 1..=100.
+    pub limit: usize,
+    pub order: Order,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub has_more: bool,
+}
