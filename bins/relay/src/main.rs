@@ -1,2 +1,238 @@
+//! The relay binary: reads the configuration, opens the store, serves; and small operator
+//! commands that talk to a running relay's admin API.
 #![forbid(unsafe_code)]
-fn main() {}
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use server::{App, Config};
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(name = "relay", version, about = "A video generation relay")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(clap::Args, Clone)]
+struct ServeArgs {
+    /// Configuration file (TOML) over the embedded default.
+    #[arg(long, env = "RELAY_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Listen address; overrides the configuration's server.listen.
+    #[arg(long, env = "RELAY_LISTEN", global = true)]
+    listen: Option<SocketAddr>,
+    /// Where the store and files live.
+    #[arg(long, env = "RELAY_DATA_DIR", default_value = "./data", global = true)]
+    data_dir: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the relay (the default).
+    Serve,
+    /// Manage API keys through a running relay's admin API.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+        /// Base URL of the running relay.
+        #[arg(long, env = "RELAY_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The admin token.
+        #[arg(long, env = "RELAY_ADMIN_TOKEN")]
+        admin_token: String,
+    },
+    /// Check a configuration file and exit.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key; prints it once.
+    Create {
+        #[arg(long, default_value = "key")]
+        name: String,
+        #[arg(long, default_value = "gen2")]
+        group: String,
+        /// Credits; unlimited when left out.
+        #[arg(long)]
+        quota: Option<i64>,
+    },
+    /// List keys.
+    List,
+    /// Revoke a key by id.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Parse and check a configuration file.
+    Check { path: PathBuf },
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("relay: error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match cli.command {
+        None | Some(Command::Serve) => runtime.block_on(serve(cli.serve)),
+        Some(Command::Keys {
+            command,
+            url,
+            admin_token,
+        }) => runtime.block_on(keys(command, &url, &admin_token)),
+        Some(Command::Config {
+            command: ConfigCommand::Check { path },
+        }) => {
+            Config::load(&path)?;
+            println!("{}: ok", path.display());
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded()?,
+    };
+    if let Some(listen) = args.listen {
+        config.server.listen = listen.to_string();
+    }
+    let listen = config.server.listen.clone();
+    let admin_token = std::env::var("RELAY_ADMIN_TOKEN").ok();
+    let data_dir = args.data_dir.clone();
+    let (app, bootstrap) =
+        tokio::task::spawn_blocking(move || App::open(config, &data_dir, admin_token.as_deref()))
+            .await??;
+    let listener = TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    println!("relay listening on http://{addr}");
+    if let Some(key) = &bootstrap.first_key {
+        println!("first API key (shown once, keep it now): {key}");
+        println!("  try: curl -H \"Authorization: Bearer {key}\" http://{addr}/v1/videos");
+    }
+    if let Some(token) = &bootstrap.admin_token {
+        println!("admin token (shown once, keep it now): {token}");
+    }
+    serve_until_signal(app, listener).await
+}
+
+async fn serve_until_signal(app: std::sync::Arc<App>, listener: TcpListener) -> anyhow::Result<()> {
+    server::serve(app, listener, shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn keys(command: KeysCommand, url: &str, token: &str) -> anyhow::Result<()> {
+    let base = url.trim_end_matches('/');
+    let (method, path, body) = match &command {
+        KeysCommand::Create { name, group, quota } => (
+            "POST",
+            "/admin/keys".to_owned(),
+            Some(serde_json::json!({"name": name, "group": group, "quota": quota})),
+        ),
+        KeysCommand::List => ("GET", "/admin/keys".to_owned(), None),
+        KeysCommand::Revoke { id } => ("DELETE", format!("/admin/keys/{id}"), None),
+    };
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        )))?;
+    let res = client
+        .request(req)
+        .await
+        .with_context(|| format!("calling {base}{path}"))?;
+    let status = res.status();
+    let bytes = res.into_body().collect().await?.to_bytes();
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if !status.is_success() {
+        bail!("{method} {path}: {status}: {value}");
+    }
+    match command {
+        KeysCommand::Create { .. } => {
+            println!("{}", value["key"].as_str().unwrap_or_default());
+            eprintln!(
+                "created {} (group {}); the key above is shown once",
+                value["id"], value["group"]
+            );
+        }
+        KeysCommand::List => {
+            for key in value["data"].as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{}\t{}\t{}\tquota={}\tused={}",
+                    key["id"].as_str().unwrap_or_default(),
+                    key["name"].as_str().unwrap_or_default(),
+                    key["group"].as_str().unwrap_or_default(),
+                    key["status"].as_str().unwrap_or_default(),
+                    key["quota"],
+                    key["quota_used"],
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => println!("revoked {id}"),
+    }
+    Ok(())
+}

@@ -39,6 +39,7 @@ pub enum ErrorCode {
     MethodNotAllowed,
     TaskNotCompleted,
     TaskNotCancellable,
+    RangeNotSatisfiable,
     UnsupportedMediaType,
     Unavailable,
     Timeout,
@@ -47,7 +48,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for tests and documentation.
-    pub const ALL: [ErrorCode; 29] = [
+    pub const ALL: [ErrorCode; 30] = [
         ErrorCode::Unauthorized,
         ErrorCode::InvalidModel,
         ErrorCode::GroupMismatch,
@@ -73,6 +74,7 @@ impl ErrorCode {
         ErrorCode::MethodNotAllowed,
         ErrorCode::TaskNotCompleted,
         ErrorCode::TaskNotCancellable,
+        ErrorCode::RangeNotSatisfiable,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::Unavailable,
         ErrorCode::Timeout,
@@ -104,6 +106,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::TaskNotCompleted | ErrorCode::TaskNotCancellable => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::RangeNotSatisfiable => 416,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::RateLimited => 429,
             ErrorCode::UpstreamError => 500,
@@ -141,6 +144,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method not allowed",
             ErrorCode::TaskNotCompleted => "task not completed",
             ErrorCode::TaskNotCancellable => "task not cancellable",
+            ErrorCode::RangeNotSatisfiable => "range not satisfiable",
             ErrorCode::UnsupportedMediaType => "unsupported media type",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Timeout => "timeout",
@@ -176,6 +180,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::TaskNotCompleted => "task_not_completed",
             ErrorCode::TaskNotCancellable => "task_not_cancellable",
+            ErrorCode::RangeNotSatisfiable => "range_not_satisfiable",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Timeout => "timeout",
@@ -364,12 +369,20 @@ mod tests {
         assert_eq!(body["error"]["message"], "invalid model");
         assert_eq!(body["error"]["param"], "model");
         assert_eq!(body["error"]["type"], "invalid_request_error");
-        assert!(body["error"]["detail"].as_str().is_some_and(|d| d.contains("model_h3")));
+        assert!(
+            body["error"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("model_h3"))
+        );
     }
 
     #[test]
     fn vendor_body_shape() {
-        let err = ApiError::field(ErrorCode::InvalidRequest, "max_tokens", "max_tokens: must be >= 1");
+        let err = ApiError::field(
+            ErrorCode::InvalidRequest,
+            "max_tokens",
+            "max_tokens: must be >= 1",
+        );
         let body = err.vendor_body("req_1");
         assert_eq!(body["type"], "error");
         assert_eq!(body["error"]["type"], "invalid_request_error");

@@ -1,1 +1,22 @@
+//! Reference media for the relay: fetching client-given URLs and `data:` URIs behind an SSRF
+//! guard, and sniffing what the bytes are.
+//!
+//! - [`sniff`] / [`image_dimensions`]: pure functions over the first bytes of a file.
+//! - [`Fetcher`]: http(s) GET with a whole-fetch timeout, a size limit, redirects and the
+//!   guard ([`is_refused`]) applied at connect time, to every hop.
+//! - [`decode_data_uri`]: `data:` URIs, base64 or percent-encoded.
+//!
+//! Errors ([`FetchError`]) are safe to show a client; the server maps them, with the
+//! reference's [`MediaKind`], to `invalid image` / `invalid audio` / `invalid video`
+//! ([`MediaKind::invalid_code`]).
 #![forbid(unsafe_code)]
+
+mod data_uri;
+mod fetch;
+mod guard;
+mod sniff;
+
+pub use data_uri::{decode_data_uri, is_data_uri};
+pub use fetch::{FETCH_USER_AGENT, FetchConfig, FetchError, Fetcher};
+pub use guard::is_refused;
+pub use sniff::{Format, MediaKind, SNIFF_LEN, image_dimensions, sniff};

@@ -1,1 +1,90 @@
+//! The relay's HTTP service: routing, auth, the first video format, the task engine.
+//!
+//! [`App::open`] builds the shared state from a [`Config`] and a data directory; [`serve`]
+//! runs the accept loop and the engine until a shutdown signal, then drains and flushes.
 #![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod content;
+pub mod engine;
+pub mod http;
+pub mod multipart;
+pub mod router;
+pub mod tasks;
+pub mod videos;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use app::{App, Bootstrap};
+pub use config::Config;
+
+/// How long in-flight requests may take to finish after a shutdown signal.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// Serves `app` on `listener` until `shutdown` completes: then stops accepting, lets the
+/// requests under way finish (at most 10 s), stops the engine and flushes the store.
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let (stop_engine, engine_stop) = watch::channel(false);
+    let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of descriptors and the like: log, breathe, go on.
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let service = service_fn(move |req| router::handle(app.clone(), req));
+                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection from {peer}: {e}");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    app.shutting_down.store(true, Ordering::Relaxed);
+    tracing::info!("shutting down: finishing requests under way");
+    if tokio::time::timeout(GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still under way after {GRACE:?}; closing them");
+    }
+    let _ = stop_engine.send(true);
+    let _ = engine.await;
+    let store = app.store.clone();
+    tokio::task::spawn_blocking(move || store.flush()).await??;
+    tracing::info!("stopped");
+    Ok(())
+}

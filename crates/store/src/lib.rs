@@ -11,6 +11,8 @@
 mod blobs;
 mod model;
 mod sled_store;
+#[cfg(test)]
+mod test_util;
 
 pub use blobs::{BlobStore, LocalBlobs};
 pub use model::*;
@@ -71,6 +73,10 @@ pub trait Store: Send + Sync + 'static {
     /// the due index in step and writes the ledger entries, all in one transaction, flushed.
     /// `from` may contain `to` for an update without a status change (progress), but a task in
     /// a final status is never changed. Returns the task as written.
+    ///
+    /// `update` may run more than once (a backend may retry the transaction) and runs inside
+    /// it: it must only edit the task, never call the store. It cannot change `id`, `owner` or
+    /// `kind`, nor lower `progress`.
     fn transition(
         &self,
         id: &str,

@@ -1,0 +1,163 @@
+//! The relay's shared state, and opening it from a configuration and a data directory.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use channels::{Simulator, SimulatorSettings, VideoChannel};
+use fetch::{FetchConfig, Fetcher};
+use store::{BlobStore, Key, KeyStatus, LocalBlobs, SledStore, Store};
+use tokio::sync::Notify;
+
+use crate::auth::{generate_secret, hash_secret};
+use crate::config::{ChannelKind, Config};
+
+/// Everything a request handler or the engine needs, shared read-only (plus the store).
+pub struct App {
+    pub config: Config,
+    pub store: Arc<dyn Store>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub fetcher: Fetcher,
+    pub video_channels: Vec<Arc<VideoChannel>>,
+    /// SHA-256 of the admin token.
+    pub admin_hash: String,
+    /// Wakes the engine when a task was created or changed by a request.
+    pub engine_wake: Notify,
+    pub shutting_down: AtomicBool,
+}
+
+/// Secrets created on a first start, to be shown once.
+#[derive(Debug, Default)]
+pub struct Bootstrap {
+    /// The first API key, when the store had none.
+    pub first_key: Option<String>,
+    /// The generated admin token, when none was configured and none was stored.
+    pub admin_token: Option<String>,
+}
+
+const ADMIN_HASH: &str = "admin_token_sha256";
+
+impl App {
+    /// Opens the store and blobs under `data_dir`, builds the channels, and on a first start
+    /// creates the first key and the admin token.
+    pub fn open(
+        config: Config,
+        data_dir: &Path,
+        admin_token: Option<&str>,
+    ) -> anyhow::Result<(Arc<App>, Bootstrap)> {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+        let store = SledStore::open(&data_dir.join("store"))
+            .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+        let blobs = LocalBlobs::open(&data_dir.join("files"))
+            .with_context(|| format!("opening the blob directory in {}", data_dir.display()))?;
+        let store: Arc<dyn Store> = Arc::new(store);
+        let blobs: Arc<dyn BlobStore> = Arc::new(blobs);
+
+        let mut bootstrap = Bootstrap::default();
+        let admin_hash = match admin_token {
+            Some(token) if !token.is_empty() => hash_secret(token),
+            _ => match store.meta(ADMIN_HASH)? {
+                Some(hash) => String::from_utf8_lossy(&hash).into_owned(),
+                None => {
+                    let token = generate_secret("adm-relay-");
+                    let stored = store.meta_init(ADMIN_HASH, hash_secret(&token).as_bytes())?;
+                    bootstrap.admin_token = Some(token);
+                    String::from_utf8_lossy(&stored).into_owned()
+                }
+            },
+        };
+        if store.key_count()? == 0 {
+            let (key, secret) = new_key("first key", "gen2", None);
+            store.create_key(&key)?;
+            bootstrap.first_key = Some(secret);
+        }
+
+        let video_channels = config
+            .channels
+            .iter()
+            .filter(|c| c.kind == ChannelKind::Simulator)
+            .map(|c| {
+                Arc::new(VideoChannel::Simulator(Simulator::new(
+                    SimulatorSettings {
+                        name: c.name.clone(),
+                        models: c.models.clone(),
+                        task_ms: (config.simulator.task_secs * 1000.0) as u64,
+                        fps: config.simulator.fps,
+                        scenarios: config.simulator.scenarios,
+                        blocked_words: config.simulator.blocked_words.clone(),
+                    },
+                    blobs.clone(),
+                )))
+            })
+            .collect();
+
+        let fetcher = Fetcher::new(FetchConfig {
+            timeout: Duration::from_secs(config.security.url_fetch_timeout_secs.max(1)),
+            allow_private: config.security.allow_private_urls,
+            max_redirects: 5,
+        });
+        let app = App {
+            config,
+            store,
+            blobs,
+            fetcher,
+            video_channels,
+            admin_hash,
+            engine_wake: Notify::new(),
+            shutting_down: AtomicBool::new(false),
+        };
+        Ok((Arc::new(app), bootstrap))
+    }
+
+    /// The channel that runs `model`, if any.
+    pub fn video_channel_for(&self, model: &str) -> Option<&Arc<VideoChannel>> {
+        self.video_channels.iter().find(|c| c.serves(model))
+    }
+
+    pub fn video_channel_named(&self, name: &str) -> Option<&Arc<VideoChannel>> {
+        self.video_channels.iter().find(|c| c.name() == name)
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// Whether a simulator directive header is honoured.
+    pub fn sim_scenarios(&self) -> bool {
+        self.config.simulator.scenarios
+    }
+}
+
+/// A new active key record and its secret (shown once).
+pub fn new_key(name: &str, group: &str, quota: Option<i64>) -> (Key, String) {
+    let secret = generate_secret("sk-relay-");
+    let key = Key {
+        id: format!("key_{}", ulid::Ulid::new()),
+        name: name.to_owned(),
+        group: group.to_owned(),
+        hash: hash_secret(&secret),
+        prefix: secret.chars().take(14).collect(),
+        quota,
+        quota_used: 0,
+        rate_limit: None,
+        models: None,
+        expires_at: None,
+        status: KeyStatus::Active,
+        created_at: now_secs(),
+    };
+    (key, secret)
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn now_secs() -> u64 {
+    now_ms() / 1000
+}

@@ -1,0 +1,357 @@
+//! The relay's configuration: the embedded default, overridden key by key by an operator's
+//! TOML file. Unknown keys are refused at start-up, naming the key and the file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The embedded default, parsed by the same code as an operator's file.
+pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config {origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("config {origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("config {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub tasks: TasksConfig,
+    pub assets: AssetsConfig,
+    pub security: SecurityConfig,
+    pub limits: LimitsConfig,
+    pub simulator: SimulatorConfig,
+    /// group -> channel family.
+    pub groups: BTreeMap<String, String>,
+    pub models: BTreeMap<String, ModelConfig>,
+    pub channels: Vec<ChannelConfig>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentMode {
+    #[default]
+    Proxy,
+    Redirect,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub public_base_url: String,
+    pub max_body_bytes: u64,
+    pub max_upload_bytes: u64,
+    pub content_mode: ContentMode,
+    pub signed_url_ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasksConfig {
+    pub timeout_secs: u64,
+    pub poll_interval_max_ms: u64,
+    pub submit_attempts: u32,
+    pub content_ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AssetsConfig {
+    pub ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    pub allow_private_urls: bool,
+    pub url_fetch_timeout_secs: u64,
+    pub max_image_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub rps: u32,
+    pub burst: u32,
+    pub poll_rps_per_task: u32,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulatorConfig {
+    /// Seconds a simulated video task runs (fractions allowed).
+    pub task_secs: f64,
+    pub scenarios: bool,
+    pub blocked_words: Vec<String>,
+    pub fps: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// First format (`/v1/videos`).
+    #[default]
+    Video,
+    /// Second format (`/v1/video/generations`).
+    Generation,
+    Chat,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    pub family: Option<String>,
+    pub resolutions: Vec<String>,
+    pub durations: Vec<u32>,
+    pub ratios: Vec<String>,
+    pub max_duration_by_resolution: BTreeMap<String, u32>,
+    pub price_per_second: Option<u64>,
+    pub price_per_second_by_resolution: BTreeMap<String, u64>,
+    pub input_price_per_mtok: Option<u64>,
+    pub output_price_per_mtok: Option<u64>,
+}
+
+impl ModelConfig {
+    /// Credits per second of video at `resolution` (a resolution-specific price wins).
+    pub fn price_per_second(&self, resolution: Option<&str>) -> Option<u64> {
+        resolution
+            .and_then(|r| self.price_per_second_by_resolution.get(r).copied())
+            .or(self.price_per_second)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChannelKind {
+    #[default]
+    Simulator,
+    OpenaiVideos,
+    Ark,
+    Anthropic,
+    OpenaiChat,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelConfig {
+    pub name: String,
+    pub kind: ChannelKind,
+    pub family: Option<String>,
+    pub models: Vec<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    pub api_key_env: Option<String>,
+    pub priority: i32,
+    pub weight: u32,
+    pub model_map: BTreeMap<String, String>,
+    pub connect_timeout_secs: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+}
+
+impl Config {
+    /// The embedded default alone.
+    pub fn embedded() -> Result<Config, ConfigError> {
+        Config::from_toml(None, "embedded default")
+    }
+
+    /// Reads an operator's file over the embedded default.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: origin.clone(),
+            source,
+        })?;
+        Config::from_toml(Some(&text), &origin)
+    }
+
+    /// Parses `text` (an operator's file; `None` = none) over the embedded default.
+    pub fn from_toml(text: Option<&str>, origin: &str) -> Result<Config, ConfigError> {
+        let parse_err = |origin: &str, e: toml::de::Error| ConfigError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        };
+        let mut merged: toml::Table =
+            toml::from_str(EMBEDDED_DEFAULT).map_err(|e| parse_err("embedded default", e))?;
+        if let Some(text) = text {
+            // First pass on the file alone: unknown keys and wrong types, with line numbers.
+            toml::from_str::<Config>(text).map_err(|e| parse_err(origin, e))?;
+            let overlay: toml::Table = toml::from_str(text).map_err(|e| parse_err(origin, e))?;
+            merge(&mut merged, overlay);
+        }
+        let config: Config = toml::Value::Table(merged)
+            .try_into()
+            .map_err(|e| parse_err(origin, e))?;
+        config.check().map_err(|message| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Rules serde cannot express: prices for every billable model, channels of known models.
+    fn check(&self) -> Result<(), String> {
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "server.listen: {:?} is not an address like 127.0.0.1:8080",
+                self.server.listen
+            ));
+        }
+        if self.server.max_body_bytes == 0 || self.server.max_upload_bytes == 0 {
+            return Err("server.max_body_bytes and server.max_upload_bytes must be above 0".into());
+        }
+        if self.tasks.timeout_secs == 0 {
+            return Err("tasks.timeout_secs must be above 0".into());
+        }
+        if !(self.simulator.task_secs >= 0.0 && self.simulator.task_secs <= 3600.0) {
+            return Err("simulator.task_secs must be from 0 to 3600".into());
+        }
+        if self.simulator.fps == 0 || self.simulator.fps > 60 {
+            return Err("simulator.fps must be from 1 to 60".into());
+        }
+        for (name, model) in &self.models {
+            match model.kind {
+                ModelKind::Video => {
+                    if model.price_per_second.is_none() {
+                        return Err(format!("models.{name}: price_per_second is required"));
+                    }
+                }
+                ModelKind::Generation => {
+                    if model.family.is_none() {
+                        return Err(format!("models.{name}: family is required"));
+                    }
+                    for res in &model.resolutions {
+                        if model.price_per_second(Some(res)).is_none() {
+                            return Err(format!(
+                                "models.{name}: no price for resolution {res} (set price_per_second or price_per_second_by_resolution)"
+                            ));
+                        }
+                    }
+                }
+                ModelKind::Chat => {
+                    if model.input_price_per_mtok.is_none() || model.output_price_per_mtok.is_none()
+                    {
+                        return Err(format!(
+                            "models.{name}: input_price_per_mtok and output_price_per_mtok are required"
+                        ));
+                    }
+                }
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for channel in &self.channels {
+            if channel.name.is_empty() {
+                return Err("channels: every channel needs a name".into());
+            }
+            if !names.insert(channel.name.as_str()) {
+                return Err(format!("channels: duplicate channel name {}", channel.name));
+            }
+            for model in &channel.models {
+                if !self.models.contains_key(model) {
+                    return Err(format!(
+                        "channels.{}: model {model} has no [models.{model}] entry",
+                        channel.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The first-format model's settings, if the catalog has it.
+    pub fn model(&self, name: &str) -> Option<&ModelConfig> {
+        self.models.get(name)
+    }
+}
+
+/// Overlays `overlay` on `base` key by key; `models` and `channels` given in the overlay
+/// replace the base's whole lists.
+fn merge(base: &mut toml::Table, overlay: toml::Table) {
+    for (key, value) in overlay {
+        let replace_whole = key == "models" || key == "channels";
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) if !replace_whole => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_parses() {
+        let config = Config::embedded().unwrap();
+        assert_eq!(config.server.listen, "127.0.0.1:8080");
+        assert_eq!(config.server.max_body_bytes, 10 * 1024 * 1024);
+        assert_eq!(config.tasks.timeout_secs, 600);
+        assert_eq!(config.models["model_h3"].price_per_second, Some(10));
+        assert_eq!(
+            config.models["gen2-pro"].price_per_second(Some("1080p")),
+            Some(12)
+        );
+        assert_eq!(config.groups["gen2"], "gen2");
+    }
+
+    #[test]
+    fn file_overrides_key_by_key() {
+        let config = Config::from_toml(
+            Some("[server]\nlisten = \"127.0.0.1:0\"\n[simulator]\ntask_secs = 0.5\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(config.server.listen, "127.0.0.1:0");
+        assert_eq!(config.server.max_body_bytes, 10 * 1024 * 1024);
+        assert_eq!(config.simulator.task_secs, 0.5);
+        assert!(config.simulator.scenarios);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_key_and_file() {
+        let err = Config::from_toml(Some("[server]\nlisen = \"x\"\n"), "relay.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("relay.toml"), "{err}");
+        assert!(err.contains("lisen"), "{err}");
+        let err = Config::from_toml(Some("[nope]\na = 1\n"), "relay.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn missing_price_is_refused_naming_the_model() {
+        let err = Config::from_toml(
+            Some("[models.x]\nkind = \"video\"\n[[channels]]\nname = \"s\"\nmodels = [\"x\"]\n"),
+            "relay.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("models.x"), "{err}");
+    }
+
+    #[test]
+    fn channels_replace_the_default_list() {
+        let config = Config::from_toml(
+            Some("[[channels]]\nname = \"only\"\nkind = \"simulator\"\nmodels = [\"model_h3\"]\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(config.channels.len(), 1);
+        assert_eq!(config.channels[0].name, "only");
+    }
+}

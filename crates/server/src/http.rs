@@ -1,0 +1,181 @@
+//! Bodies, answers and body reading: the small HTTP toolkit every handler uses.
+
+use std::convert::Infallible;
+
+use bytes::{Bytes, BytesMut};
+use error_codes::{ApiError, ErrorCode};
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body as _, Incoming};
+use serde::Serialize;
+
+/// Every answer's body type: full bytes or a stream from disk.
+pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+pub type Answer = Response<Body>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+pub fn empty() -> Body {
+    full(Bytes::new())
+}
+
+/// A JSON answer.
+pub fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Answer {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => {
+            let mut res = Response::new(full(bytes));
+            *res.status_mut() = status;
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            res
+        }
+        Err(e) => {
+            tracing::error!("serialising an answer: {e}");
+            error(&ApiError::new(ErrorCode::UpstreamError, "internal error"))
+        }
+    }
+}
+
+pub fn ok<T: Serialize + ?Sized>(value: &T) -> Answer {
+    json(StatusCode::OK, value)
+}
+
+/// An error in the shape of video, asset, admin and moderation paths (CONTRACT §0.1), with the
+/// retry headers official SDKs read (CONTRACT §0.1a).
+pub fn error(err: &ApiError) -> Answer {
+    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = json(status, &err.openai_body());
+    *res.status_mut() = status;
+    retry_headers(err.code, res.headers_mut());
+    res
+}
+
+/// `retry-after`/`retry-after-ms` on 429 and retryable 5xx; `x-should-retry: false` on a 5xx
+/// that a retry cannot fix.
+pub fn retry_headers(code: ErrorCode, headers: &mut http::HeaderMap) {
+    let status = code.status();
+    if status == 429 || (status >= 500 && code.retryable()) {
+        headers.insert("retry-after", HeaderValue::from_static("1"));
+        headers.insert("retry-after-ms", HeaderValue::from_static("1000"));
+    } else if status >= 500 {
+        headers.insert("x-should-retry", HeaderValue::from_static("false"));
+    }
+}
+
+/// The media type of a request, lowercased, without parameters.
+pub fn media_type(headers: &http::HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = value.split(';').next()?.trim().to_ascii_lowercase();
+    (!essence.is_empty()).then_some(essence)
+}
+
+/// How `read_body` ended when it did not return the body.
+pub fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        "the request body is larger than this path accepts",
+    )
+}
+
+/// Reads a whole body of at most `limit` bytes. A declared or streamed length over 4x the
+/// limit is refused without reading the rest; a body between the limit and 4x is read to the
+/// end and then refused (CONTRACT §4.3).
+pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, ApiError> {
+    let hard = limit.saturating_mul(4);
+    if body.size_hint().lower() > hard {
+        return Err(too_large());
+    }
+    let mut body = body;
+    let mut buf = BytesMut::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::field(
+                ErrorCode::InvalidRequest,
+                "body",
+                format!("the request body could not be read: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            total += data.len() as u64;
+            if total > hard {
+                return Err(too_large());
+            }
+            if total <= limit {
+                buf.extend_from_slice(&data);
+            }
+        }
+    }
+    if total > limit {
+        return Err(too_large());
+    }
+    Ok(buf.freeze())
+}
+
+/// Parses a JSON body; a body that is not JSON is `400 invalid request`.
+pub fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::field(
+            ErrorCode::InvalidRequest,
+            "body",
+            format!("the request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+/// The value of one query parameter, percent-decoded.
+pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b+c"), "a b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(
+            query_param(Some("limit=5&after=video_1"), "after").as_deref(),
+            Some("video_1")
+        );
+        assert_eq!(query_param(Some("limit=5"), "after"), None);
+    }
+}

@@ -1,0 +1,218 @@
+//! Routing: a plain `match` on method and path segments, then auth, then the handler.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use error_codes::{ApiError, ErrorCode};
+use http::header::HeaderValue;
+use http::{Method, Request};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use crate::app::{App, now_secs};
+use crate::auth::{authenticate, authenticate_admin};
+use crate::http::{Answer, error, ok};
+use crate::{admin, videos};
+
+/// The routes the relay serves. Path parameters borrow from the request path.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<'a> {
+    Healthz,
+    Readyz,
+    CreateVideo,
+    ListVideos,
+    GetVideo(&'a str),
+    DeleteVideo(&'a str),
+    VideoContent(&'a str),
+    CancelVideo(&'a str),
+    CreateKey,
+    ListKeys,
+    GetKey(&'a str),
+    RevokeKey(&'a str),
+    KeyLedger(&'a str),
+}
+
+/// Why a request matched no route.
+#[derive(Debug, PartialEq, Eq)]
+enum Miss {
+    NotFound,
+    /// Known path, wrong method; the methods it takes.
+    Method(&'static str),
+}
+
+fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(Miss::NotFound);
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    if segments
+        .iter()
+        .any(|s| s.is_empty() || *s == "." || *s == ".." || s.contains('%'))
+    {
+        return Err(Miss::NotFound);
+    }
+    let m = method;
+    use Route::*;
+    match segments.as_slice() {
+        ["healthz"] if m == Method::GET => Ok(Healthz),
+        ["healthz"] => Err(Miss::Method("GET")),
+        ["readyz"] if m == Method::GET => Ok(Readyz),
+        ["readyz"] => Err(Miss::Method("GET")),
+        ["v1", "videos"] if m == Method::POST => Ok(CreateVideo),
+        ["v1", "videos"] if m == Method::GET => Ok(ListVideos),
+        ["v1", "videos"] => Err(Miss::Method("GET, POST")),
+        ["v1", "videos", id] if m == Method::GET => Ok(GetVideo(id)),
+        ["v1", "videos", id] if m == Method::DELETE => Ok(DeleteVideo(id)),
+        ["v1", "videos", _] => Err(Miss::Method("GET, DELETE")),
+        ["v1", "videos", id, "content"] if m == Method::GET => Ok(VideoContent(id)),
+        ["v1", "videos", _, "content"] => Err(Miss::Method("GET")),
+        ["v1", "videos", id, "cancel"] if m == Method::POST => Ok(CancelVideo(id)),
+        ["v1", "videos", _, "cancel"] => Err(Miss::Method("POST")),
+        ["admin", "keys"] if m == Method::POST => Ok(CreateKey),
+        ["admin", "keys"] if m == Method::GET => Ok(ListKeys),
+        ["admin", "keys"] => Err(Miss::Method("GET, POST")),
+        ["admin", "keys", id] if m == Method::GET => Ok(GetKey(id)),
+        ["admin", "keys", id] if m == Method::DELETE => Ok(RevokeKey(id)),
+        ["admin", "keys", _] => Err(Miss::Method("GET, DELETE")),
+        ["admin", "keys", id, "ledger"] if m == Method::GET => Ok(KeyLedger(id)),
+        ["admin", "keys", _, "ledger"] => Err(Miss::Method("GET")),
+        _ => Err(Miss::NotFound),
+    }
+}
+
+/// A client's `x-request-id` when it is sane, else a new one.
+fn request_id(req: &Request<Incoming>) -> String {
+    req.headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("req_{}", ulid::Ulid::new()))
+}
+
+/// The hyper service function.
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Answer, Infallible> {
+    let id = request_id(&req);
+    let mut res = dispatch(&app, req).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        res.headers_mut().insert("x-request-id", value.clone());
+        res.headers_mut().insert("request-id", value);
+    }
+    Ok(res)
+}
+
+async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    let query = parts.uri.query();
+    let route = match route(&parts.method, path) {
+        Ok(route) => route,
+        Err(Miss::NotFound) => {
+            return error(&ApiError::new(
+                ErrorCode::NotFound,
+                format!("no route {} {}", parts.method, truncate(path, 200)),
+            ));
+        }
+        Err(Miss::Method(allow)) => {
+            let mut res = error(&ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                format!("{} is not allowed here; allowed: {allow}", parts.method),
+            ));
+            res.headers_mut()
+                .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+            return res;
+        }
+    };
+    let headers = &parts.headers;
+    match route {
+        Route::Healthz => ok(&json!({"status": "ok"})),
+        Route::Readyz => readyz(app).await,
+        Route::CreateKey
+        | Route::ListKeys
+        | Route::GetKey(_)
+        | Route::RevokeKey(_)
+        | Route::KeyLedger(_) => {
+            if let Err(e) = authenticate_admin(headers, &app.admin_hash) {
+                return error(&e);
+            }
+            match route {
+                Route::CreateKey => admin::create_key(app, body).await,
+                Route::ListKeys => admin::list_keys(app).await,
+                Route::GetKey(id) => admin::get_key(app, id).await,
+                Route::RevokeKey(id) => admin::revoke_key(app, id).await,
+                Route::KeyLedger(id) => admin::ledger(app, id).await,
+                _ => error(&ErrorCode::NotFound.into()),
+            }
+        }
+        _ => {
+            let key = match authenticate(&*app.store, headers, false, now_secs()) {
+                Ok(key) => key,
+                Err(e) => return error(&e),
+            };
+            match route {
+                Route::CreateVideo => videos::create(app, &key, headers, body).await,
+                Route::ListVideos => videos::list(app, &key, query).await,
+                Route::GetVideo(id) => videos::get(app, &key, id).await,
+                Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
+                Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
+                Route::CancelVideo(id) => videos::cancel(app, &key, id).await,
+                _ => error(&ErrorCode::NotFound.into()),
+            }
+        }
+    }
+}
+
+async fn readyz(app: &Arc<App>) -> Answer {
+    let store_ok = crate::tasks::blocking(app, |s| s.key_count()).await.is_ok();
+    if store_ok && !app.video_channels.is_empty() && !app.is_shutting_down() {
+        ok(&json!({"status": "ready"}))
+    } else {
+        error(&ApiError::new(
+            ErrorCode::Unavailable,
+            "the store is not open or no channel is healthy",
+        ))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(route(&Method::GET, "/healthz"), Ok(Route::Healthz));
+        assert_eq!(route(&Method::POST, "/v1/videos"), Ok(Route::CreateVideo));
+        assert_eq!(
+            route(&Method::GET, "/v1/videos/v1"),
+            Ok(Route::GetVideo("v1"))
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1/videos/v1/content"),
+            Ok(Route::VideoContent("v1"))
+        );
+        assert_eq!(
+            route(&Method::PUT, "/v1/videos"),
+            Err(Miss::Method("GET, POST"))
+        );
+        assert_eq!(route(&Method::GET, "/v1/videos/"), Err(Miss::NotFound));
+        assert_eq!(route(&Method::GET, "/v1/videos/../x"), Err(Miss::NotFound));
+        assert_eq!(
+            route(&Method::GET, "/v1/videos/%2e%2e"),
+            Err(Miss::NotFound)
+        );
+        assert_eq!(route(&Method::GET, "/nope"), Err(Miss::NotFound));
+        assert_eq!(route(&Method::GET, "//v1/videos"), Err(Miss::NotFound));
+    }
+}

@@ -1,0 +1,470 @@
+//! Starting relays, talking HTTP to them, and serving test media.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use server::{App, Config};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// Test defaults: fast simulated tasks, small frames, local media allowed.
+pub const FAST: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+[security]
+allow_private_urls = true
+url_fetch_timeout_secs = 2
+[simulator]
+task_secs = 0.3
+fps = 6
+"#;
+
+/// A relay running in this process.
+pub struct Relay {
+    pub base: String,
+    pub key: String,
+    pub client: Http,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Relay {
+    /// Starts a relay with the test defaults plus `extra` TOML (later keys win).
+    pub async fn start(extra: &str) -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Relay::start_in(dir, None, extra).await
+    }
+
+    /// Starts a relay on an existing data directory; `key` is its known key (a store that
+    /// has keys prints none).
+    pub async fn start_in(dir: tempfile::TempDir, key: Option<String>, extra: &str) -> Relay {
+        let text = merge_toml(FAST, extra);
+        let config = Config::from_toml(Some(&text), "test config").expect("test config");
+        let data = dir.path().to_owned();
+        let (app, bootstrap) =
+            tokio::task::spawn_blocking(move || App::open(config, &data, Some(ADMIN_TOKEN)))
+                .await
+                .expect("open task")
+                .expect("open relay");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let done = tokio::spawn(server::serve(app, listener, async {
+            let _ = stopped.await;
+        }));
+        Relay {
+            base: format!("http://{addr}"),
+            key: key
+                .or(bootstrap.first_key)
+                .expect("a first key on a new store"),
+            client: Http::new(),
+            stop: Some(stop),
+            done: Some(done),
+            dir,
+        }
+    }
+
+    /// Stops the relay gracefully and hands back its data directory.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(done) = self.done.take() {
+            done.await.expect("serve task").expect("serve result");
+        }
+        std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"))
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A request with this relay's key.
+    pub async fn call(&self, method: Method, path: &str, body: Body) -> Answer {
+        self.call_as(&self.key.clone(), method, path, body, &[])
+            .await
+    }
+
+    pub async fn call_as(
+        &self,
+        key: &str,
+        method: Method,
+        path: &str,
+        body: Body,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut all = vec![("authorization", format!("Bearer {key}"))];
+        all.extend(headers.iter().map(|(k, v)| (*k, v.to_string())));
+        self.client.send(method, &self.url(path), body, &all).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.call(Method::GET, path, Body::Empty).await
+    }
+
+    pub async fn post_json(&self, path: &str, json: Value) -> Answer {
+        self.call(Method::POST, path, Body::Json(json)).await
+    }
+
+    /// Creates a key through the admin API and returns (id, secret).
+    pub async fn new_key(&self, name: &str, quota: Option<i64>) -> (String, String) {
+        let body = serde_json::json!({"name": name, "group": "gen2", "quota": quota});
+        let res = self
+            .client
+            .send(
+                Method::POST,
+                &self.url("/admin/keys"),
+                Body::Json(body),
+                &[("authorization", format!("Bearer {ADMIN_TOKEN}"))],
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let v = res.json();
+        (
+            v["id"].as_str().unwrap().to_owned(),
+            v["key"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Body) -> Answer {
+        self.client
+            .send(
+                method,
+                &self.url(path),
+                body,
+                &[("authorization", format!("Bearer {ADMIN_TOKEN}"))],
+            )
+            .await
+    }
+
+    /// Polls a video task until `done(status)` or the deadline.
+    pub async fn wait_video(&self, id: &str, deadline: Duration) -> Value {
+        self.wait_video_as(&self.key.clone(), id, deadline).await
+    }
+
+    pub async fn wait_video_as(&self, key: &str, id: &str, deadline: Duration) -> Value {
+        let path = format!("/v1/videos/{id}");
+        poll_until(deadline, || async {
+            let res = self
+                .call_as(key, Method::GET, &path, Body::Empty, &[])
+                .await;
+            assert_eq!(res.status, 200, "{}", res.text());
+            let v = res.json();
+            let status = v["status"].as_str().unwrap_or_default().to_owned();
+            matches!(status.as_str(), "completed" | "failed" | "cancelled").then_some(v)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {id} did not end within {deadline:?}"))
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Later TOML wins, table by table (tests only use simple tables).
+fn merge_toml(base: &str, extra: &str) -> String {
+    let mut base: toml_edit_free::Table = toml_edit_free::parse(base);
+    let extra = toml_edit_free::parse(extra);
+    toml_edit_free::merge(&mut base, extra);
+    toml_edit_free::render(&base)
+}
+
+/// A tiny table merge over `toml` values, enough for the tests' configs.
+mod toml_edit_free {
+    pub type Table = toml::Table;
+
+    pub fn parse(text: &str) -> Table {
+        toml::from_str(text).expect("test TOML")
+    }
+
+    pub fn merge(base: &mut Table, extra: Table) {
+        for (k, v) in extra {
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(e)) => merge(b, e),
+                (_, v) => {
+                    base.insert(k, v);
+                }
+            }
+        }
+    }
+
+    pub fn render(table: &Table) -> String {
+        toml::to_string(table).expect("render TOML")
+    }
+}
+
+/// Polls `f` until it yields a value or `deadline` passes (no sleeps as synchronisation:
+/// a short pause between looks only).
+pub async fn poll_until<T, F, Fut>(deadline: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub enum Body {
+    Empty,
+    Json(Value),
+    /// A body with this Content-Type (none when empty).
+    Raw(String, Vec<u8>),
+}
+
+/// A multipart body builder.
+pub struct Multipart {
+    boundary: String,
+    buf: Vec<u8>,
+}
+
+impl Multipart {
+    pub fn new() -> Multipart {
+        Multipart {
+            boundary: "relaytestboundary7MA4YWxkTrZu0gW".into(),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn text(mut self, name: &str, value: &str) -> Multipart {
+        self.buf.extend_from_slice(
+            format!(
+                "--{}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n",
+                self.boundary
+            )
+            .as_bytes(),
+        );
+        self
+    }
+
+    pub fn file(
+        mut self,
+        name: &str,
+        filename: &str,
+        content_type: &str,
+        bytes: &[u8],
+    ) -> Multipart {
+        self.buf.extend_from_slice(
+            format!(
+                "--{}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\nContent-Type: {content_type}\r\n\r\n",
+                self.boundary
+            )
+            .as_bytes(),
+        );
+        self.buf.extend_from_slice(bytes);
+        self.buf.extend_from_slice(b"\r\n");
+        self
+    }
+
+    pub fn build(mut self) -> (String, Vec<u8>) {
+        self.buf
+            .extend_from_slice(format!("--{}--\r\n", self.boundary).as_bytes());
+        (
+            format!("multipart/form-data; boundary={}", self.boundary),
+            self.buf,
+        )
+    }
+}
+
+/// A finished answer.
+pub struct Answer {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts the contract's error shape: status, exact message, code and param.
+    pub fn assert_error(&self, status: u16, message: &str, param: Option<&str>) {
+        assert_eq!(self.status, status, "{}", self.text());
+        let v = self.json();
+        assert_eq!(v["error"]["message"], message, "{}", self.text());
+        assert_eq!(
+            v["error"]["code"],
+            message.to_ascii_lowercase().replace(' ', "_"),
+            "{}",
+            self.text()
+        );
+        if let Some(param) = param {
+            assert_eq!(v["error"]["param"], param, "{}", self.text());
+        }
+        assert!(
+            v["error"]["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{}",
+            self.text()
+        );
+    }
+}
+
+/// A pooled HTTP/1 client.
+#[derive(Clone)]
+pub struct Http {
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+}
+
+impl Http {
+    pub fn new() -> Http {
+        Http {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        body: Body,
+        headers: &[(&str, String)],
+    ) -> Answer {
+        let mut req = Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let bytes = match body {
+            Body::Empty => Bytes::new(),
+            Body::Json(v) => {
+                req = req.header("content-type", "application/json");
+                Bytes::from(v.to_string())
+            }
+            Body::Raw(ct, bytes) => {
+                if !ct.is_empty() {
+                    req = req.header("content-type", ct.as_str());
+                }
+                Bytes::from(bytes)
+            }
+        };
+        let req = req.body(Full::new(bytes)).expect("request");
+        let res = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
+            .await
+            .expect("answer within 30 s")
+            .expect("request sent");
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+/// A local server handing out fixed files by path, for image/audio/video references.
+pub struct MediaServer {
+    pub base: String,
+    _stop: oneshot::Sender<()>,
+}
+
+impl MediaServer {
+    pub async fn start(files: HashMap<&'static str, (&'static str, Vec<u8>)>) -> MediaServer {
+        let files = Arc::new(files);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr: SocketAddr = listener.local_addr().expect("addr");
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let files = files.clone();
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                                let files = files.clone();
+                                async move {
+                                    let res = match files.get(req.uri().path()) {
+                                        Some((ct, bytes)) => hyper::Response::builder()
+                                            .header("content-type", *ct)
+                                            .body(Full::new(Bytes::from(bytes.clone()))),
+                                        None => hyper::Response::builder()
+                                            .status(StatusCode::NOT_FOUND)
+                                            .body(Full::new(Bytes::new())),
+                                    };
+                                    Ok::<_, Infallible>(res.expect("response"))
+                                }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .await;
+                        });
+                    }
+                }
+            }
+        });
+        MediaServer {
+            base: format!("http://{addr}"),
+            _stop: stop,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// A PNG of the given size.
+pub fn png(width: u32, height: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, width, height);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut w = enc.write_header().expect("png header");
+        let data: Vec<u8> = (0..width * height * 3).map(|i| (i % 251) as u8).collect();
+        w.write_image_data(&data).expect("png data");
+    }
+    out
+}
+
+/// A minimal WAV header plus silence.
+pub fn wav() -> Vec<u8> {
+    let mut v = b"RIFF\x24\x08\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x40\x1f\x00\x00\x80\x3e\x00\x00\x02\x00\x10\x00data\x00\x08\x00\x00".to_vec();
+    v.extend(std::iter::repeat_n(0u8, 2048));
+    v
+}
+
+/// The first bytes of an MP4 (an ftyp box) and some padding.
+pub fn mp4_head() -> Vec<u8> {
+    let mut v = b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isommp41".to_vec();
+    v.extend(b"\x00\x00\x00\x08free");
+    v
+}

@@ -1,0 +1,179 @@
+//! The built binary: first-start bootstrap, and a SIGKILL with tasks in flight loses nothing.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use http::Method;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::harness::{Body, Http, poll_until};
+
+struct Running {
+    child: Child,
+    base: String,
+    lines: Vec<String>,
+}
+
+/// Starts the relay binary on port 0 and reads its start-up lines.
+async fn start_binary(data: &Path, config: &Path) -> Running {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .env("RELAY_ADMIN_TOKEN", "restart-admin")
+        .env("RELAY_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the relay binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = BufReader::new(stdout).lines();
+    let mut lines = Vec::new();
+    let mut base = None;
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = reader.next_line().await {
+            let done = line.starts_with("relay listening on ");
+            if done {
+                base = line.strip_prefix("relay listening on ").map(str::to_owned);
+            }
+            lines.push(line);
+            if done {
+                // The bootstrap lines follow the listening line; give them a moment to arrive.
+                while let Ok(Ok(Some(line))) =
+                    tokio::time::timeout(Duration::from_millis(300), reader.next_line()).await
+                {
+                    lines.push(line);
+                }
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the relay did not start: {lines:?}");
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = reader.next_line().await {} });
+    Running {
+        child,
+        base: base.expect("a listening line"),
+        lines,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_tasks_in_flight_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("relay.toml");
+    std::fs::write(&config, "[simulator]\ntask_secs = 1.5\nfps = 4\n").unwrap();
+
+    let first = start_binary(&data, &config).await;
+    let key_line = first
+        .lines
+        .iter()
+        .find(|l| l.starts_with("first API key"))
+        .unwrap_or_else(|| panic!("no key printed: {:?}", first.lines));
+    let key = key_line.rsplit(' ').next().unwrap().to_owned();
+    assert!(
+        first.lines.iter().any(|l| l.contains("curl")),
+        "{:?}",
+        first.lines
+    );
+
+    let http = Http::new();
+    let auth = [("authorization", format!("Bearer {key}"))];
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let res = http
+            .send(
+                Method::POST,
+                &format!("{}/v1/videos", first.base),
+                Body::Json(
+                    json!({"model": "model_h3", "prompt": format!("clip {i}"), "size": "64x64"}),
+                ),
+                &auth,
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        ids.push(res.json()["id"].as_str().unwrap().to_owned());
+    }
+    let mut child = first.child;
+    child.kill().await.expect("SIGKILL");
+
+    let second = start_binary(&data, &config).await;
+    assert!(
+        !second.lines.iter().any(|l| l.contains("API key")),
+        "the first key is printed once only: {:?}",
+        second.lines
+    );
+    for id in &ids {
+        let url = format!("{}/v1/videos/{id}", second.base);
+        let done = poll_until(Duration::from_secs(60), || async {
+            let res = http.send(Method::GET, &url, Body::Empty, &auth).await;
+            assert_eq!(
+                res.status,
+                200,
+                "acknowledged task {id} lost: {}",
+                res.text()
+            );
+            let v = res.json();
+            (v["status"] == "completed" || v["status"] == "failed").then_some(v)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {id} did not finish after the restart"));
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+    let mut child = second.child;
+    // SIGTERM: a graceful stop exits 0.
+    let pid = child.id().expect("pid");
+    let status = Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("stops within the grace period")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_names_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[server]\nlisten = \"127.0.0.1:0\"\ntypo_key = 1\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("typo_key") && err.contains("bad.toml"),
+        "{err}"
+    );
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[simulator]\ntask_secs = 2\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["config", "check"])
+        .arg(&good)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

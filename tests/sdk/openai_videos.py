@@ -1,0 +1,72 @@
+"""The official OpenAI Python SDK, unchanged, against the relay's first video format.
+
+Run by `cargo xtask ci` with RELAY_BASE_URL and RELAY_KEY set; exits non-zero on any failure.
+"""
+
+import os
+import struct
+import sys
+import tempfile
+import zlib
+
+from openai import OpenAI
+
+
+def png(width: int, height: int) -> bytes:
+    """A small RGB PNG."""
+    raw = b"".join(b"\x00" + bytes((x * 7 + y * 3) % 256 for x in range(width * 3)) for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        print(f"FAIL: {what}")
+        sys.exit(1)
+    print(f"ok: {what}")
+
+
+def main() -> None:
+    client = OpenAI(base_url=os.environ["RELAY_BASE_URL"] + "/v1", api_key=os.environ["RELAY_KEY"], max_retries=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        frame = os.path.join(tmp, "frame.png")
+        with open(frame, "wb") as f:
+            f.write(png(64, 36))
+
+        with open(frame, "rb") as image:
+            video = client.videos.create(model="model_h3", prompt="a paper boat on a pond", seconds="8", input_reference=image)
+        check(video.id.startswith("video_"), "videos.create returns a video id")
+        check(video.status in ("queued", "in_progress"), f"new video is queued ({video.status})")
+        check(str(video.seconds) == "8", "seconds is kept")
+
+        again = client.videos.retrieve(video.id)
+        check(again.id == video.id, "videos.retrieve finds it")
+
+        polled = client.videos.create_and_poll(model="model_h3", prompt="a kite over dunes", seconds="5", size="1280x720")
+        check(polled.status == "completed", f"create_and_poll ends completed ({polled.status})")
+        check(polled.progress == 100, "progress reaches 100")
+
+        ids = [v.id for v in client.videos.list(limit=1)]
+        check(video.id in ids and polled.id in ids, "videos.list pages through every video")
+
+        content = client.videos.download_content(polled.id)
+        data = content.read()
+        check(len(data) > 1000 and data[4:8] == b"ftyp", f"download_content gives an MP4 ({len(data)} bytes)")
+        out = os.path.join(tmp, "video.mp4")
+        content.write_to_file(out)
+        check(os.path.getsize(out) == len(data), "write_to_file writes the whole video")
+
+        thumb = client.videos.download_content(polled.id, variant="thumbnail").read()
+        check(thumb[:8] == b"\x89PNG\r\n\x1a\n", "the thumbnail is a PNG")
+
+        deleted = client.videos.delete(polled.id)
+        check(deleted.deleted, "videos.delete deletes")
+    print("openai sdk: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
