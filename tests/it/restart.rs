@@ -176,4 +176,18 @@ async fn config_check_names_unknown_keys() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // The shipped example is a complete, working file.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../relay.example.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["config", "check"])
+        .arg(&example)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -458,3 +458,22 @@ async fn graceful_stop_and_restart_resume_unfinished_tasks() {
     let done = relay.wait_video(&id, WAIT).await;
     assert_eq!(done["status"], "completed", "{done}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_stops_at_expiry() {
+    let relay = Relay::start("[tasks]\ncontent_ttl_secs = 0\n").await;
+    let res = relay
+        .post_json(
+            "/v1/videos",
+            json!({"model": "model_h3", "prompt": "p", "size": "64x64"}),
+        )
+        .await;
+    let id = res.json()["id"].as_str().unwrap().to_owned();
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["expires_at"], done["completed_at"]);
+    relay
+        .get(&format!("/v1/videos/{id}/content"))
+        .await
+        .assert_error(404, "not found", None);
+}

@@ -23,10 +23,16 @@ def png(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
+PASSED = 0
+
+
 def check(cond: bool, what: str) -> None:
+    global PASSED
     if not cond:
         print(f"FAIL: {what}")
+        print(f"openai-sdk: {PASSED} passed, 1 failed")
         sys.exit(1)
+    PASSED += 1
     print(f"ok: {what}")
 
 
@@ -65,7 +71,7 @@ def main() -> None:
 
         deleted = client.videos.delete(polled.id)
         check(deleted.deleted, "videos.delete deletes")
-    print("openai sdk: all checks passed")
+    print(f"openai-sdk: {PASSED} passed, 0 failed")
 
 
 if __name__ == "__main__":

@@ -141,6 +141,7 @@ fn sdk_check() -> anyhow::Result<()> {
         run(
             "OpenAI SDK check",
             Command::new(&python)
+                .args(["-W", "ignore::DeprecationWarning"])
                 .arg(root.join("tests").join("sdk").join("openai_videos.py"))
                 .env("RELAY_BASE_URL", &base)
                 .env("RELAY_KEY", &key),

@@ -525,6 +525,15 @@ pub async fn content(
             ),
         ));
     }
+    if task
+        .expires_at
+        .is_some_and(|at| at <= crate::app::now_secs())
+    {
+        return error(&ApiError::new(
+            ErrorCode::NotFound,
+            format!("the content of task {id} has expired"),
+        ));
+    }
     let (blob, content_type) = match variant {
         Variant::Video => (task.outputs.video.as_deref(), "video/mp4"),
         Variant::Thumbnail => (task.outputs.thumbnail.as_deref(), "image/png"),
