@@ -216,7 +216,8 @@ async fn keys(command: KeysCommand, url: &str, token: &str) -> anyhow::Result<()
             println!("{}", value["key"].as_str().unwrap_or_default());
             eprintln!(
                 "created {} (group {}); the key above is shown once",
-                value["id"], value["group"]
+                value["id"].as_str().unwrap_or_default(),
+                value["group"].as_str().unwrap_or_default()
             );
         }
         KeysCommand::List => {

@@ -106,6 +106,11 @@ pub trait Store: Send + Sync + 'static {
     /// Applies `update` to a key atomically, flushed, and returns it as written.
     fn update_key(&self, id: &str, update: &dyn Fn(&mut Key)) -> Result<Key, StoreError>;
 
+    /// Writes ledger entries that no task status change causes (a chat request's
+    /// pre-deduction and settlement), atomically, flushed. The same rules as for any entry hold:
+    /// `(task_id, kind)` is unique and a debit the quota cannot cover fails the whole step.
+    fn record_ledger(&self, ledger: &[LedgerDraft]) -> Result<(), StoreError>;
+
     /// A key's ledger, oldest first.
     fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError>;
 

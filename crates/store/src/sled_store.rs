@@ -487,6 +487,12 @@ impl Store for SledStore {
         Ok(key)
     }
 
+    fn record_ledger(&self, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
+        let at = unix_secs();
+        self.tx("record ledger", |tx| apply_ledger(tx, ledger, at))?;
+        self.flush_after("record ledger")
+    }
+
     fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
         let mut prefix = key_id.as_bytes().to_vec();
         prefix.push(0);

@@ -877,3 +877,26 @@ fn opening_something_that_is_not_a_database_is_an_error() {
     let err = SledStore::open(&file).unwrap_err();
     assert!(matches!(err, StoreError::Backend(_)), "{err}");
 }
+
+#[test]
+fn record_ledger_without_a_task() {
+    let (_dir, store) = open();
+    store.create_key(&key("key_c", "hc", Some(100))).unwrap();
+    store
+        .record_ledger(&[draft("key_c", "msg_1", LedgerKind::Prededuct, -30)])
+        .unwrap();
+    store
+        .record_ledger(&[draft("key_c", "msg_1", LedgerKind::Settle, 25)])
+        .unwrap();
+    assert!(matches!(
+        store.record_ledger(&[draft("key_c", "msg_1", LedgerKind::Settle, 1)]),
+        Err(StoreError::DuplicateLedger { .. })
+    ));
+    assert!(matches!(
+        store.record_ledger(&[draft("key_c", "msg_2", LedgerKind::Prededuct, -500)]),
+        Err(StoreError::InsufficientQuota { .. })
+    ));
+    let k = store.key("key_c").unwrap().unwrap();
+    assert_eq!((k.quota, k.quota_used), (Some(95), 5));
+    assert_eq!(store.ledger("key_c").unwrap().len(), 2);
+}
