@@ -72,3 +72,95 @@ async fn keys_lifecycle() {
         .await;
     res.assert_error(401, "unauthorized", None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patch_keys_tasks_and_channels() {
+    let relay = Relay::start("").await;
+    let (id, secret) = relay.new_key("bob", Some(100)).await;
+    let patch = |body: serde_json::Value| {
+        let relay = &relay;
+        let path = format!("/admin/keys/{id}");
+        async move { relay.admin(Method::PATCH, &path, Body::Json(body)).await }
+    };
+    let v = patch(json!({"quota_add": 50})).await.json();
+    assert_eq!(v["quota"], 150);
+    let v =
+        patch(json!({"quota": 10, "rate_limit": {"rps": 5, "burst": 5}, "models": ["model_h3"]}))
+            .await
+            .json();
+    assert_eq!(v["quota"], 10);
+    assert_eq!(v["rate_limit"]["rps"], 5);
+    assert_eq!(v["models"], json!(["model_h3"]));
+    let v = patch(json!({"quota": null})).await.json();
+    assert_eq!(v["quota"], serde_json::Value::Null);
+    patch(json!({"quota": -1}))
+        .await
+        .assert_error(400, "invalid request", Some("quota"));
+    patch(json!({"quota_add": 0}))
+        .await
+        .assert_error(400, "invalid request", Some("quota_add"));
+    patch(json!({"status": "gone"}))
+        .await
+        .assert_error(400, "invalid request", Some("status"));
+    patch(json!({"colour": "red"}))
+        .await
+        .assert_error(400, "invalid request", Some("colour"));
+    let missing = relay
+        .admin(
+            Method::PATCH,
+            "/admin/keys/key_nope",
+            Body::Json(json!({"quota": 1})),
+        )
+        .await;
+    missing.assert_error(404, "not found", None);
+
+    // Revoke and restore through status.
+    patch(json!({"status": "revoked"})).await;
+    let res = relay
+        .call_as(&secret, Method::GET, "/v1/videos", Body::Empty, &[])
+        .await;
+    res.assert_error(401, "unauthorized", None);
+    patch(json!({"status": "active"})).await;
+    let res = relay
+        .call_as(
+            &secret,
+            Method::POST,
+            "/v1/videos",
+            Body::Json(json!({"model": "model_h3", "prompt": "p", "size": "64x64"})),
+            &[("x-relay-sim", "stuck")],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let task = res.json()["id"].as_str().unwrap().to_owned();
+
+    let tasks = relay
+        .admin(
+            Method::GET,
+            &format!("/admin/tasks?key_id={id}"),
+            Body::Empty,
+        )
+        .await
+        .json();
+    let data = tasks["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{tasks}");
+    assert_eq!(data[0]["id"], task.as_str());
+    let none = relay
+        .admin(
+            Method::GET,
+            &format!("/admin/tasks?key_id={id}&status=completed"),
+            Body::Empty,
+        )
+        .await
+        .json();
+    assert_eq!(none["data"].as_array().unwrap().len(), 0);
+
+    let channels = relay
+        .admin(Method::GET, "/admin/channels", Body::Empty)
+        .await;
+    assert_eq!(channels.status, 200);
+    let channels = channels.json();
+    let sim = &channels["data"][0];
+    assert_eq!(sim["name"], "simulator");
+    assert_eq!(sim["healthy"], true);
+    assert!(sim["in_flight"].as_u64().unwrap() >= 1, "{channels}");
+}

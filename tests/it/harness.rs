@@ -30,6 +30,10 @@ url_fetch_timeout_secs = 2
 [simulator]
 task_secs = 0.3
 fps = 6
+[limits]
+rps = 10000
+burst = 10000
+poll_rps_per_task = 10000
 "#;
 
 /// A relay running in this process.

@@ -92,6 +92,13 @@ impl VideoChannel {
         }
     }
 
+    /// The channel kind as configured (`simulator`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            VideoChannel::Simulator(_) => "simulator",
+        }
+    }
+
     pub fn serves(&self, model: &str) -> bool {
         match self {
             VideoChannel::Simulator(sim) => sim.serves(model),

@@ -167,3 +167,251 @@ pub async fn ledger(app: &Arc<App>, id: &str) -> Answer {
         Err(e) => error(&store_unavailable(e)),
     }
 }
+
+/// What a `PATCH /admin/keys/{id}` asks, field by field (absent = unchanged).
+#[derive(Debug, Default, Clone)]
+struct KeyPatch {
+    /// `Some(None)` sets unlimited.
+    quota: Option<Option<i64>>,
+    quota_add: Option<i64>,
+    group: Option<String>,
+    rate_limit: Option<Option<RateLimit>>,
+    models: Option<Option<Vec<String>>>,
+    expires_at: Option<Option<u64>>,
+    status: Option<KeyStatus>,
+}
+
+fn parse_patch(value: Value) -> Result<KeyPatch, ApiError> {
+    let Value::Object(map) = value else {
+        return Err(invalid("body", "the patch must be a JSON object"));
+    };
+    let mut patch = KeyPatch::default();
+    for (name, v) in map {
+        match name.as_str() {
+            "quota" => {
+                patch.quota = Some(match v {
+                    Value::Null => None,
+                    v => Some(
+                        v.as_i64()
+                            .filter(|q| (0..=i64::MAX / 4).contains(q))
+                            .ok_or_else(|| {
+                                invalid(
+                                    "quota",
+                                    "quota must be a whole number of credits >= 0, or null",
+                                )
+                            })?,
+                    ),
+                })
+            }
+            "quota_add" => {
+                patch.quota_add = Some(
+                    v.as_i64()
+                        .filter(|q| (1..=i64::MAX / 4).contains(q))
+                        .ok_or_else(|| {
+                            invalid(
+                                "quota_add",
+                                "quota_add must be a whole number of credits >= 1",
+                            )
+                        })?,
+                )
+            }
+            "group" => {
+                patch.group = Some(
+                    v.as_str()
+                        .filter(|g| !g.is_empty() && g.len() <= 64)
+                        .map(str::to_owned)
+                        .ok_or_else(|| invalid("group", "group must be 1 to 64 characters"))?,
+                )
+            }
+            "rate_limit" => {
+                patch.rate_limit = Some(match v {
+                    Value::Null => None,
+                    v => {
+                        let r: RateLimitBody = serde_json::from_value(v).map_err(|_| {
+                            invalid(
+                                "rate_limit",
+                                "rate_limit must be {\"rps\": n, \"burst\": n} or null",
+                            )
+                        })?;
+                        if r.rps == 0 || r.burst == 0 {
+                            return Err(invalid(
+                                "rate_limit",
+                                "rate_limit.rps and rate_limit.burst must be above 0",
+                            ));
+                        }
+                        Some(RateLimit {
+                            rps: r.rps,
+                            burst: r.burst,
+                        })
+                    }
+                })
+            }
+            "models" => {
+                patch.models = Some(match v {
+                    Value::Null => None,
+                    v => Some(serde_json::from_value(v).map_err(|_| {
+                        invalid("models", "models must be an array of model names, or null")
+                    })?),
+                })
+            }
+            "expires_at" => {
+                patch.expires_at = Some(match v {
+                    Value::Null => None,
+                    v => Some(v.as_u64().ok_or_else(|| {
+                        invalid("expires_at", "expires_at must be Unix seconds, or null")
+                    })?),
+                })
+            }
+            "status" => {
+                patch.status = Some(match v.as_str() {
+                    Some("active") => KeyStatus::Active,
+                    Some("revoked") => KeyStatus::Revoked,
+                    _ => return Err(invalid("status", "status must be active or revoked")),
+                })
+            }
+            other => {
+                return Err(invalid(
+                    other,
+                    format!(
+                        "unknown field {other:?}; a patch takes quota, quota_add, group, rate_limit, models, expires_at, status"
+                    ),
+                ));
+            }
+        }
+    }
+    if patch.quota.is_some() && patch.quota_add.is_some() {
+        return Err(invalid("quota_add", "give quota or quota_add, not both"));
+    }
+    Ok(patch)
+}
+
+/// `PATCH /admin/keys/{id}`: applied in one atomic store step, so it cannot lose a
+/// concurrent settlement or refund (those move the same record inside their own steps).
+pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
+    let result = async {
+        let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+        let patch = parse_patch(parse_json(&bytes)?)?;
+        let owned = id.to_owned();
+        blocking(app, move |s| {
+            s.update_key(&owned, &|k| {
+                if let Some(quota) = patch.quota {
+                    k.quota = quota;
+                }
+                if let (Some(add), Some(q)) = (patch.quota_add, k.quota) {
+                    k.quota = Some(q.saturating_add(add));
+                }
+                if let Some(group) = &patch.group {
+                    k.group = group.clone();
+                }
+                if let Some(rate_limit) = patch.rate_limit {
+                    k.rate_limit = rate_limit;
+                }
+                if let Some(models) = &patch.models {
+                    k.models = models.clone();
+                }
+                if let Some(expires_at) = patch.expires_at {
+                    k.expires_at = expires_at;
+                }
+                if let Some(status) = patch.status {
+                    k.status = status;
+                }
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::KeyNotFound(_) => key_not_found(id),
+            e => store_unavailable(e),
+        })
+    }
+    .await;
+    match result {
+        Ok(key) => ok(&key_record(&key)),
+        Err(e) => error(&e),
+    }
+}
+
+/// `GET /admin/tasks?status=&model=&key_id=&limit=`: tasks of both formats, newest first.
+pub async fn tasks(app: &Arc<App>, query: Option<&str>) -> Answer {
+    use crate::http::query_param;
+    let status = query_param(query, "status");
+    let model = query_param(query, "model");
+    let key_id = query_param(query, "key_id");
+    let limit = match query_param(query, "limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(l)) if (1..=1000).contains(&l) => l,
+        Some(_) => {
+            return error(&invalid("limit", "limit must be from 1 to 1000"));
+        }
+    };
+    let result = blocking(app, |s| s.all_tasks(usize::MAX)).await;
+    let all = match result {
+        Ok(all) => all,
+        Err(e) => return error(&store_unavailable(e)),
+    };
+    let data: Vec<Value> = all
+        .iter()
+        .filter(|t| {
+            status
+                .as_deref()
+                .is_none_or(|s| admin_status(t) == s || status_name(t.status) == s)
+        })
+        .filter(|t| model.as_deref().is_none_or(|m| t.model == m))
+        .filter(|t| key_id.as_deref().is_none_or(|k| t.owner == k))
+        .take(limit)
+        .map(|t| {
+            json!({
+                "id": t.id, "kind": match t.kind { store::TaskKind::Video => "video", store::TaskKind::Generation => "video.generation" },
+                "key_id": t.owner, "model": t.model, "status": admin_status(t), "progress": t.progress,
+                "channel": t.channel, "price": t.price, "created_at": t.created_at,
+                "updated_at": t.updated_at, "completed_at": t.completed_at, "error": t.error.as_ref().map(|e| json!({"code": e.code, "message": e.message})),
+            })
+        })
+        .collect();
+    ok(&json!({"object": "list", "data": data, "has_more": false}))
+}
+
+fn status_name(status: store::TaskStatus) -> &'static str {
+    match status {
+        store::TaskStatus::Queued => "queued",
+        store::TaskStatus::Running => "running",
+        store::TaskStatus::Succeeded => "succeeded",
+        store::TaskStatus::Failed => "failed",
+        store::TaskStatus::Cancelled => "cancelled",
+    }
+}
+
+/// A task's status as its own format names it.
+fn admin_status(task: &store::Task) -> &'static str {
+    match (task.kind, task.status) {
+        (store::TaskKind::Video, store::TaskStatus::Running) => "in_progress",
+        (store::TaskKind::Video, store::TaskStatus::Succeeded) => "completed",
+        (_, status) => status_name(status),
+    }
+}
+
+/// `GET /admin/channels`: each channel's health, tasks in flight and error rate.
+pub async fn channels(app: &Arc<App>) -> Answer {
+    let unfinished = blocking(app, |s| s.unfinished_tasks(usize::MAX)).await;
+    let unfinished = match unfinished {
+        Ok(t) => t,
+        Err(e) => return error(&store_unavailable(e)),
+    };
+    let data: Vec<Value> = app
+        .video_channels
+        .iter()
+        .map(|c| {
+            let in_flight = unfinished
+                .iter()
+                .filter(|t| t.channel.as_deref() == Some(c.name()))
+                .count();
+            let stats = app.channel_stats.get(c.name());
+            let (calls, failures) = stats.map(|s| s.totals()).unwrap_or((0, 0));
+            json!({
+                "name": c.name(), "kind": c.kind(), "healthy": true, "in_flight": in_flight,
+                "calls": calls, "failures": failures,
+                "error_rate": if calls == 0 { 0.0 } else { failures as f64 / calls as f64 },
+            })
+        })
+        .collect();
+    ok(&json!({"object": "list", "data": data}))
+}

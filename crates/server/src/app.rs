@@ -26,6 +26,34 @@ pub struct App {
     /// Wakes the engine when a task was created or changed by a request.
     pub engine_wake: Notify,
     pub shutting_down: AtomicBool,
+    /// Upstream calls by channel name, for `/admin/channels`.
+    pub channel_stats: std::collections::HashMap<String, ChannelStats>,
+    /// Rate-limit buckets (in memory; shared limits across instances come later).
+    pub limiter: crate::limits::Limiter,
+}
+
+/// Counts of one channel's upstream calls since start.
+#[derive(Debug, Default)]
+pub struct ChannelStats {
+    calls: std::sync::atomic::AtomicU64,
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl ChannelStats {
+    pub fn record(&self, ok: bool) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// (calls, failures).
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.failures.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// Secrets created on a first start, to be shown once.
@@ -94,6 +122,11 @@ impl App {
             })
             .collect();
 
+        let channel_stats = config
+            .channels
+            .iter()
+            .map(|c| (c.name.clone(), ChannelStats::default()))
+            .collect();
         let fetcher = Fetcher::new(FetchConfig {
             timeout: Duration::from_secs(config.security.url_fetch_timeout_secs.max(1)),
             allow_private: config.security.allow_private_urls,
@@ -108,6 +141,8 @@ impl App {
             admin_hash,
             engine_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
+            limiter: crate::limits::Limiter::default(),
+            channel_stats,
         };
         Ok((Arc::new(app), bootstrap))
     }

@@ -217,6 +217,11 @@ impl Config {
         if !(self.simulator.task_secs >= 0.0 && self.simulator.task_secs <= 3600.0) {
             return Err("simulator.task_secs must be from 0 to 3600".into());
         }
+        if self.limits.rps == 0 || self.limits.burst == 0 || self.limits.poll_rps_per_task == 0 {
+            return Err(
+                "limits.rps, limits.burst and limits.poll_rps_per_task must be above 0".into(),
+            );
+        }
         if self.simulator.fps == 0 || self.simulator.fps > 60 {
             return Err("simulator.fps must be from 1 to 60".into());
         }

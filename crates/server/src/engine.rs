@@ -116,6 +116,12 @@ fn job_for(task: &Task, channel: &VideoChannel) -> Result<VideoJob, String> {
     }
 }
 
+fn record(app: &App, channel: &VideoChannel, ok: bool) {
+    if let Some(stats) = app.channel_stats.get(channel.name()) {
+        stats.record(ok);
+    }
+}
+
 fn backoff(app: &App, channel: &VideoChannel, attempts: u32) -> u64 {
     let base = channel.min_poll_interval().as_millis() as u64;
     let cap = app.config.tasks.poll_interval_max_ms.max(base);
@@ -124,6 +130,11 @@ fn backoff(app: &App, channel: &VideoChannel, attempts: u32) -> u64 {
 
 async fn submit(app: &Arc<App>, task: Task, channel: &Arc<VideoChannel>, job: &VideoJob) {
     let outcome = channel.submit(job).await;
+    record(
+        app,
+        channel,
+        matches!(outcome, SubmitOutcome::Accepted { .. }),
+    );
     let now = now_ms();
     let id = task.id.clone();
     match outcome {
@@ -197,6 +208,7 @@ async fn poll(
 ) {
     let submitted = task.submitted_ms.unwrap_or(task.created_at * 1000);
     let outcome = channel.poll(job, upstream_id, submitted, now_ms()).await;
+    record(app, channel, !matches!(outcome, PollOutcome::Transient(_)));
     let now = now_ms();
     match outcome {
         PollOutcome::Running {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod content;
 pub mod engine;
 pub mod http;
+pub mod limits;
 pub mod multipart;
 pub mod router;
 pub mod tasks;

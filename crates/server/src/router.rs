@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::app::{App, now_secs};
 use crate::auth::{authenticate, authenticate_admin};
 use crate::http::{Answer, error, ok};
+use crate::limits::Class;
 use crate::{admin, videos};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
@@ -29,7 +30,10 @@ enum Route<'a> {
     ListKeys,
     GetKey(&'a str),
     RevokeKey(&'a str),
+    PatchKey(&'a str),
     KeyLedger(&'a str),
+    AdminTasks,
+    AdminChannels,
 }
 
 /// Why a request matched no route.
@@ -73,9 +77,14 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["admin", "keys"] => Err(Miss::Method("GET, POST")),
         ["admin", "keys", id] if m == Method::GET => Ok(GetKey(id)),
         ["admin", "keys", id] if m == Method::DELETE => Ok(RevokeKey(id)),
-        ["admin", "keys", _] => Err(Miss::Method("GET, DELETE")),
+        ["admin", "keys", id] if m == Method::PATCH => Ok(PatchKey(id)),
+        ["admin", "keys", _] => Err(Miss::Method("GET, PATCH, DELETE")),
         ["admin", "keys", id, "ledger"] if m == Method::GET => Ok(KeyLedger(id)),
         ["admin", "keys", _, "ledger"] => Err(Miss::Method("GET")),
+        ["admin", "tasks"] if m == Method::GET => Ok(AdminTasks),
+        ["admin", "tasks"] => Err(Miss::Method("GET")),
+        ["admin", "channels"] if m == Method::GET => Ok(AdminChannels),
+        ["admin", "channels"] => Err(Miss::Method("GET")),
         _ => Err(Miss::NotFound),
     }
 }
@@ -136,7 +145,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
         | Route::ListKeys
         | Route::GetKey(_)
         | Route::RevokeKey(_)
-        | Route::KeyLedger(_) => {
+        | Route::PatchKey(_)
+        | Route::KeyLedger(_)
+        | Route::AdminTasks
+        | Route::AdminChannels => {
             if let Err(e) = authenticate_admin(headers, &app.admin_hash) {
                 return error(&e);
             }
@@ -146,6 +158,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 Route::GetKey(id) => admin::get_key(app, id).await,
                 Route::RevokeKey(id) => admin::revoke_key(app, id).await,
                 Route::KeyLedger(id) => admin::ledger(app, id).await,
+                Route::PatchKey(id) => admin::patch_key(app, id, body).await,
+                Route::AdminTasks => admin::tasks(app, query).await,
+                Route::AdminChannels => admin::channels(app).await,
                 _ => error(&ErrorCode::NotFound.into()),
             }
         }
@@ -154,6 +169,15 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 Ok(key) => key,
                 Err(e) => return error(&e),
             };
+            let class = match route {
+                Route::GetVideo(id) => Class::Poll(id),
+                _ => Class::Request,
+            };
+            if let Err(limited) = crate::limits::check(app, &key, class) {
+                let mut res = error(&limited.error());
+                limited.set_headers(&mut res);
+                return res;
+            }
             match route {
                 Route::CreateVideo => videos::create(app, &key, headers, body).await,
                 Route::ListVideos => videos::list(app, &key, query).await,
