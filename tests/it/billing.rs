@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{Body, Relay};
+use crate::harness::{ADMIN_TOKEN, Body, Http, Relay};
 
 /// Checks a key's ledger against its tasks: every task has one pre-deduction; a completed task
 /// one settle and no refund; a failed or cancelled one a refund equal to its pre-deduction and
@@ -18,14 +18,38 @@ pub async fn check_ledger(
     added: i64,
     statuses: &HashMap<String, String>,
 ) {
-    let ledger = relay
-        .admin(
-            Method::GET,
-            &format!("/admin/keys/{key_id}/ledger"),
-            Body::Empty,
-        )
-        .await
-        .json();
+    check_ledger_at(
+        &relay.client,
+        &relay.base,
+        ADMIN_TOKEN,
+        key_id,
+        initial,
+        added,
+        statuses,
+    )
+    .await
+}
+
+/// [`check_ledger`] against any relay, by its base URL and admin token.
+pub async fn check_ledger_at(
+    http: &Http,
+    base: &str,
+    admin_token: &str,
+    key_id: &str,
+    initial: i64,
+    added: i64,
+    statuses: &HashMap<String, String>,
+) {
+    let auth = [("authorization", format!("Bearer {admin_token}"))];
+    let admin_get = |path: String| {
+        let auth = auth.clone();
+        async move {
+            http.send(Method::GET, &format!("{base}{path}"), Body::Empty, &auth)
+                .await
+                .json()
+        }
+    };
+    let ledger = admin_get(format!("/admin/keys/{key_id}/ledger")).await;
     let mut by_task: HashMap<String, Vec<(String, i64)>> = HashMap::new();
     for e in ledger["data"].as_array().unwrap() {
         by_task
@@ -63,10 +87,7 @@ pub async fn check_ledger(
             other => panic!("{task} is not final: {other}"),
         }
     }
-    let key = relay
-        .admin(Method::GET, &format!("/admin/keys/{key_id}"), Body::Empty)
-        .await
-        .json();
+    let key = admin_get(format!("/admin/keys/{key_id}")).await;
     assert_eq!(key["quota_remaining"], initial + added - charged, "{key}");
     assert_eq!(key["quota_used"], charged, "{key}");
 }

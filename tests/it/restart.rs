@@ -71,7 +71,11 @@ async fn sigkill_with_tasks_in_flight_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let config = dir.path().join("relay.toml");
-    std::fs::write(&config, "[simulator]\ntask_secs = 1.5\nfps = 4\n").unwrap();
+    std::fs::write(
+        &config,
+        "[simulator]\ntask_secs = 1.5\nfps = 4\n[limits]\npoll_rps_per_task = 1000\n",
+    )
+    .unwrap();
 
     let first = start_binary(&data, &config).await;
     let key_line = first
@@ -189,5 +193,148 @@ async fn config_check_names_unknown_keys() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGKILL at random moments during bursts of submissions, cancels and completions, 20 times
+/// over one data directory; then every acknowledged task is there, ends final, and the ledger
+/// balances. Slow: runs with RUN_SLOW_TESTS=1 (`cargo xtask ci --slow`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_at_random_moments_keeps_billing_invariants() {
+    if std::env::var("RUN_SLOW_TESTS").as_deref() != Ok("1") {
+        eprintln!("skipped: set RUN_SLOW_TESTS=1 to run the crash test");
+        return;
+    }
+    use rand::Rng;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("relay.toml");
+    std::fs::write(
+        &config,
+        "[tasks]\ntimeout_secs = 3\n[simulator]\ntask_secs = 0.4\nfps = 4\n[limits]\nrps = 10000\nburst = 10000\npoll_rps_per_task = 10000\n",
+    )
+    .unwrap();
+    let http = Http::new();
+    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let mut key: Option<(String, String)> = None;
+    let mut acknowledged: Vec<String> = Vec::new();
+    for round in 0..20 {
+        let running = start_binary(&data, &config).await;
+        let (key_id, secret) = match &key {
+            Some(k) => k.clone(),
+            None => {
+                let res = http
+                    .send(
+                        Method::POST,
+                        &format!("{}/admin/keys", running.base),
+                        Body::Json(json!({"name": "crash", "quota": 1_000_000})),
+                        &admin,
+                    )
+                    .await;
+                let v = res.json();
+                let k = (
+                    v["id"].as_str().unwrap().to_owned(),
+                    v["key"].as_str().unwrap().to_owned(),
+                );
+                key = Some(k.clone());
+                k
+            }
+        };
+        let auth = [("authorization", format!("Bearer {secret}"))];
+        let kill_after = Duration::from_millis(rand::rng().random_range(50..600));
+        let base = running.base.clone();
+        let acked = std::sync::Mutex::new(Vec::new());
+        let burst = async {
+            for i in 0..40 {
+                let sim = ["", "fail", "delay_ms=100", "stuck"][i % 4];
+                let res = http
+                    .send(
+                        Method::POST,
+                        &format!("{base}/v1/videos"),
+                        Body::Json(json!({"model": "model_h3", "prompt": format!("r{round} {i}"), "size": "64x64"})),
+                        &[auth[0].clone(), ("x-relay-sim", sim.to_owned())],
+                    )
+                    .await;
+                if res.status == 200 {
+                    let id = res.json()["id"].as_str().unwrap().to_owned();
+                    acked.lock().unwrap().push(id.clone());
+                    if i % 4 == 3 {
+                        let _ = http
+                            .send(
+                                Method::POST,
+                                &format!("{base}/v1/videos/{id}/cancel"),
+                                Body::Empty,
+                                &auth,
+                            )
+                            .await;
+                    }
+                }
+            }
+        };
+        // Requests cut off by the kill never got an answer; only answered ones count.
+        tokio::select! {
+            () = burst => {}
+            () = tokio::time::sleep(kill_after) => {}
+        }
+        acknowledged.extend(acked.into_inner().unwrap());
+        let mut child = running.child;
+        child.kill().await.expect("SIGKILL");
+        let _ = child.wait().await;
+        let _ = key_id;
+    }
+    // A last start: everything acknowledged is there and ends final; the ledger balances.
+    let last = start_binary(&data, &config).await;
+    let (key_id, secret) = key.unwrap();
+    let auth = [("authorization", format!("Bearer {secret}"))];
+    let tasks = http
+        .send(
+            Method::GET,
+            &format!("{}/admin/tasks?key_id={key_id}&limit=1000", last.base),
+            Body::Empty,
+            &admin,
+        )
+        .await
+        .json();
+    let all: Vec<String> = tasks["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect();
+    for id in &acknowledged {
+        assert!(all.contains(id), "acknowledged task {id} was lost");
+    }
+    let mut statuses = std::collections::HashMap::new();
+    for id in &all {
+        let url = format!("{}/v1/videos/{id}", last.base);
+        let v = poll_until(Duration::from_secs(120), || async {
+            let v = http
+                .send(Method::GET, &url, Body::Empty, &auth)
+                .await
+                .json();
+            matches!(
+                v["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            )
+            .then_some(v)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {id} did not end"));
+        statuses.insert(id.clone(), v["status"].as_str().unwrap().to_owned());
+    }
+    crate::billing::check_ledger_at(
+        &http,
+        &last.base,
+        "restart-admin",
+        &key_id,
+        1_000_000,
+        0,
+        &statuses,
+    )
+    .await;
+    eprintln!(
+        "crash test: {} acknowledged, {} stored, all final and balanced",
+        acknowledged.len(),
+        all.len()
     );
 }

@@ -3,12 +3,16 @@
 Run by `cargo xtask ci` with RELAY_BASE_URL and RELAY_KEY set; exits non-zero on any failure.
 """
 
+import json
 import os
 import struct
 import sys
 import tempfile
+import time
+import urllib.request
 import zlib
 
+import openai
 from openai import OpenAI
 
 
@@ -71,6 +75,27 @@ def main() -> None:
 
         deleted = client.videos.delete(polled.id)
         check(deleted.deleted, "videos.delete deletes")
+
+    # 429: the SDK's own retry waits for retry-after and then succeeds.
+    base = os.environ["RELAY_BASE_URL"]
+    req = urllib.request.Request(
+        base + "/admin/keys",
+        data=json.dumps({"name": "slow", "rate_limit": {"rps": 1, "burst": 1}}).encode(),
+        headers={"Authorization": "Bearer " + os.environ["RELAY_ADMIN_TOKEN"], "Content-Type": "application/json"},
+    )
+    slow_key = json.load(urllib.request.urlopen(req))["key"]
+    no_retry = OpenAI(base_url=base + "/v1", api_key=slow_key, max_retries=0)
+    no_retry.videos.list()
+    try:
+        no_retry.videos.list()
+        check(False, "a second request within the burst is rate limited")
+    except openai.RateLimitError as e:
+        check(e.status_code == 429 and e.response.headers.get("retry-after") is not None, "429 carries retry-after")
+    retrying = OpenAI(base_url=base + "/v1", api_key=slow_key, max_retries=3)
+    started = time.monotonic()
+    page = retrying.videos.list()
+    waited = time.monotonic() - started
+    check(page is not None and waited >= 0.3, f"the SDK retries after the given delay ({waited:.2f} s)")
     print(f"openai-sdk: {PASSED} passed, 0 failed")
 
 

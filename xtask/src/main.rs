@@ -8,10 +8,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask ci [--no-sdk]
+const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick]
 
-  ci        fmt check, clippy -D warnings, every test, and the official OpenAI SDK check
-  --no-sdk  skip the SDK check (it installs the SDK from PyPI into target/sdk-venv)";
+  ci        fmt check, clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
+            and the official SDK checks
+  --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
+  --quick   skip the slow tests and the SDK checks
+  --slow    accepted for clarity: slow tests run by default";
+
+/// The admin token of the relay the SDK checks run against.
+const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
 
 /// The OpenAI Python SDK version the check pins.
 const OPENAI_SDK: &str = "openai==3.54.0";
@@ -59,8 +65,13 @@ fn run(what: &str, cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 fn ci(args: &[String]) -> anyhow::Result<()> {
-    let sdk = !args.iter().any(|a| a == "--no-sdk");
-    if let Some(other) = args.iter().find(|a| *a != "--no-sdk") {
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let quick = has("--quick");
+    let sdk = !has("--no-sdk") && !quick;
+    if let Some(other) = args
+        .iter()
+        .find(|a| !matches!(a.as_str(), "--no-sdk" | "--quick" | "--slow"))
+    {
         bail!("unknown argument {other}\n{USAGE}");
     }
     run(
@@ -78,7 +89,12 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
             "warnings",
         ]),
     )?;
-    run("cargo test", cargo().args(["test", "--workspace"]))?;
+    let mut test = cargo();
+    test.args(["test", "--workspace"]);
+    if !quick {
+        test.env("RUN_SLOW_TESTS", "1");
+    }
+    run("cargo test", &mut test)?;
     if sdk {
         sdk_check()?;
     }
@@ -133,6 +149,7 @@ fn sdk_check() -> anyhow::Result<()> {
         .arg("--listen")
         .arg("127.0.0.1:0")
         .env("RELAY_LOG", "warn")
+        .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN)
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", relay.display()))?;
@@ -144,7 +161,8 @@ fn sdk_check() -> anyhow::Result<()> {
                 .args(["-W", "ignore::DeprecationWarning"])
                 .arg(root.join("tests").join("sdk").join("openai_videos.py"))
                 .env("RELAY_BASE_URL", &base)
-                .env("RELAY_KEY", &key),
+                .env("RELAY_KEY", &key)
+                .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
         )
     })();
     let _ = child.kill();

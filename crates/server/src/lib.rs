@@ -7,6 +7,8 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+#[cfg(test)]
+mod billing_props;
 pub mod config;
 pub mod content;
 pub mod engine;
