@@ -563,3 +563,24 @@ async fn auth_faults_are_401() {
         .await;
     assert_eq!(ready.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_is_served() {
+    use http_body_util::{BodyExt, Full};
+    let relay = Relay::start("").await;
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let req = http::Request::get(relay.url("/v1/videos"))
+        .header("authorization", format!("Bearer {}", relay.key))
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let res = client.request(req).await.expect("an h2c answer");
+    assert_eq!(res.version(), http::Version::HTTP_2);
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().contains_key("x-request-id"));
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["object"], "list");
+}

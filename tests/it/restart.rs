@@ -338,3 +338,61 @@ async fn crash_at_random_moments_keeps_billing_invariants() {
         all.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_commands_talk_to_the_running_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("relay.toml");
+    std::fs::write(&config, "[simulator]\ntask_secs = 1\n").unwrap();
+    let running = start_binary(&dir.path().join("data"), &config).await;
+    let relay = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_relay"));
+        cmd.args(&args)
+            .env("RELAY_URL", &running.base)
+            .env("RELAY_ADMIN_TOKEN", "restart-admin");
+        async move {
+            let out = cmd.output().await.unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout
+        }
+    };
+    let secret = relay(&["keys", "create", "--name", "ops", "--quota", "100"]).await;
+    assert!(secret.trim().starts_with("sk-relay-"), "{secret}");
+    let list = relay(&["keys", "list"]).await;
+    let line = list
+        .lines()
+        .find(|l| l.contains("\tops\t"))
+        .expect("the new key listed");
+    let id = line.split('\t').next().unwrap().to_owned();
+    let topped = relay(&["keys", "topup", &id, "50"]).await;
+    assert!(topped.contains("150"), "{topped}");
+    let usage = relay(&["usage", &id]).await;
+    assert!(usage.contains("quota remaining: 150"), "{usage}");
+    relay(&["keys", "revoke", &id]).await;
+    let http = Http::new();
+    let res = http
+        .send(
+            Method::GET,
+            &format!("{}/v1/videos", running.base),
+            Body::Empty,
+            &[("authorization", format!("Bearer {}", secret.trim()))],
+        )
+        .await;
+    res.assert_error(401, "unauthorized", None);
+    // A wrong admin token is a clear failure.
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["keys", "list"])
+        .env("RELAY_URL", &running.base)
+        .env("RELAY_ADMIN_TOKEN", "wrong")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+}

@@ -477,3 +477,73 @@ async fn content_stops_at_expiry() {
         .await
         .assert_error(404, "not found", None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirect_mode_hands_out_signed_urls() {
+    let relay = Relay::start("[server]\ncontent_mode = \"redirect\"\n").await;
+    let res = relay
+        .post_json(
+            "/v1/videos",
+            json!({"model": "model_h3", "prompt": "p", "size": "64x64"}),
+        )
+        .await;
+    let id = res.json()["id"].as_str().unwrap().to_owned();
+    relay.wait_video(&id, WAIT).await;
+    let redirect = relay.get(&format!("/v1/videos/{id}/content")).await;
+    assert_eq!(redirect.status, 302, "{}", redirect.text());
+    let location = redirect.header("location").unwrap().to_owned();
+    let path = &location[location.find("/files/").expect("a /files/ URL")..];
+    assert!(path.contains("expires=") && path.contains("sig="), "{path}");
+    // No key needed; Range works.
+    let file = relay
+        .client
+        .send(Method::GET, &relay.url(path), Body::Empty, &[])
+        .await;
+    assert_eq!(file.status, 200);
+    assert_eq!(file.header("content-type"), Some("video/mp4"));
+    channels::mp4probe::probe(Cursor::new(file.body.to_vec())).expect("an MP4");
+    let part = relay
+        .client
+        .send(
+            Method::GET,
+            &relay.url(path),
+            Body::Empty,
+            &[("range", "bytes=0-9".to_owned())],
+        )
+        .await;
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body.len(), 10);
+    // A tampered signature, another file, or no signature: 404, telling nothing.
+    let tampered = path.replace("sig=", "sig=0");
+    let tampered = &tampered[..tampered.len() - 1];
+    for bad in [
+        tampered.to_owned(),
+        path.replace("video.mp4", "thumbnail.png"),
+        format!("/files/{id}/video.mp4"),
+    ] {
+        let res = relay
+            .client
+            .send(Method::GET, &relay.url(&bad), Body::Empty, &[])
+            .await;
+        res.assert_error(404, "not found", None);
+    }
+    // Expired links are refused.
+    let relay =
+        Relay::start("[server]\ncontent_mode = \"redirect\"\nsigned_url_ttl_secs = 0\n").await;
+    let res = relay
+        .post_json(
+            "/v1/videos",
+            json!({"model": "model_h3", "prompt": "p", "size": "64x64"}),
+        )
+        .await;
+    let id = res.json()["id"].as_str().unwrap().to_owned();
+    relay.wait_video(&id, WAIT).await;
+    let location = relay.get(&format!("/v1/videos/{id}/content")).await;
+    let location = location.header("location").unwrap().to_owned();
+    let path = &location[location.find("/files/").unwrap()..];
+    let res = relay
+        .client
+        .send(Method::GET, &relay.url(path), Body::Empty, &[])
+        .await;
+    res.assert_error(404, "not found", None);
+}

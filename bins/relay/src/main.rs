@@ -52,6 +52,15 @@ enum Command {
         #[arg(long, env = "RELAY_ADMIN_TOKEN")]
         admin_token: String,
     },
+    /// A key's quota, usage and ledger totals, from a running relay.
+    Usage {
+        /// The key's id (`key_...`).
+        id: String,
+        #[arg(long, env = "RELAY_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        #[arg(long, env = "RELAY_ADMIN_TOKEN")]
+        admin_token: String,
+    },
     /// Check a configuration file and exit.
     Config {
         #[command(subcommand)]
@@ -75,6 +84,8 @@ enum KeysCommand {
     List,
     /// Revoke a key by id.
     Revoke { id: String },
+    /// Add credits to a key's quota.
+    Topup { id: String, credits: i64 },
 }
 
 #[derive(Subcommand)]
@@ -116,6 +127,11 @@ fn run() -> anyhow::Result<()> {
             url,
             admin_token,
         }) => runtime.block_on(keys(command, &url, &admin_token)),
+        Some(Command::Usage {
+            id,
+            url,
+            admin_token,
+        }) => runtime.block_on(usage(&id, &url, &admin_token)),
         Some(Command::Config {
             command: ConfigCommand::Check { path },
         }) => {
@@ -181,17 +197,15 @@ async fn shutdown_signal() {
     }
 }
 
-async fn keys(command: KeysCommand, url: &str, token: &str) -> anyhow::Result<()> {
-    let base = url.trim_end_matches('/');
-    let (method, path, body) = match &command {
-        KeysCommand::Create { name, group, quota } => (
-            "POST",
-            "/admin/keys".to_owned(),
-            Some(serde_json::json!({"name": name, "group": group, "quota": quota})),
-        ),
-        KeysCommand::List => ("GET", "/admin/keys".to_owned(), None),
-        KeysCommand::Revoke { id } => ("DELETE", format!("/admin/keys/{id}"), None),
-    };
+/// One call to a running relay's admin API.
+async fn admin_call(
+    base: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<serde_json::Value> {
+    let base = base.trim_end_matches('/');
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let req = hyper::Request::builder()
         .method(method)
@@ -211,6 +225,25 @@ async fn keys(command: KeysCommand, url: &str, token: &str) -> anyhow::Result<()
     if !status.is_success() {
         bail!("{method} {path}: {status}: {value}");
     }
+    Ok(value)
+}
+
+async fn keys(command: KeysCommand, url: &str, token: &str) -> anyhow::Result<()> {
+    let (method, path, body) = match &command {
+        KeysCommand::Create { name, group, quota } => (
+            "POST",
+            "/admin/keys".to_owned(),
+            Some(serde_json::json!({"name": name, "group": group, "quota": quota})),
+        ),
+        KeysCommand::List => ("GET", "/admin/keys".to_owned(), None),
+        KeysCommand::Revoke { id } => ("DELETE", format!("/admin/keys/{id}"), None),
+        KeysCommand::Topup { id, credits } => (
+            "PATCH",
+            format!("/admin/keys/{id}"),
+            Some(serde_json::json!({"quota_add": credits})),
+        ),
+    };
+    let value = admin_call(url, token, method, &path, body).await?;
     match command {
         KeysCommand::Create { .. } => {
             println!("{}", value["key"].as_str().unwrap_or_default());
@@ -234,6 +267,35 @@ async fn keys(command: KeysCommand, url: &str, token: &str) -> anyhow::Result<()
             }
         }
         KeysCommand::Revoke { id } => println!("revoked {id}"),
+        KeysCommand::Topup { id, .. } => println!("{id}: quota now {}", value["quota"]),
+    }
+    Ok(())
+}
+
+async fn usage(id: &str, url: &str, token: &str) -> anyhow::Result<()> {
+    let key = admin_call(url, token, "GET", &format!("/admin/keys/{id}"), None).await?;
+    let ledger = admin_call(url, token, "GET", &format!("/admin/keys/{id}/ledger"), None).await?;
+    println!(
+        "{} ({}), group {}, {}",
+        id,
+        key["name"].as_str().unwrap_or_default(),
+        key["group"].as_str().unwrap_or_default(),
+        key["status"].as_str().unwrap_or_default()
+    );
+    match key["quota_remaining"].as_i64() {
+        Some(q) => println!("quota remaining: {q} credits"),
+        None => println!("quota remaining: unlimited"),
+    }
+    println!("quota used:      {} credits", key["quota_used"]);
+    let mut totals: std::collections::BTreeMap<String, (u64, i64)> = Default::default();
+    for entry in ledger["data"].as_array().into_iter().flatten() {
+        let kind = entry["kind"].as_str().unwrap_or("?").to_owned();
+        let t = totals.entry(kind).or_default();
+        t.0 += 1;
+        t.1 += entry["amount"].as_i64().unwrap_or(0);
+    }
+    for (kind, (count, sum)) in totals {
+        println!("{kind:<10} {count:>6} entries, {sum:>10} credits");
     }
     Ok(())
 }

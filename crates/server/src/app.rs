@@ -28,6 +28,8 @@ pub struct App {
     pub shutting_down: AtomicBool,
     /// Upstream calls by channel name, for `/admin/channels`.
     pub channel_stats: std::collections::HashMap<String, ChannelStats>,
+    /// Signs `/files/...` URLs.
+    pub signer: crate::signed::Signer,
     /// Rate-limit buckets (in memory; shared limits across instances come later).
     pub limiter: crate::limits::Limiter,
 }
@@ -122,6 +124,11 @@ impl App {
             })
             .collect();
 
+        let signer = {
+            let fresh = generate_secret("");
+            let stored = store.meta_init(crate::signed::SECRET_META, fresh.as_bytes())?;
+            crate::signed::Signer::new(stored)
+        };
         let channel_stats = config
             .channels
             .iter()
@@ -142,6 +149,7 @@ impl App {
             engine_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: crate::limits::Limiter::default(),
+            signer,
             channel_stats,
         };
         Ok((Arc::new(app), bootstrap))

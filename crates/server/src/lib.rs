@@ -16,6 +16,7 @@ pub mod http;
 pub mod limits;
 pub mod multipart;
 pub mod router;
+pub mod signed;
 pub mod tasks;
 pub mod videos;
 

@@ -20,6 +20,8 @@ use crate::{admin, videos};
 enum Route<'a> {
     Healthz,
     Readyz,
+    /// `/files/<blob id>`, authorised by its signature instead of a key.
+    File(&'a str),
     CreateVideo,
     ListVideos,
     GetVideo(&'a str),
@@ -58,6 +60,8 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     let m = method;
     use Route::*;
     match segments.as_slice() {
+        ["files", _, ..] if m == Method::GET => Ok(File(&rest["files/".len()..])),
+        ["files", _, ..] => Err(Miss::Method("GET")),
         ["healthz"] if m == Method::GET => Ok(Healthz),
         ["healthz"] => Err(Miss::Method("GET")),
         ["readyz"] if m == Method::GET => Ok(Readyz),
@@ -141,6 +145,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
     match route {
         Route::Healthz => ok(&json!({"status": "ok"})),
         Route::Readyz => readyz(app).await,
+        Route::File(blob) => file(app, blob, query, headers).await,
         Route::CreateKey
         | Route::ListKeys
         | Route::GetKey(_)
@@ -189,6 +194,29 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             }
         }
     }
+}
+
+/// `GET /files/...?expires=&sig=`.
+async fn file(
+    app: &Arc<App>,
+    blob: &str,
+    query: Option<&str>,
+    headers: &http::HeaderMap,
+) -> Answer {
+    use crate::http::query_param;
+    let expires = query_param(query, "expires").and_then(|e| e.parse::<u64>().ok());
+    let sig = query_param(query, "sig");
+    let valid = match (expires, sig) {
+        (Some(expires), Some(sig)) => app.signer.verify(blob, expires, &sig, now_secs()),
+        _ => false,
+    };
+    if !valid {
+        return error(&ApiError::new(
+            ErrorCode::NotFound,
+            "no such file, or its link is not valid (any more)",
+        ));
+    }
+    crate::content::serve_blob(&app.blobs, blob, crate::signed::content_type(blob), headers).await
 }
 
 async fn readyz(app: &Arc<App>) -> Answer {

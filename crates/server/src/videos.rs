@@ -17,6 +17,7 @@ use videos_v1::{
 };
 
 use crate::app::{App, now_ms};
+use crate::config::ContentMode;
 use crate::content::serve_blob;
 use crate::http::{Answer, error, media_type, ok, parse_json, read_body};
 use crate::multipart::{self, Uploads};
@@ -539,6 +540,17 @@ pub async fn content(
         Variant::Thumbnail => (task.outputs.thumbnail.as_deref(), "image/png"),
     };
     match blob {
+        Some(blob) if app.config.server.content_mode == ContentMode::Redirect => {
+            let expires = crate::app::now_secs() + app.config.server.signed_url_ttl_secs;
+            let url = app
+                .signer
+                .url(&app.config.server.public_base_url, blob, expires);
+            let mut res = crate::http::json(StatusCode::FOUND, &json!({"url": url}));
+            if let Ok(location) = http::HeaderValue::from_str(&url) {
+                res.headers_mut().insert(http::header::LOCATION, location);
+            }
+            res
+        }
         Some(blob) => serve_blob(&app.blobs, blob, content_type, headers).await,
         None => error(&ApiError::new(
             ErrorCode::NotFound,
