@@ -2,9 +2,13 @@
 //! 0, spoken to over HTTP; media and upstreams stood in for by small local servers.
 
 mod admin;
+mod assets;
 mod billing;
 mod errors;
+mod fake_chat;
+mod generations;
 mod harness;
 mod limits;
+mod messages;
 mod restart;
 mod videos;

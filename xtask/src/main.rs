@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick]
+const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
   ci        fmt check, clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
             and the official SDK checks
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
   --quick   skip the slow tests and the SDK checks
-  --slow    accepted for clarity: slow tests run by default";
+  --slow    accepted for clarity: slow tests run by default
+  sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)";
 
 /// The admin token of the relay the SDK checks run against.
 const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
@@ -26,6 +27,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(&args[1..]),
+        // The Anthropic SDK check alone (it also runs as part of `ci`).
+        Some("sdk-messages") => anthropic_sdk_check(),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -167,7 +170,148 @@ fn sdk_check() -> anyhow::Result<()> {
     })();
     let _ = child.kill();
     let _ = child.wait();
+    result?;
+    anthropic_sdk_check()
+}
+
+/// The Anthropic Python SDKs the messages check pins: a current one (it sends the key as a
+/// Bearer token) and an older one (`x-api-key`), each in its own virtualenv.
+const ANTHROPIC_SDKS: [(&str, &str); 2] = [
+    ("sdk-venv-anthropic2", "anthropic==2.12.0"),
+    ("sdk-venv-anthropic0", "anthropic==0.75.0"),
+];
+
+/// Runs the official Anthropic Python SDKs, unchanged, against the built relay's
+/// `/v1/messages`: the simulator's `sim-chat`, and `conv-chat` on an `openai-chat` channel in
+/// front of a fake chat completions server (tests/sdk/fake_openai_chat.py).
+fn anthropic_sdk_check() -> anyhow::Result<()> {
+    run(
+        "cargo build -p relay",
+        cargo().args(["build", "-p", "relay"]),
+    )?;
+    let root = root();
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    let mut pythons = Vec::new();
+    for (dir, pin) in ANTHROPIC_SDKS {
+        let venv = target.join(dir);
+        let python = venv.join("bin").join("python");
+        if !python.exists() {
+            run(
+                "python3 -m venv",
+                Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            )?;
+        }
+        run(
+            &format!("pip install {pin}"),
+            Command::new(&python).args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                pin,
+            ]),
+        )?;
+        pythons.push((pin, python));
+    }
+    let sdk_dir = root.join("tests").join("sdk");
+    let work = target.join("sdk-check-messages");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let mut fake = Command::new("python3")
+        .arg(sdk_dir.join("fake_openai_chat.py"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting tests/sdk/fake_openai_chat.py")?;
+    let result = (|| {
+        let fake_url = first_line(&mut fake, "listening ")?;
+        let config = work.join("relay.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"[limits]
+rps = 1000
+burst = 1000
+[models.sim-chat]
+kind = "chat"
+input_price_per_mtok = 1000
+output_price_per_mtok = 3000
+[models.conv-chat]
+kind = "chat"
+input_price_per_mtok = 1000
+output_price_per_mtok = 3000
+[[channels]]
+name = "simulator"
+kind = "simulator"
+models = ["sim-chat"]
+[[channels]]
+name = "local-chat"
+kind = "openai-chat"
+models = ["conv-chat"]
+base_url = "{fake_url}/v1"
+"#
+            ),
+        )?;
+        let relay = target.join("debug").join("relay");
+        let mut child = Command::new(&relay)
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(work.join("data"))
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .env("RELAY_LOG", "warn")
+            .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN)
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", relay.display()))?;
+        let result = (|| {
+            let (base, key) = read_startup(&mut child)?;
+            for (pin, python) in &pythons {
+                run(
+                    &format!("Anthropic SDK check ({pin})"),
+                    Command::new(python)
+                        .args(["-W", "ignore::DeprecationWarning"])
+                        .arg(sdk_dir.join("anthropic_messages.py"))
+                        .env("RELAY_BASE_URL", &base)
+                        .env("RELAY_KEY", &key),
+                )?;
+            }
+            Ok(())
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        result
+    })();
+    let _ = fake.kill();
+    let _ = fake.wait();
     result
+}
+
+/// The rest of the first line of `child`'s stdout that starts with `prefix`.
+fn first_line(child: &mut Child, prefix: &str) -> anyhow::Result<String> {
+    let stdout = child.stdout.take().context("child stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .with_context(|| format!("no line starting {prefix:?} in time"))?;
+        if let Some(rest) = line.strip_prefix(prefix) {
+            std::thread::spawn(move || while rx.recv().is_ok() {});
+            return Ok(rest.trim().to_owned());
+        }
+    }
 }
 
 /// Reads the relay's start-up lines: its address and the first key.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use store::BlobStore;
 
+use crate::sim::picture::{self, Picture};
 use crate::sim::render::{RenderSpec, render};
 use crate::video::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoJob};
 
@@ -112,13 +113,23 @@ impl Simulator {
             duration_secs: job.duration_secs,
             fps: self.settings.fps,
             text: first_words(&job.prompt, 6, 40),
+            first_frame: None,
         };
         let video = self.blobs.temp_path();
         let thumbnail = self.blobs.temp_path();
         let last_frame = self.blobs.temp_path();
         let paths = (video.clone(), thumbnail.clone(), last_frame.clone());
-        let rendered =
-            tokio::task::spawn_blocking(move || render(&spec, &paths.0, &paths.1, &paths.2)).await;
+        let blobs = Arc::clone(&self.blobs);
+        let first_frame = job.first_frame.clone();
+        let task_id = job.task_id.clone();
+        let rendered = tokio::task::spawn_blocking(move || {
+            let spec = RenderSpec {
+                first_frame: first_frame.and_then(|id| first_frame_picture(&*blobs, &task_id, &id)),
+                ..spec
+            };
+            render(&spec, &paths.0, &paths.1, &paths.2)
+        })
+        .await;
         match rendered {
             Ok(Ok(_)) => PollOutcome::Succeeded(ResultFiles {
                 video: ResultSource::LocalFile(video),
@@ -141,6 +152,33 @@ impl Simulator {
     pub async fn cancel(&self, _upstream_id: &str) {}
 }
 
+/// The task's first-frame picture, or `None` (with a warning) when its blob cannot be read or
+/// decoded: the video is then rendered without it rather than the task failing. Blocking.
+fn first_frame_picture(blobs: &dyn BlobStore, task_id: &str, blob_id: &str) -> Option<Picture> {
+    let loaded = blobs
+        .open(blob_id)
+        .map_err(|e| format!("open: {e}"))
+        .and_then(|(file, _)| {
+            // The decoders are meant never to panic on bad bytes; should one still do so, the
+            // picture is dropped instead of the render thread.
+            std::panic::catch_unwind(move || picture::read(file))
+                .map_err(|_| "the decoder panicked".to_owned())?
+                .map_err(|e| e.to_string())
+        });
+    match loaded {
+        Ok(picture) => Some(picture),
+        Err(error) => {
+            tracing::warn!(
+                task = task_id,
+                blob = blob_id,
+                %error,
+                "first-frame picture unusable; rendering without it"
+            );
+            None
+        }
+    }
+}
+
 /// The first `max_words` words of `text`, at most `max_chars` characters.
 fn first_words(text: &str, max_words: usize, max_chars: usize) -> String {
     let mut out = String::new();
@@ -159,6 +197,123 @@ fn first_words(text: &str, max_words: usize, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scratch directory removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new() -> Self {
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("channels-sim-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn job(first_frame: Option<&str>) -> VideoJob {
+        VideoJob {
+            task_id: "gen_1".into(),
+            model: "sim-video".into(),
+            prompt: "a cat".into(),
+            width: 96,
+            height: 64,
+            ratio: "3:2".into(),
+            resolution: None,
+            duration_secs: 1,
+            first_frame: first_frame.map(str::to_owned),
+            last_frame: None,
+            audio_url: None,
+            reference_video: None,
+            reference_video_audio: false,
+            return_last_frame: true,
+            seed: None,
+            sim: Default::default(),
+        }
+    }
+
+    /// A 96x64 PNG, left half orange, right half teal.
+    fn two_tone_png() -> Vec<u8> {
+        let rgb: Vec<u8> = (0..64)
+            .flat_map(|_| {
+                (0..96).flat_map(|x| {
+                    if x < 48 {
+                        [240, 140, 20]
+                    } else {
+                        [20, 160, 160]
+                    }
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, 96, 64);
+        encoder.set_color(png::ColorType::Rgb);
+        let mut writer = encoder.write_header().unwrap();
+        writer.write_image_data(&rgb).unwrap();
+        writer.finish().unwrap();
+        out
+    }
+
+    /// Renders `job` to the end and returns the thumbnail's pixel at (24, 32).
+    async fn thumbnail_pixel(sim: &Simulator, job: &VideoJob) -> [u8; 3] {
+        let PollOutcome::Succeeded(files) = sim.poll(job, "sim-gen_1", 0, 60_000).await else {
+            panic!("the render did not succeed");
+        };
+        let Some(ResultSource::LocalFile(thumb)) = files.thumbnail else {
+            panic!("no thumbnail");
+        };
+        let decoder = png::Decoder::new(std::io::BufReader::new(
+            std::fs::File::open(&thumb).unwrap(),
+        ));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut buf).unwrap();
+        let i = (32 * 96 + 24) * 3;
+        [buf[i], buf[i + 1], buf[i + 2]]
+    }
+
+    #[tokio::test]
+    async fn renders_from_the_first_frame_blob_or_without_it() {
+        let dir = Scratch::new();
+        let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir.0).unwrap());
+        blobs
+            .put_bytes("asset_1/image.png", &two_tone_png())
+            .unwrap();
+        blobs
+            .put_bytes("asset_2/image.png", b"\x89PNG\r\n\x1a\nnot really")
+            .unwrap();
+        let sim = Simulator::new(
+            SimulatorSettings {
+                name: "sim".into(),
+                models: vec!["sim-video".into()],
+                task_ms: 0,
+                fps: 8,
+                scenarios: true,
+                blocked_words: vec![],
+            },
+            blobs,
+        );
+
+        let px = thumbnail_pixel(&sim, &job(Some("asset_1/image.png"))).await;
+        assert!(
+            px.iter()
+                .zip([240u8, 140, 20])
+                .all(|(a, b)| a.abs_diff(b) <= 6),
+            "{px:?}"
+        );
+        // Missing or undecodable: the video is still made, from the plain test pattern.
+        let plain = thumbnail_pixel(&sim, &job(None)).await;
+        assert_ne!(plain, px);
+        for id in ["asset_2/image.png", "asset_3/missing.png", "../escape.png"] {
+            assert_eq!(thumbnail_pixel(&sim, &job(Some(id))).await, plain, "{id}");
+        }
+    }
 
     #[test]
     fn first_words_caps_words_and_chars() {

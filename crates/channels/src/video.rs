@@ -112,6 +112,16 @@ impl VideoChannel {
         }
     }
 
+    /// The channel's moderation verdict on a finished task: `true` rejects. `reject` is the
+    /// task's own `x-relay-sim: reject` directive (honoured by the simulator only).
+    pub fn moderation_rejects(&self, prompt: &str, reject: bool) -> bool {
+        match self {
+            VideoChannel::Simulator(sim) => {
+                sim.moderation_rejects(prompt, reject && sim.scenarios())
+            }
+        }
+    }
+
     /// Polls of one task never come faster than this.
     pub fn min_poll_interval(&self) -> Duration {
         match self {

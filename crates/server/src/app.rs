@@ -21,13 +21,19 @@ pub struct App {
     pub blobs: Arc<dyn BlobStore>,
     pub fetcher: Fetcher,
     pub video_channels: Vec<Arc<VideoChannel>>,
+    /// Channels of `/v1/messages`, in configuration order.
+    pub chat_channels: Vec<Arc<channels::ChatChannel>>,
     /// SHA-256 of the admin token.
     pub admin_hash: String,
     /// Wakes the engine when a task was created or changed by a request.
     pub engine_wake: Notify,
+    /// Wakes the asset processor when an upload was stored.
+    pub asset_wake: Notify,
     pub shutting_down: AtomicBool,
     /// Upstream calls by channel name, for `/admin/channels`.
     pub channel_stats: std::collections::HashMap<String, ChannelStats>,
+    /// The second format's models.
+    pub catalog: video_generations::Catalog,
     /// Signs `/files/...` URLs.
     pub signer: crate::signed::Signer,
     /// Rate-limit buckets (in memory; shared limits across instances come later).
@@ -129,6 +135,8 @@ impl App {
             let stored = store.meta_init(crate::signed::SECRET_META, fresh.as_bytes())?;
             crate::signed::Signer::new(stored)
         };
+        let chat_channels = crate::messages::chat_channels(&config)?;
+
         let channel_stats = config
             .channels
             .iter()
@@ -139,17 +147,21 @@ impl App {
             allow_private: config.security.allow_private_urls,
             max_redirects: 5,
         });
+        let catalog = crate::generations::catalog(&config);
         let app = App {
             config,
             store,
             blobs,
             fetcher,
             video_channels,
+            chat_channels,
             admin_hash,
             engine_wake: Notify::new(),
+            asset_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: crate::limits::Limiter::default(),
             signer,
+            catalog,
             channel_stats,
         };
         Ok((Arc::new(app), bootstrap))

@@ -158,6 +158,10 @@ pub struct ChannelConfig {
     pub model_map: BTreeMap<String, String>,
     pub connect_timeout_secs: Option<u64>,
     pub request_timeout_secs: Option<u64>,
+    /// Chat channels: seconds from sending a request to the upstream's answer head.
+    pub first_byte_timeout_secs: Option<u64>,
+    /// Chat channels: the longest silence inside a streamed upstream answer, in seconds.
+    pub idle_timeout_secs: Option<u64>,
 }
 
 impl Config {
@@ -270,6 +274,12 @@ impl Config {
                     ));
                 }
             }
+            if matches!(
+                channel.kind,
+                ChannelKind::Anthropic | ChannelKind::OpenaiChat
+            ) {
+                check_chat_channel(self, channel)?;
+            }
         }
         Ok(())
     }
@@ -278,6 +288,38 @@ impl Config {
     pub fn model(&self, name: &str) -> Option<&ModelConfig> {
         self.models.get(name)
     }
+}
+
+/// A chat channel (`anthropic`, `openai-chat`) needs an http(s) `base_url` and serves chat
+/// models only.
+fn check_chat_channel(config: &Config, channel: &ChannelConfig) -> Result<(), String> {
+    let name = &channel.name;
+    match channel.base_url.as_deref() {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
+        Some(url) => {
+            return Err(format!(
+                "channels.{name}: base_url {url:?} must start with http:// or https://"
+            ));
+        }
+        None => return Err(format!("channels.{name}: base_url is required")),
+    }
+    for model in &channel.models {
+        if config.models.get(model).map(|m| m.kind) != Some(ModelKind::Chat) {
+            return Err(format!(
+                "channels.{name}: model {model} is not a chat model (kind = \"chat\")"
+            ));
+        }
+    }
+    for (what, secs) in [
+        ("connect_timeout_secs", channel.connect_timeout_secs),
+        ("first_byte_timeout_secs", channel.first_byte_timeout_secs),
+        ("idle_timeout_secs", channel.idle_timeout_secs),
+    ] {
+        if secs == Some(0) {
+            return Err(format!("channels.{name}: {what} must be above 0"));
+        }
+    }
+    Ok(())
 }
 
 /// Overlays `overlay` on `base` key by key; `models` and `channels` given in the overlay
@@ -347,6 +389,23 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("models.x"), "{err}");
+    }
+
+    #[test]
+    fn chat_channels_need_a_base_url_and_chat_models() {
+        let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
+        let with = |channel: &str| Config::from_toml(Some(&format!("{chat}{channel}")), "t.toml");
+        let err = with("[[channels]]\nname = \"u\"\nkind = \"openai-chat\"\nmodels = [\"c\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("channels.u: base_url is required"), "{err}");
+        let err = with("[[channels]]\nname = \"u\"\nkind = \"anthropic\"\nbase_url = \"http://h\"\nmodels = [\"model_h3\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("model_h3 is not a chat model"), "{err}");
+        let ok = with("[[channels]]\nname = \"u\"\nkind = \"openai-chat\"\nbase_url = \"http://h/v1\"\nmodels = [\"c\"]\nidle_timeout_secs = 5\n")
+            .unwrap();
+        assert_eq!(ok.channels[0].idle_timeout_secs, Some(5));
     }
 
     #[test]

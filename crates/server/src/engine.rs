@@ -112,7 +112,7 @@ fn job_for(task: &Task, channel: &VideoChannel) -> Result<VideoJob, String> {
     let upstream_model = channel.upstream_model(&task.model);
     match task.kind {
         TaskKind::Video => crate::videos::job(task, upstream_model).map_err(|e| e.detail),
-        TaskKind::Generation => Err("second-format tasks are not supported by this build".into()),
+        TaskKind::Generation => crate::generations::job(task, upstream_model).map_err(|e| e.detail),
     }
 }
 

@@ -120,6 +120,22 @@ pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, ApiError> {
     Ok(buf.freeze())
 }
 
+/// Reads a whole body for a path that checks its size last (the second format, SPEC §7): a
+/// declared or streamed length over 4x `limit` is refused at once; otherwise the body is read
+/// and returned with whether it is over `limit`, for the caller to refuse after its other checks.
+pub async fn read_body_lenient(body: Incoming, limit: u64) -> Result<(Bytes, bool), ApiError> {
+    let hard = limit.saturating_mul(4);
+    let bytes = read_body(body, hard).await.map_err(|e| {
+        if e.code == ErrorCode::PayloadTooLarge {
+            too_large()
+        } else {
+            e
+        }
+    })?;
+    let over = bytes.len() as u64 > limit;
+    Ok((bytes, over))
+}
+
 /// Parses a JSON body; a body that is not JSON is `400 invalid request`.
 pub fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {

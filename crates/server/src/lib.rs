@@ -6,14 +6,17 @@
 
 pub mod admin;
 pub mod app;
+pub mod assets;
 pub mod auth;
 #[cfg(test)]
 mod billing_props;
 pub mod config;
 pub mod content;
 pub mod engine;
+pub mod generations;
 pub mod http;
 pub mod limits;
+pub mod messages;
 pub mod multipart;
 pub mod router;
 pub mod signed;
@@ -47,6 +50,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
+    let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -87,6 +91,7 @@ pub async fn serve(
     }
     let _ = stop_engine.send(true);
     let _ = engine.await;
+    let _ = asset_work.await;
     let store = app.store.clone();
     tokio::task::spawn_blocking(move || store.flush()).await??;
     tracing::info!("stopped");

@@ -13,7 +13,7 @@ use crate::app::{App, now_secs};
 use crate::auth::{authenticate, authenticate_admin};
 use crate::http::{Answer, error, ok};
 use crate::limits::Class;
-use crate::{admin, videos};
+use crate::{admin, assets, generations, videos};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,6 +28,19 @@ enum Route<'a> {
     DeleteVideo(&'a str),
     VideoContent(&'a str),
     CancelVideo(&'a str),
+    CreateGeneration,
+    ListGenerations,
+    GetGeneration(&'a str),
+    CancelGeneration(&'a str),
+    CreateLibrary,
+    ListLibraries,
+    GetLibrary(&'a str),
+    DeleteLibrary(&'a str),
+    UploadAsset(&'a str),
+    ListAssets(&'a str),
+    GetAsset(&'a str),
+    DeleteAsset(&'a str),
+    Moderation,
     CreateKey,
     ListKeys,
     GetKey(&'a str),
@@ -36,6 +49,12 @@ enum Route<'a> {
     KeyLedger(&'a str),
     AdminTasks,
     AdminChannels,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`.
+    CountTokens,
+    ListModels,
+    GetModel(&'a str),
 }
 
 /// Why a request matched no route.
@@ -76,6 +95,29 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["v1", "videos", _, "content"] => Err(Miss::Method("GET")),
         ["v1", "videos", id, "cancel"] if m == Method::POST => Ok(CancelVideo(id)),
         ["v1", "videos", _, "cancel"] => Err(Miss::Method("POST")),
+        ["v1", "video", "generations"] if m == Method::POST => Ok(CreateGeneration),
+        ["v1", "video", "generations"] if m == Method::GET => Ok(ListGenerations),
+        ["v1", "video", "generations"] => Err(Miss::Method("GET, POST")),
+        ["v1", "video", "generations", id] if m == Method::GET => Ok(GetGeneration(id)),
+        ["v1", "video", "generations", _] => Err(Miss::Method("GET")),
+        ["v1", "video", "generations", id, "cancel"] if m == Method::POST => {
+            Ok(CancelGeneration(id))
+        }
+        ["v1", "video", "generations", _, "cancel"] => Err(Miss::Method("POST")),
+        ["api", "generation", "video", "moderation-result"] if m == Method::POST => Ok(Moderation),
+        ["api", "generation", "video", "moderation-result"] => Err(Miss::Method("POST")),
+        ["v1", "asset-libraries"] if m == Method::POST => Ok(CreateLibrary),
+        ["v1", "asset-libraries"] if m == Method::GET => Ok(ListLibraries),
+        ["v1", "asset-libraries"] => Err(Miss::Method("GET, POST")),
+        ["v1", "asset-libraries", id] if m == Method::GET => Ok(GetLibrary(id)),
+        ["v1", "asset-libraries", id] if m == Method::DELETE => Ok(DeleteLibrary(id)),
+        ["v1", "asset-libraries", _] => Err(Miss::Method("GET, DELETE")),
+        ["v1", "asset-libraries", id, "assets"] if m == Method::POST => Ok(UploadAsset(id)),
+        ["v1", "asset-libraries", id, "assets"] if m == Method::GET => Ok(ListAssets(id)),
+        ["v1", "asset-libraries", _, "assets"] => Err(Miss::Method("GET, POST")),
+        ["v1", "assets", id] if m == Method::GET => Ok(GetAsset(id)),
+        ["v1", "assets", id] if m == Method::DELETE => Ok(DeleteAsset(id)),
+        ["v1", "assets", _] => Err(Miss::Method("GET, DELETE")),
         ["admin", "keys"] if m == Method::POST => Ok(CreateKey),
         ["admin", "keys"] if m == Method::GET => Ok(ListKeys),
         ["admin", "keys"] => Err(Miss::Method("GET, POST")),
@@ -89,6 +131,14 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["admin", "tasks"] => Err(Miss::Method("GET")),
         ["admin", "channels"] if m == Method::GET => Ok(AdminChannels),
         ["admin", "channels"] => Err(Miss::Method("GET")),
+        ["v1", "messages"] if m == Method::POST => Ok(Messages),
+        ["v1", "messages"] => Err(Miss::Method("POST")),
+        ["v1", "messages", "count_tokens"] if m == Method::POST => Ok(CountTokens),
+        ["v1", "messages", "count_tokens"] => Err(Miss::Method("POST")),
+        ["v1", "models"] if m == Method::GET => Ok(ListModels),
+        ["v1", "models"] => Err(Miss::Method("GET")),
+        ["v1", "models", id] if m == Method::GET => Ok(GetModel(id)),
+        ["v1", "models", _] => Err(Miss::Method("GET")),
         _ => Err(Miss::NotFound),
     }
 }
@@ -109,8 +159,11 @@ fn request_id(req: &Request<Incoming>) -> String {
 }
 
 /// The hyper service function.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Answer, Infallible> {
+pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
     let id = request_id(&req);
+    // The messages endpoints put the id into their error bodies.
+    req.extensions_mut()
+        .insert(crate::messages::RequestId(id.clone()));
     let mut res = dispatch(&app, req).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         res.headers_mut().insert("x-request-id", value.clone());
@@ -146,6 +199,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
         Route::Healthz => ok(&json!({"status": "ok"})),
         Route::Readyz => readyz(app).await,
         Route::File(blob) => file(app, blob, query, headers).await,
+        // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
+        Route::Messages => crate::messages::create(app, &parts, body).await,
+        Route::CountTokens => crate::messages::count_tokens(app, &parts, body).await,
+        Route::ListModels => crate::messages::list_models(app, &parts).await,
+        Route::GetModel(id) => crate::messages::get_model(app, &parts, id).await,
         Route::CreateKey
         | Route::ListKeys
         | Route::GetKey(_)
@@ -175,7 +233,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 Err(e) => return error(&e),
             };
             let class = match route {
-                Route::GetVideo(id) => Class::Poll(id),
+                Route::GetVideo(id) | Route::GetGeneration(id) | Route::GetAsset(id) => {
+                    Class::Poll(id)
+                }
                 _ => Class::Request,
             };
             if let Err(limited) = crate::limits::check(app, &key, class) {
@@ -190,6 +250,19 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => videos::cancel(app, &key, id).await,
+                Route::CreateGeneration => generations::create(app, &key, headers, body).await,
+                Route::ListGenerations => generations::list(app, &key, query).await,
+                Route::GetGeneration(id) => generations::get(app, &key, id).await,
+                Route::CancelGeneration(id) => generations::cancel(app, &key, id).await,
+                Route::Moderation => generations::moderation(app, &key, body).await,
+                Route::CreateLibrary => assets::create_library(app, &key, headers, body).await,
+                Route::ListLibraries => assets::list_libraries(app, &key, query).await,
+                Route::GetLibrary(id) => assets::get_library(app, &key, id).await,
+                Route::DeleteLibrary(id) => assets::delete_library(app, &key, id).await,
+                Route::UploadAsset(id) => assets::upload(app, &key, id, headers, body).await,
+                Route::ListAssets(id) => assets::list_assets(app, &key, id, query).await,
+                Route::GetAsset(id) => assets::get_asset(app, &key, id).await,
+                Route::DeleteAsset(id) => assets::delete_asset(app, &key, id).await,
                 _ => error(&ErrorCode::NotFound.into()),
             }
         }
@@ -245,6 +318,20 @@ mod tests {
     #[test]
     fn routes() {
         assert_eq!(route(&Method::GET, "/healthz"), Ok(Route::Healthz));
+        assert_eq!(route(&Method::POST, "/v1/messages"), Ok(Route::Messages));
+        assert_eq!(
+            route(&Method::GET, "/v1/messages"),
+            Err(Miss::Method("POST"))
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1/messages/count_tokens"),
+            Ok(Route::CountTokens)
+        );
+        assert_eq!(route(&Method::GET, "/v1/models"), Ok(Route::ListModels));
+        assert_eq!(
+            route(&Method::GET, "/v1/models/sim-chat"),
+            Ok(Route::GetModel("sim-chat"))
+        );
         assert_eq!(route(&Method::POST, "/v1/videos"), Ok(Route::CreateVideo));
         assert_eq!(
             route(&Method::GET, "/v1/videos/v1"),

@@ -48,6 +48,19 @@ pub enum StoreError {
     DuplicateLedger { task_id: String, kind: LedgerKind },
     #[error("key hash already in use")]
     DuplicateKey,
+    #[error("asset library {0} not found")]
+    LibraryNotFound(String),
+    #[error("asset {0} not found")]
+    AssetNotFound(String),
+    #[error(
+        "asset {asset_id}: status is {actual:?}, cannot move to {to:?} (expected one of {expected:?})"
+    )]
+    AssetWrongStatus {
+        asset_id: String,
+        expected: Vec<AssetStatus>,
+        to: AssetStatus,
+        actual: AssetStatus,
+    },
 }
 
 /// The business steps of the relay's state.
@@ -121,4 +134,59 @@ pub trait Store: Send + Sync + 'static {
 
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<(), StoreError>;
+
+    /// Writes a new, empty asset library and its owner index entry, flushed.
+    fn create_library(&self, library: &Library) -> Result<(), StoreError>;
+
+    fn library(&self, id: &str) -> Result<Option<Library>, StoreError>;
+
+    /// One owner's libraries by creation time, with an exclusive `after` cursor (a library id).
+    fn list_libraries(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Page<Library>, StoreError>;
+
+    /// Removes a library with all its assets and their index entries in one transaction,
+    /// flushed. Returns the library and the assets removed (whose blobs the caller deletes).
+    fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError>;
+
+    /// Writes a new asset with its index entries and counts it in its library, in one
+    /// transaction, flushed. The library must exist and have the asset's owner and family
+    /// ([`StoreError::LibraryNotFound`] otherwise).
+    fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError>;
+
+    fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
+
+    /// One library's assets by creation time, filtered by status and type, with an exclusive
+    /// `after` cursor (an asset id).
+    fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError>;
+
+    /// Compare-and-swap on an asset's status: when it is one of `from` and `to` is the same
+    /// status or an allowed move from it ([`AssetStatus::can_move_to`]), applies `update`, sets
+    /// the status to `to` and keeps the processing and expiry indexes in step, in one
+    /// transaction, flushed. A final asset never changes. Returns the asset as written.
+    ///
+    /// `update` may run more than once and must only edit the asset; it cannot change `id`,
+    /// `owner`, `library_id`, `family` or `created_at`.
+    fn transition_asset(
+        &self,
+        id: &str,
+        from: &[AssetStatus],
+        to: AssetStatus,
+        update: &dyn Fn(&mut AssetRecord),
+    ) -> Result<AssetRecord, StoreError>;
+
+    /// Active assets whose `expires_at` is at or before `now_secs`, earliest first, read from
+    /// the expiry index (not a scan of all assets).
+    fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
+
+    /// Assets still `processing` (read from an index), for picking up work after a restart.
+    fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
+
+    /// Removes an asset and its index entries and uncounts it from its library, flushed.
+    /// Returns what was removed.
+    fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
 }

@@ -198,3 +198,114 @@ pub struct Page<T> {
     pub items: Vec<T>,
     pub has_more: bool,
 }
+
+/// Status of an asset. The only moves are `processing` -> `active` | `failed` and
+/// `active` -> `expired`; `failed` and `expired` are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssetStatus {
+    Processing,
+    Active,
+    Failed,
+    Expired,
+}
+
+impl AssetStatus {
+    pub const fn is_final(self) -> bool {
+        matches!(self, AssetStatus::Failed | AssetStatus::Expired)
+    }
+
+    /// Whether `self` -> `to` is one of the allowed moves (staying put is not a move).
+    pub const fn can_move_to(self, to: AssetStatus) -> bool {
+        matches!(
+            (self, to),
+            (AssetStatus::Processing, AssetStatus::Active)
+                | (AssetStatus::Processing, AssetStatus::Failed)
+                | (AssetStatus::Active, AssetStatus::Expired)
+        )
+    }
+}
+
+/// What an asset holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssetType {
+    Image,
+    Video,
+    Audio,
+}
+
+/// An asset library: a named set of assets of one owner, in one channel family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Library {
+    /// `lib_<ulid>`; sorts by creation time.
+    pub id: String,
+    /// Id of the key that created it; other keys never see it.
+    pub owner: String,
+    pub name: String,
+    pub family: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Assets in the library; kept by the store (what a caller passes is ignored).
+    pub asset_count: u64,
+}
+
+/// Where an asset's bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssetSource {
+    /// Uploaded; the bytes were committed as the asset's blob before the record was written.
+    Upload,
+    /// To be fetched from this URL (or `data:` URI).
+    Url(String),
+}
+
+/// `{"code", "message"}` of a failed asset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssetError {
+    pub code: String,
+    pub message: String,
+}
+
+/// One asset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssetRecord {
+    /// `asset_<ulid>`; sorts by creation time.
+    pub id: String,
+    pub owner: String,
+    pub library_id: String,
+    pub family: String,
+    /// The type the upload declared, if any.
+    pub declared_type: Option<AssetType>,
+    /// The declared type, or the one found by processing.
+    pub asset_type: Option<AssetType>,
+    pub status: AssetStatus,
+    pub source: AssetSource,
+    /// Blob id of the bytes, once stored.
+    pub blob: Option<String>,
+    /// `jpeg`, `png`, `mp4`, ... once processed.
+    pub format: Option<String>,
+    pub bytes: Option<u64>,
+    /// Pixel size of an image.
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    /// Unix seconds.
+    pub created_at: u64,
+    pub updated_at: u64,
+    /// When an active asset becomes `expired` (unix seconds).
+    pub expires_at: Option<u64>,
+    pub error: Option<AssetError>,
+}
+
+/// What `list_assets` returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AssetQuery {
+    pub library_id: String,
+    pub status: Option<AssetStatus>,
+    pub asset_type: Option<AssetType>,
+    /// Exclusive cursor: an asset id.
+    pub after: Option<String>,
+    /// 1..=100.
+    pub limit: usize,
+    pub order: Order,
+}

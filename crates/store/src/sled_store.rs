@@ -19,6 +19,8 @@
 //! [`Store::due_tasks`] never does); a final task has none. `ledger_by_task` makes a ledger
 //! entry's `(task_id, kind)` unique.
 //!
+//! Asset libraries and assets have trees of their own, described in `sled_store/assets.rs`.
+//!
 //! sled 0.34 runs transactions under one process-wide lock, so they are serialised; closures
 //! only use the transactional trees (a plain tree call inside one would deadlock).
 
@@ -34,9 +36,11 @@ use sled::transaction::{
 use sled::{Db, IVec, Tree};
 
 use crate::{
-    Key, LedgerDraft, LedgerEntry, Order, Page, Store, StoreError, Task, TaskKind, TaskQuery,
-    TaskStatus,
+    AssetQuery, AssetRecord, AssetStatus, Key, LedgerDraft, LedgerEntry, Library, Order, Page,
+    Store, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
 };
+
+mod assets;
 
 const TASKS: &str = "tasks";
 const TASKS_BY_OWNER: &str = "tasks_by_owner";
@@ -62,6 +66,7 @@ pub struct SledStore {
     ledger: Tree,
     ledger_by_task: Tree,
     meta: Tree,
+    assets: assets::AssetTrees,
 }
 
 impl std::fmt::Debug for SledStore {
@@ -110,6 +115,7 @@ impl SledStore {
             ledger: tree(LEDGER)?,
             ledger_by_task: tree(LEDGER_BY_TASK)?,
             meta: tree(META)?,
+            assets: assets::AssetTrees::open(&db)?,
             db,
         };
         tracing::debug!(
@@ -535,6 +541,74 @@ impl Store for SledStore {
 
     fn flush(&self) -> Result<(), StoreError> {
         self.flush_after("flush")
+    }
+
+    fn create_library(&self, library: &Library) -> Result<(), StoreError> {
+        self.assets.create_library(library)?;
+        self.flush_after(&format!("create library {}", library.id))
+    }
+
+    fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
+        self.assets.library(id)
+    }
+
+    fn list_libraries(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Page<Library>, StoreError> {
+        self.assets.list_libraries(owner, after, limit, order)
+    }
+
+    fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError> {
+        let removed = self.assets.delete_library(id)?;
+        if removed.is_some() {
+            self.flush_after(&format!("delete library {id}"))?;
+        }
+        Ok(removed)
+    }
+
+    fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
+        self.assets.create_asset(asset)?;
+        self.flush_after(&format!("create asset {}", asset.id))
+    }
+
+    fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
+        self.assets.asset(id)
+    }
+
+    fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError> {
+        self.assets.list_assets(query)
+    }
+
+    fn transition_asset(
+        &self,
+        id: &str,
+        from: &[AssetStatus],
+        to: AssetStatus,
+        update: &dyn Fn(&mut AssetRecord),
+    ) -> Result<AssetRecord, StoreError> {
+        let asset = self.assets.transition_asset(id, from, to, update)?;
+        self.flush_after(&format!("transition asset {id}"))?;
+        Ok(asset)
+    }
+
+    fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
+        self.assets.expired_assets(now_secs, limit)
+    }
+
+    fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
+        self.assets.processing_assets(limit)
+    }
+
+    fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
+        let removed = self.assets.delete_asset(id)?;
+        if removed.is_some() {
+            self.flush_after(&format!("delete asset {id}"))?;
+        }
+        Ok(removed)
     }
 }
 

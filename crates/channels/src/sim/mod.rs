@@ -2,6 +2,7 @@
 
 mod font;
 mod mp4write;
+pub mod picture;
 pub mod render;
 
 pub use mp4write::MuxError;

@@ -10,6 +10,12 @@
 //! the exact requested size and the PNGs have it too. openh264 encodes at most 3840x2160 (or
 //! 2160x3840); larger requests are encoded scaled down to fit, with `tkhd` again declaring the
 //! requested size. [`Rendered`] tells the caller what the stream itself carries.
+//!
+//! A first-frame picture ([`RenderSpec::first_frame`]) covers the frame (scaled, and cropped
+//! about its centre to the video's ratio; see [`Picture::cover`]) and is converted to the frame's
+//! planes once. The first frame is that picture alone, so the thumbnail shows it; from the second
+//! frame on it stays as the background under the moving overlays (the text, the frame counter,
+//! the progress bar, and a band of the scrolling colour bars above the progress bar).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -24,6 +30,7 @@ use openh264::{OpenH264API, Timestamp};
 
 use super::font::{ADVANCE_X, ADVANCE_Y, Canvas, text_width};
 use super::mp4write::{Mp4Writer, MuxError, TrackParams};
+use super::picture::Picture;
 
 /// Smallest and largest accepted width or height.
 pub const MIN_SIDE: u32 = 64;
@@ -54,6 +61,8 @@ pub struct RenderSpec {
     pub fps: u32,
     /// Drawn on every frame (the prompt's first words).
     pub text: String,
+    /// The picture the video starts from (see the module docs), of any size.
+    pub first_frame: Option<Picture>,
 }
 
 /// What was written.
@@ -162,13 +171,12 @@ pub fn render(
     let mut encoder = Encoder::with_api_config(OpenH264API::from_source(), config)
         .map_err(|e| RenderError::EncoderInit(e.native_code()))?;
 
-    let pattern = Pattern::new(
-        coded_w as usize,
-        coded_h as usize,
-        spec.fps,
-        frames,
-        &spec.text,
-    );
+    let coded = (coded_w as usize, coded_h as usize);
+    let backdrop = spec
+        .first_frame
+        .as_ref()
+        .map(|picture| Backdrop::new(picture, coded, display));
+    let pattern = Pattern::new(coded.0, coded.1, spec.fps, frames, &spec.text, backdrop);
     let mut frame = Frame::new(coded_w as usize, coded_h as usize);
     pattern.init(&mut frame);
     for index in 0..frames {
@@ -359,6 +367,54 @@ struct Sprite {
     luma: Vec<u8>,
 }
 
+/// The first-frame picture in the frame's planes (coded size), made once per render.
+struct Backdrop {
+    y: Vec<u8>,
+    u: Vec<u8>,
+    v: Vec<u8>,
+}
+
+impl Backdrop {
+    /// `picture` made to cover what is shown: the `display` size, or the `coded` one where
+    /// that is smaller (sizes beyond the encoder's limit). An odd side's extra coded row or
+    /// column, cropped away on display, repeats the last one. `coded` sides are even.
+    fn new(picture: &Picture, coded: (usize, usize), display: (usize, usize)) -> Backdrop {
+        let (cw, ch) = coded;
+        let (tw, th) = (display.0.min(cw).max(1), display.1.min(ch).max(1));
+        let scaled = picture.cover(tw, th);
+        let rgb = scaled.rgb();
+        let px = |x: usize, y: usize| {
+            let i = (y.min(th - 1) * tw + x.min(tw - 1)) * 3;
+            [rgb[i], rgb[i + 1], rgb[i + 2]]
+        };
+        let mut y = Vec::with_capacity(cw * ch);
+        for row in 0..ch {
+            for col in 0..cw {
+                y.push(rgb_to_bt709(px(col, row)).0);
+            }
+        }
+        let (hw, hh) = (cw / 2, ch / 2);
+        let mut u = Vec::with_capacity(hw * hh);
+        let mut v = Vec::with_capacity(hw * hh);
+        for row in 0..hh {
+            for col in 0..hw {
+                // The chroma of the 2x2 block's mean colour.
+                let mut sum = [0u32; 3];
+                for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                    let p = px(2 * col + dx, 2 * row + dy);
+                    for (s, c) in sum.iter_mut().zip(p) {
+                        *s += u32::from(c);
+                    }
+                }
+                let (_, cb, cr) = rgb_to_bt709(sum.map(|s| ((s + 2) / 4) as u8));
+                u.push(cb);
+                v.push(cr);
+            }
+        }
+        Backdrop { y, u, v }
+    }
+}
+
 /// Everything about the picture that does not change from frame to frame.
 struct Pattern {
     w: usize,
@@ -378,10 +434,22 @@ struct Pattern {
     margin: usize,
     scale: usize,
     bar_h: usize,
+    /// The first-frame picture, shown instead of the full-frame bars and ramp.
+    backdrop: Option<Backdrop>,
+    /// Height of the band of bars drawn over a backdrop, just above the progress bar (even; 0
+    /// without a backdrop).
+    band_h: usize,
 }
 
 impl Pattern {
-    fn new(w: usize, h: usize, fps: u32, frames: u32, text: &str) -> Self {
+    fn new(
+        w: usize,
+        h: usize,
+        fps: u32,
+        frames: u32,
+        text: &str,
+        backdrop: Option<Backdrop>,
+    ) -> Self {
         let cw = w / 2;
         let mut bars_y = Vec::with_capacity(2 * w);
         for x in 0..2 * w {
@@ -407,6 +475,11 @@ impl Pattern {
         let margin = (short / 40).max(2) & !1;
         let scale = (short / 135).max(1);
         let bar_h = (h / 60).max(2) & !1;
+        let band_h = if backdrop.is_some() {
+            (h / 12).max(2) & !1
+        } else {
+            0
+        };
         let mut pattern = Self {
             w,
             h,
@@ -422,6 +495,8 @@ impl Pattern {
             margin,
             scale,
             bar_h,
+            backdrop,
+            band_h,
         };
         pattern.title = pattern.title_sprite(text);
         pattern
@@ -514,24 +589,25 @@ impl Pattern {
     }
 
     fn draw(&self, frame: &mut Frame, index: u32) {
-        let (w, cw) = (self.w, self.w / 2);
+        let w = self.w;
         let shift = (index as usize).wrapping_mul(self.speed) % w;
-        // Bars move left: row starts `shift` pixels into the pattern.
-        for row in frame.y[..self.bars_end * w].chunks_exact_mut(w) {
-            row.copy_from_slice(&self.bars_y[shift..shift + w]);
-        }
-        let cshift = shift / 2;
-        let crows = self.bars_end / 2;
-        for row in frame.u[..crows * cw].chunks_exact_mut(cw) {
-            row.copy_from_slice(&self.bars_u[cshift..cshift + cw]);
-        }
-        for row in frame.v[..crows * cw].chunks_exact_mut(cw) {
-            row.copy_from_slice(&self.bars_v[cshift..cshift + cw]);
-        }
-        // The ramp moves right.
-        let rshift = (w - shift) % w;
-        for row in frame.y[self.bars_end * w..].chunks_exact_mut(w) {
-            row.copy_from_slice(&self.ramp_y[rshift..rshift + w]);
+        if let Some(backdrop) = &self.backdrop {
+            frame.y.copy_from_slice(&backdrop.y);
+            frame.u.copy_from_slice(&backdrop.u);
+            frame.v.copy_from_slice(&backdrop.v);
+            if index == 0 {
+                // The video starts from the picture alone.
+                return;
+            }
+            let top = self.h - self.bar_h - self.band_h;
+            self.draw_bars(frame, top..top + self.band_h, shift);
+        } else {
+            self.draw_bars(frame, 0..self.bars_end, shift);
+            // The ramp moves right.
+            let rshift = (w - shift) % w;
+            for row in frame.y[self.bars_end * w..].chunks_exact_mut(w) {
+                row.copy_from_slice(&self.ramp_y[rshift..rshift + w]);
+            }
         }
 
         if let Some(title) = &self.title {
@@ -555,6 +631,22 @@ impl Pattern {
         frame.neutral_chroma(0, y, w, self.bar_h);
     }
 
+    /// The colour bars on luma rows `rows` (even bounds), moved left by `shift` pixels.
+    fn draw_bars(&self, frame: &mut Frame, rows: std::ops::Range<usize>, shift: usize) {
+        let (w, cw) = (self.w, self.w / 2);
+        for row in frame.y[rows.start * w..rows.end * w].chunks_exact_mut(w) {
+            row.copy_from_slice(&self.bars_y[shift..shift + w]);
+        }
+        let cshift = shift / 2;
+        let crows = rows.start / 2 * cw..rows.end / 2 * cw;
+        for row in frame.u[crows.clone()].chunks_exact_mut(cw) {
+            row.copy_from_slice(&self.bars_u[cshift..cshift + cw]);
+        }
+        for row in frame.v[crows].chunks_exact_mut(cw) {
+            row.copy_from_slice(&self.bars_v[cshift..cshift + cw]);
+        }
+    }
+
     /// "frame 12/240 00:00.11" on a black box at the bottom left, above the progress bar.
     fn draw_counter(&self, frame: &mut Frame, index: u32) {
         let secs = index / self.fps;
@@ -572,7 +664,9 @@ impl Pattern {
         let pad = scale * 2;
         let bw = (text_width(chars, scale) + 2 * pad).min(self.w.saturating_sub(self.margin)) & !1;
         let bh = (ADVANCE_Y * scale + 2 * pad) & !1;
-        let bottom = self.h.saturating_sub(self.bar_h + self.margin);
+        let bottom = self
+            .h
+            .saturating_sub(self.bar_h + self.band_h + self.margin);
         let y = bottom.saturating_sub(bh) & !1;
         let x = self.margin;
         let mut luma = frame.luma();
@@ -648,6 +742,19 @@ fn write_png(
     Ok(())
 }
 
+/// 8-bit RGB to BT.709 limited range (Y, Cb, Cr).
+fn rgb_to_bt709([r, g, b]: [u8; 3]) -> (u8, u8, u8) {
+    const KR: f32 = 0.2126;
+    const KB: f32 = 0.0722;
+    let (r, g, b) = (f32::from(r), f32::from(g), f32::from(b));
+    let luma = KR * r + (1.0 - KR - KB) * g + KB * b;
+    let y = 16.0 + luma * 219.0 / 255.0;
+    let cb = 128.0 + (b - luma) / (2.0 * (1.0 - KB)) * 224.0 / 255.0;
+    let cr = 128.0 + (r - luma) / (2.0 * (1.0 - KR)) * 224.0 / 255.0;
+    let q = |x: f32| x.round().clamp(0.0, 255.0) as u8;
+    (q(y), q(cb), q(cr))
+}
+
 /// BT.709 limited range to 8-bit RGB, in 16.16 fixed point.
 fn bt709_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
     let c = (i32::from(y) - 16) * 76_309; // 1.1644
@@ -702,7 +809,7 @@ mod tests {
     #[test]
     fn the_pattern_moves_and_keeps_its_overlays_inside() {
         for (w, h) in [(64, 64), (160, 90), (162, 92), (1280, 720), (720, 1280)] {
-            let pattern = Pattern::new(w, h, 24, 48, "a cat on a mat in the sun, at dawn");
+            let pattern = Pattern::new(w, h, 24, 48, "a cat on a mat in the sun, at dawn", None);
             let mut frame = Frame::new(w, h);
             pattern.init(&mut frame);
             pattern.draw(&mut frame, 0);
@@ -714,6 +821,79 @@ mod tests {
                 assert!(right <= w && bottom <= h);
             }
         }
+    }
+
+    #[test]
+    fn colour_conversion_round_trips() {
+        for r in (0..=255).step_by(15) {
+            for g in (0..=255).step_by(15) {
+                for b in (0..=255).step_by(15) {
+                    let (y, u, v) = rgb_to_bt709([r, g, b]);
+                    let back = bt709_to_rgb(y, u, v);
+                    for (was, now) in [r, g, b].into_iter().zip(back) {
+                        assert!(was.abs_diff(now) <= 3, "{r},{g},{b} came back {back:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(rgb_to_bt709([0, 0, 0]), (16, 128, 128));
+        assert_eq!(rgb_to_bt709([255, 255, 255]), (235, 128, 128));
+    }
+
+    /// Left half `left`, right half `right`.
+    fn halves(w: u32, h: u32, left: [u8; 3], right: [u8; 3]) -> Picture {
+        let rgb = (0..h)
+            .flat_map(|_| (0..w).flat_map(move |x| if x < w / 2 { left } else { right }))
+            .collect();
+        Picture::from_rgb(w, h, rgb).unwrap()
+    }
+
+    #[test]
+    fn a_backdrop_fills_the_coded_frame() {
+        let (red, blue) = ([200, 30, 30], [30, 30, 200]);
+        let picture = halves(40, 30, red, blue);
+        let (ry, ru, rv) = rgb_to_bt709(red);
+        let (by, bu, bv) = rgb_to_bt709(blue);
+        for (coded, display) in [
+            ((64, 48), (64, 48)),
+            ((162, 92), (161, 91)),
+            // Beyond the encoder's limit the coded frame is the smaller one.
+            ((3840, 2160), (4096, 2304)),
+        ] {
+            let b = Backdrop::new(&picture, coded, display);
+            let (cw, ch) = coded;
+            assert_eq!(b.y.len(), cw * ch);
+            assert_eq!((b.u.len(), b.v.len()), (cw * ch / 4, cw * ch / 4));
+            // Left and right quarters, top and bottom rows, the padding column included.
+            for row in [0, ch / 2, ch - 1] {
+                assert_eq!(b.y[row * cw + cw / 4], ry, "{coded:?}");
+                assert_eq!(b.y[row * cw + cw - 1], by, "{coded:?}");
+                let c = (row / 2) * (cw / 2);
+                assert_eq!((b.u[c], b.v[c]), (ru, rv), "{coded:?}");
+                assert_eq!((b.u[c + cw / 2 - 1], b.v[c + cw / 2 - 1]), (bu, bv));
+            }
+        }
+    }
+
+    #[test]
+    fn over_a_picture_the_first_frame_is_the_picture_and_later_ones_move() {
+        let (w, h) = (160, 90);
+        let picture = halves(32, 18, [200, 30, 30], [30, 30, 200]);
+        let backdrop = Backdrop::new(&picture, (w, h), (w, h));
+        let (y0, u0, v0) = (backdrop.y.clone(), backdrop.u.clone(), backdrop.v.clone());
+        let pattern = Pattern::new(w, h, 24, 48, "x", Some(backdrop));
+        let mut frame = Frame::new(w, h);
+        pattern.init(&mut frame);
+        pattern.draw(&mut frame, 0);
+        assert_eq!((&frame.y, &frame.u, &frame.v), (&y0, &u0, &v0));
+        pattern.draw(&mut frame, 1);
+        let second = frame.y.clone();
+        assert_ne!(second, y0);
+        pattern.draw(&mut frame, 47);
+        assert_ne!(frame.y, second);
+        // The middle rows, clear of the overlays, are still the picture.
+        let mid = (h / 2) * w..(h / 2 + 1) * w;
+        assert_eq!(frame.y[mid.clone()], y0[mid]);
     }
 }
 
@@ -768,6 +948,7 @@ mod render_tests {
             duration_secs,
             fps: 24,
             text: "A red fox jumps över the lazy dog\n".into(),
+            first_frame: None,
         };
         let out = render(&spec, &video, &thumb, &last).unwrap();
         assert_eq!(out.frames, duration_secs * 24);
@@ -800,6 +981,74 @@ mod render_tests {
         check(64, 65, 1, (64, 66));
     }
 
+    /// Four quarters: red, green / blue, yellow.
+    fn quarters(w: u32, h: u32) -> Picture {
+        const Q: [[u8; 3]; 4] = [[220, 40, 40], [40, 200, 60], [40, 60, 220], [230, 220, 60]];
+        let rgb = (0..h)
+            .flat_map(|y| {
+                (0..w).flat_map(move |x| Q[usize::from(y >= h / 2) * 2 + usize::from(x >= w / 2)])
+            })
+            .collect();
+        Picture::from_rgb(w, h, rgb).unwrap()
+    }
+
+    fn rgb_at(png: &(u32, u32, Vec<u8>), x: u32, y: u32) -> [u8; 3] {
+        let i = ((y * png.0 + x) * 3) as usize;
+        [png.2[i], png.2[i + 1], png.2[i + 2]]
+    }
+
+    #[test]
+    fn starts_from_the_first_frame_picture() {
+        for (width, height) in [(160, 90), (161, 91), (90, 160)] {
+            let dir = Scratch::new();
+            let (video, thumb, last) = (
+                dir.0.join("v.mp4"),
+                dir.0.join("first.png"),
+                dir.0.join("last.png"),
+            );
+            // A 4:3 picture, so the video crops it.
+            let picture = quarters(64, 48);
+            let spec = RenderSpec {
+                width,
+                height,
+                duration_secs: 1,
+                fps: 12,
+                text: "x".into(),
+                first_frame: Some(picture.clone()),
+            };
+            render(&spec, &video, &thumb, &last).unwrap();
+            let info = mp4probe::probe_path(&video).unwrap();
+            assert_eq!((info.width, info.height), (width, height));
+
+            // The thumbnail is the picture scaled to cover the frame, give or take the YUV
+            // round trip; 4:2:0 chroma blurs the edges between the quarters, so those are only
+            // checked loosely.
+            let first = decode_png(&thumb);
+            assert_eq!((first.0, first.1), (width, height));
+            let want = picture.cover(width as usize, height as usize);
+            for y in 0..height {
+                for x in 0..width {
+                    let got = rgb_at(&first, x, y);
+                    let diff = got
+                        .iter()
+                        .zip(want.pixel(x, y).unwrap())
+                        .map(|(a, b)| a.abs_diff(b))
+                        .max()
+                        .unwrap();
+                    let near_edge = x.abs_diff(width / 2) <= 3 || y.abs_diff(height / 2) <= 3;
+                    let limit = if near_edge { 128 } else { 6 };
+                    assert!(diff <= limit, "{width}x{height} at {x},{y}: {got:?}");
+                }
+            }
+
+            // The last frame moved on, over the same picture.
+            let last = decode_png(&last);
+            assert_ne!(first.2, last.2);
+            let (x, y) = (width * 3 / 4, height / 2 - 2);
+            assert_eq!(rgb_at(&last, x, y), rgb_at(&first, x, y));
+        }
+    }
+
     #[test]
     fn the_file_is_fast_start_and_every_truncation_fails_the_probe() {
         let dir = Scratch::new();
@@ -814,6 +1063,7 @@ mod render_tests {
             duration_secs: 1,
             fps: 24,
             text: "x".into(),
+            first_frame: None,
         };
         render(&spec, &video, &thumb, &last).unwrap();
         let bytes = std::fs::read(&video).unwrap();
@@ -867,6 +1117,7 @@ mod render_tests {
             duration_secs: 1,
             fps: 24,
             text: String::new(),
+            first_frame: None,
         };
         for spec in [
             RenderSpec {

@@ -1,0 +1,124 @@
+//! A native upstream of the same format: the client's body goes on unchanged (only `model`
+//! rewritten when the channel maps it), with the upstream's key instead of the client's and
+//! the client's `anthropic-version` and `anthropic-beta`. Answers come back byte for byte;
+//! streams are relayed as they arrive.
+
+use bytes::Bytes;
+use http::{Method, Request};
+use serde_json::Value;
+
+use super::{
+    ChatAnswer, ChatCall, ChatEventStream, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure,
+};
+use crate::upstream_http::{UpstreamHttp, UpstreamResponse};
+
+#[derive(Debug)]
+pub struct AnthropicChat {
+    pub settings: ChatSettings,
+    http: UpstreamHttp,
+}
+
+impl AnthropicChat {
+    pub fn new(settings: ChatSettings) -> AnthropicChat {
+        let http = UpstreamHttp::new(settings.timeouts);
+        AnthropicChat { settings, http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.settings.base_url.trim_end_matches('/'))
+    }
+
+    /// The body to send: the client's, with `model` mapped when the channel maps it.
+    fn body(&self, call: &ChatCall<'_>) -> Result<Bytes, UpstreamFailure> {
+        let model = &call.request.model;
+        let upstream = self.settings.upstream_model(model);
+        if &upstream == model {
+            return Ok(call.body.clone());
+        }
+        let mut value: Value = serde_json::from_slice(call.body)
+            .map_err(|e| UpstreamFailure::error(false, format!("re-reading the body: {e}")))?;
+        value["model"] = Value::String(upstream);
+        serde_json::to_vec(&value)
+            .map(Bytes::from)
+            .map_err(|e| UpstreamFailure::error(false, format!("writing the body: {e}")))
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        call: &ChatCall<'_>,
+    ) -> Result<UpstreamResponse, UpstreamFailure> {
+        let name = &self.settings.name;
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(self.url(path))
+            .header("content-type", "application/json")
+            .header("anthropic-version", call.version)
+            .header(
+                "user-agent",
+                concat!("video-relay/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(key) = &self.settings.api_key {
+            req = req.header("x-api-key", key);
+        }
+        if let Some(beta) = call.beta {
+            req = req.header("anthropic-beta", beta);
+        }
+        if call.request.is_stream() && path == "/v1/messages" {
+            req = req.header("accept", "text/event-stream");
+        }
+        let req = req
+            .body(self.body(call)?)
+            .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
+        let res = self
+            .http
+            .send(req)
+            .await
+            .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
+        if !res.status.is_success() {
+            let status = res.status.as_u16();
+            let headers = res.headers.clone();
+            let body = res.body.collect(64 * 1024).await.unwrap_or_default();
+            return Err(UpstreamFailure::from_status(name, status, &headers, &body));
+        }
+        Ok(res)
+    }
+
+    pub(crate) async fn messages(&self, call: ChatCall<'_>) -> Result<ChatAnswer, UpstreamFailure> {
+        let res = self.post("/v1/messages", &call).await?;
+        if call.request.is_stream() {
+            return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::native(
+                &self.settings.name,
+                res.body,
+            ))));
+        }
+        let body = res
+            .body
+            .collect(MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| UpstreamFailure::from_transport(&self.settings.name, &e))?;
+        let usage = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| messages::usage_of(&v));
+        Ok(ChatAnswer::Whole { body, usage })
+    }
+
+    pub(crate) async fn count_tokens(&self, call: ChatCall<'_>) -> Result<u64, UpstreamFailure> {
+        let res = self.post("/v1/messages/count_tokens", &call).await?;
+        let name = &self.settings.name;
+        let body = res
+            .body
+            .collect(1024 * 1024)
+            .await
+            .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
+        serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+            .ok_or_else(|| {
+                UpstreamFailure::error(
+                    false,
+                    format!("channel {name}: count_tokens answer without input_tokens"),
+                )
+            })
+    }
+}

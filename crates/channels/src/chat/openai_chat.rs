@@ -1,0 +1,87 @@
+//! An OpenAI-compatible chat completions upstream (`POST {base_url}/chat/completions`), with
+//! the request, the answer and the stream converted by [`messages::openai`].
+
+use bytes::Bytes;
+use http::{Method, Request};
+use messages::openai::{ChatStream, from_chat_response, to_chat_request};
+use serde_json::Value;
+
+use super::{
+    ChatAnswer, ChatCall, ChatEventStream, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure,
+};
+use crate::upstream_http::UpstreamHttp;
+
+#[derive(Debug)]
+pub struct OpenaiChat {
+    pub settings: ChatSettings,
+    http: UpstreamHttp,
+}
+
+impl OpenaiChat {
+    pub fn new(settings: ChatSettings) -> OpenaiChat {
+        let http = UpstreamHttp::new(settings.timeouts);
+        OpenaiChat { settings, http }
+    }
+
+    pub(crate) async fn messages(&self, call: ChatCall<'_>) -> Result<ChatAnswer, UpstreamFailure> {
+        let name = &self.settings.name;
+        let req = call.request;
+        let chat = to_chat_request(req, &self.settings.upstream_model(&req.model));
+        let body = serde_json::to_vec(&chat)
+            .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(format!(
+                "{}/chat/completions",
+                self.settings.base_url.trim_end_matches('/')
+            ))
+            .header("content-type", "application/json")
+            .header(
+                "user-agent",
+                concat!("video-relay/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(key) = &self.settings.api_key {
+            builder = builder.header("authorization", format!("Bearer {key}"));
+        }
+        if req.is_stream() {
+            builder = builder.header("accept", "text/event-stream");
+        }
+        let upstream_req = builder
+            .body(Bytes::from(body))
+            .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
+        let res = self
+            .http
+            .send(upstream_req)
+            .await
+            .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
+        if !res.status.is_success() {
+            let status = res.status.as_u16();
+            let headers = res.headers.clone();
+            let body = res.body.collect(64 * 1024).await.unwrap_or_default();
+            return Err(UpstreamFailure::from_status(name, status, &headers, &body));
+        }
+        if req.is_stream() {
+            let convert = ChatStream::new(call.id, &req.model, req, call.input_estimate);
+            return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::converted(
+                name, res.body, convert,
+            ))));
+        }
+        let body = res
+            .body
+            .collect(MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            UpstreamFailure::error(true, format!("channel {name}: answer is not JSON: {e}"))
+        })?;
+        let message = from_chat_response(&value, call.id, &req.model, req, call.input_estimate)
+            .map_err(|e| UpstreamFailure::error(true, format!("channel {name}: {e}")))?;
+        let usage = message.usage;
+        let out = serde_json::to_vec(&message)
+            .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: answer: {e}")))?;
+        Ok(ChatAnswer::Whole {
+            body: Bytes::from(out),
+            usage: Some(usage),
+        })
+    }
+}

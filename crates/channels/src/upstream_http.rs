@@ -1,0 +1,219 @@
+//! A small pooled HTTP client for upstream APIs: http and https (rustls with the ring provider
+//! and the webpki roots), HTTP/1.1 and HTTP/2 by ALPN, with a connect timeout, a first-byte
+//! timeout (until the answer's head arrives) and an idle timeout (the longest silence inside a
+//! streamed body). Bodies are streamed, never buffered unless asked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Instant;
+
+/// The time limits of one channel's upstream calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTimeouts {
+    /// TCP (and TLS) connection set-up.
+    pub connect: Duration,
+    /// From sending the request to the answer's status line and headers.
+    pub first_byte: Duration,
+    /// The longest silence between two pieces of an answer's body.
+    pub idle: Duration,
+}
+
+impl Default for UpstreamTimeouts {
+    fn default() -> Self {
+        UpstreamTimeouts {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(120),
+            idle: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Failure of an upstream call. The text is for logs: it may name the upstream host, so it
+/// never goes to a client.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream request {url}: {message}")]
+    Send { url: String, message: String },
+    #[error("upstream request {url}: no answer within {after:?}")]
+    FirstByteTimeout { url: String, after: Duration },
+    #[error("upstream body: {0}")]
+    Body(String),
+    #[error("upstream body: silent for {0:?}")]
+    IdleTimeout(Duration),
+    #[error("upstream body: larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("upstream request: {0}")]
+    Build(String),
+}
+
+impl UpstreamError {
+    /// Whether a timeout caused it.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::FirstByteTimeout { .. } | UpstreamError::IdleTimeout(_)
+        )
+    }
+}
+
+type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// One pooled client with one set of timeouts. Cheap to clone.
+#[derive(Clone)]
+pub struct UpstreamHttp {
+    client: Inner,
+    timeouts: UpstreamTimeouts,
+}
+
+impl std::fmt::Debug for UpstreamHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamHttp")
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamHttp {
+    /// Builds the client. Needs a tokio runtime when used, not when built.
+    pub fn new(timeouts: UpstreamTimeouts) -> UpstreamHttp {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            // Cannot fail: ring's default provider supports both default protocol versions.
+            .expect("the ring provider supports TLS 1.2 and 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(timeouts.connect));
+        http.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(16)
+            .build(connector);
+        UpstreamHttp { client, timeouts }
+    }
+
+    pub fn timeouts(&self) -> UpstreamTimeouts {
+        self.timeouts
+    }
+
+    /// Sends `req` and waits (at most the first-byte timeout) for the answer's head.
+    pub async fn send(&self, req: Request<Bytes>) -> Result<UpstreamResponse, UpstreamError> {
+        let url = redact(&req.uri().to_string());
+        let req = req.map(Full::new);
+        let answer = tokio::time::timeout(self.timeouts.first_byte, self.client.request(req)).await;
+        let res = match answer {
+            Err(_) => {
+                return Err(UpstreamError::FirstByteTimeout {
+                    url,
+                    after: self.timeouts.first_byte,
+                });
+            }
+            Ok(Err(e)) => {
+                return Err(UpstreamError::Send {
+                    url,
+                    message: error_chain(&e),
+                });
+            }
+            Ok(Ok(res)) => res,
+        };
+        let (parts, body) = res.into_parts();
+        Ok(UpstreamResponse {
+            status: parts.status,
+            headers: parts.headers,
+            body: UpstreamBody {
+                body,
+                idle: self.timeouts.idle,
+                deadline: Instant::now() + self.timeouts.idle,
+            },
+        })
+    }
+}
+
+/// The URL without its query (which may carry a key).
+fn redact(url: &str) -> String {
+    url.split('?').next().unwrap_or(url).to_owned()
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// An answer whose body has not been read yet.
+#[derive(Debug)]
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: UpstreamBody,
+}
+
+/// A streamed answer body. Dropping it before its end closes the connection, which cancels
+/// the upstream request.
+#[derive(Debug)]
+pub struct UpstreamBody {
+    body: Incoming,
+    idle: Duration,
+    deadline: Instant,
+}
+
+impl UpstreamBody {
+    /// The next piece of the body; `None` at its end. Fails when the upstream stays silent
+    /// longer than the idle timeout. Cancel-safe: dropping the future loses nothing, and the
+    /// silence keeps counting from the last piece.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        loop {
+            let frame = match tokio::time::timeout_at(self.deadline, self.body.frame()).await {
+                Err(_) => return Err(UpstreamError::IdleTimeout(self.idle)),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(UpstreamError::Body(error_chain(&e))),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            self.deadline = Instant::now() + self.idle;
+            if let Ok(data) = frame.into_data()
+                && !data.is_empty()
+            {
+                return Ok(Some(data));
+            }
+        }
+    }
+
+    /// The whole body, at most `max` bytes.
+    pub async fn collect(mut self, max: usize) -> Result<Bytes, UpstreamError> {
+        let mut buf = BytesMut::new();
+        while let Some(chunk) = self.chunk().await? {
+            if buf.len() + chunk.len() > max {
+                return Err(UpstreamError::TooLarge(max));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf.freeze())
+    }
+}

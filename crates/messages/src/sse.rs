@@ -1,0 +1,249 @@
+//! Server-sent events: an encoder and an incremental decoder.
+//!
+//! The decoder follows the HTML living standard's parsing rules: lines end at `\r\n`, `\n` or
+//! `\r` (a `\r\n` split across two chunks is one line end), a leading byte order mark is
+//! skipped, `:` lines are comments, a field without a colon has an empty value, one space after
+//! the colon is dropped, and an empty line dispatches the event. An event split across any
+//! chunk boundary (even inside a UTF-8 character) decodes the same as when whole.
+
+/// One decoded event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field; `None` when the event had none.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    pub id: Option<String>,
+    pub retry: Option<u64>,
+}
+
+/// `event: <name>\ndata: <line>\n...\n\n`; a multi-line `data` gets one `data:` line per line.
+pub fn encode(event: Option<&str>, data: &str) -> String {
+    let mut out = String::with_capacity(data.len() + 32);
+    if let Some(name) = event {
+        out.push_str("event: ");
+        out.push_str(name);
+        out.push('\n');
+    }
+    for line in data.split('\n') {
+        out.push_str("data: ");
+        out.push_str(line.strip_suffix('\r').unwrap_or(line));
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// An incremental decoder: feed it chunks as they arrive.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    /// Bytes of a line not yet ended.
+    line: Vec<u8>,
+    /// The last chunk ended with `\r`: a `\n` starting the next one belongs to that line end.
+    after_cr: bool,
+    /// Whether the stream's first bytes (a possible BOM) were looked at.
+    started: bool,
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+    id: Option<String>,
+    retry: Option<u64>,
+    /// Bytes fed since the last empty line (an event boundary).
+    pending: usize,
+    /// The longest line accepted; longer lines are cut (a guard against a runaway upstream).
+    max_line: usize,
+}
+
+/// Default cap of one line: 16 MiB.
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+impl SseDecoder {
+    pub fn new() -> SseDecoder {
+        SseDecoder {
+            max_line: MAX_LINE,
+            ..SseDecoder::default()
+        }
+    }
+
+    /// Decodes `chunk`, returning the events it completed.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        let mut bytes = chunk;
+        if !self.started && !bytes.is_empty() {
+            // A BOM may itself be split; wait for three bytes before deciding.
+            let mut probe = std::mem::take(&mut self.line);
+            probe.extend_from_slice(bytes);
+            if probe.len() < 3 && b"\xEF\xBB\xBF".starts_with(&probe) {
+                self.pending += chunk.len();
+                self.line = probe;
+                return out;
+            }
+            self.started = true;
+            let probe = probe
+                .strip_prefix(b"\xEF\xBB\xBF")
+                .unwrap_or(&probe)
+                .to_vec();
+            self.pending += chunk.len();
+            self.scan(&probe, &mut out);
+            return out;
+        }
+        if self.after_cr && !bytes.is_empty() {
+            self.after_cr = false;
+            if let Some(rest) = bytes.strip_prefix(b"\n") {
+                // The end of the line the previous chunk ended; it belongs to that event.
+                bytes = rest;
+            }
+        }
+        self.pending += bytes.len();
+        self.scan(bytes, &mut out);
+        out
+    }
+
+    fn scan(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+        while let Some(pos) = bytes.iter().position(|b| *b == b'\n' || *b == b'\r') {
+            let (head, rest) = bytes.split_at(pos);
+            self.push_line_bytes(head);
+            let line = std::mem::take(&mut self.line);
+            let ended_cr = rest[0] == b'\r';
+            bytes = &rest[1..];
+            if ended_cr {
+                match bytes.first() {
+                    Some(b'\n') => bytes = &bytes[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            if line.is_empty() {
+                self.dispatch(out);
+                // What follows this line end belongs to the next event.
+                self.pending = bytes.len();
+            } else {
+                self.line_done(&line);
+            }
+        }
+        self.push_line_bytes(bytes);
+    }
+
+    fn push_line_bytes(&mut self, bytes: &[u8]) {
+        let room = self.max_line.saturating_sub(self.line.len());
+        self.line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn line_done(&mut self, line: &[u8]) {
+        if line.first() == Some(&b':') {
+            return;
+        }
+        let (name, value) = match line.iter().position(|b| *b == b':') {
+            Some(i) => {
+                let value = &line[i + 1..];
+                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        let value = String::from_utf8_lossy(value);
+        match name {
+            b"event" => self.event = Some(value.into_owned()),
+            b"data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(&value);
+                self.has_data = true;
+            }
+            b"id" if !value.contains('\0') => self.id = Some(value.into_owned()),
+            b"retry" => {
+                if let Ok(ms) = value.parse::<u64>() {
+                    self.retry = Some(ms);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        let event = self.event.take();
+        let retry = self.retry.take();
+        if !self.has_data {
+            self.data.clear();
+            return;
+        }
+        self.has_data = false;
+        out.push(SseEvent {
+            event,
+            data: std::mem::take(&mut self.data),
+            id: self.id.clone(),
+            retry,
+        });
+    }
+
+    /// Bytes fed since the last event boundary: the tail of the input that belongs to an event
+    /// not complete yet.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending
+    }
+
+    /// Whether the input so far ends exactly at an event boundary.
+    pub fn at_boundary(&self) -> bool {
+        self.pending == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_in_pieces(input: &[u8], cuts: &[usize]) -> Vec<SseEvent> {
+        let mut decoder = SseDecoder::new();
+        let mut events = Vec::new();
+        let mut start = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&input.len())) {
+            events.extend(decoder.feed(&input[start..cut]));
+            start = cut;
+        }
+        events
+    }
+
+    #[test]
+    fn every_split_decodes_the_same() {
+        let input = "\u{feff}event: message_start\r\ndata: {\"a\":\"h\u{e9}llo\"}\r\n\r\n: comment\n\nevent: ping\ndata: {}\n\ndata: one\ndata: two\rid: 7\rretry: 10\r\revent: x\ndata\n\n"
+            .as_bytes();
+        let whole = decode_in_pieces(input, &[]);
+        assert_eq!(whole.len(), 4, "{whole:?}");
+        assert_eq!(whole[0].event.as_deref(), Some("message_start"));
+        assert_eq!(whole[0].data, "{\"a\":\"h\u{e9}llo\"}");
+        assert_eq!(whole[1].event.as_deref(), Some("ping"));
+        assert_eq!(whole[2].event, None);
+        assert_eq!(whole[2].data, "one\ntwo");
+        assert_eq!(whole[2].id.as_deref(), Some("7"));
+        assert_eq!(whole[2].retry, Some(10));
+        assert_eq!(whole[3].data, "");
+        for a in 0..=input.len() {
+            for b in a..=input.len() {
+                assert_eq!(decode_in_pieces(input, &[a, b]), whole, "cuts {a} {b}");
+            }
+        }
+        // One byte at a time.
+        let cuts: Vec<usize> = (1..input.len()).collect();
+        assert_eq!(decode_in_pieces(input, &cuts), whole);
+    }
+
+    #[test]
+    fn an_unfinished_event_is_not_dispatched() {
+        let mut d = SseDecoder::new();
+        assert!(d.feed(b"event: a\ndata: 1\n").is_empty());
+        assert!(!d.at_boundary());
+        assert_eq!(d.feed(b"\n").len(), 1);
+        assert!(d.at_boundary());
+        assert!(d.feed(b"data: 2").is_empty());
+        assert_eq!(d.pending_bytes(), 7);
+    }
+
+    #[test]
+    fn encode_round_trips() {
+        let text = encode(Some("e"), "line1\nline2");
+        assert_eq!(text, "event: e\ndata: line1\ndata: line2\n\n");
+        let events = SseDecoder::new().feed(text.as_bytes());
+        assert_eq!(events[0].data, "line1\nline2");
+        assert_eq!(encode(None, "x"), "data: x\n\n");
+    }
+}

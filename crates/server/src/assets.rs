@@ -1,0 +1,923 @@
+//! Asset libraries and assets (CONTRACT §2.2): the handlers, the background processing that
+//! turns an uploaded or fetched file into an `active` (or `failed`) asset, the expiry sweep,
+//! and [`asset_facts`] for the generation endpoint.
+//!
+//! - A library belongs to the key that created it and to the channel family of that key's
+//!   group (`[groups]`); another key's libraries and assets are `404`.
+//! - An upload answers at once with the asset `processing`. A multipart file is committed as
+//!   the asset's blob (`assets/<id>/original`) before the record is written; a URL is fetched
+//!   later, with the SSRF-guarded fetcher. [`run`] picks up every `processing` asset from the
+//!   store's index (so also those left by a restart), at most [`CONCURRENCY`] at once, and
+//!   moves it to `active` (format, size, image dimensions, `expires_at` = now + `[assets]
+//!   ttl_secs`) or `failed` (`error`: see [`assets::FailureCode`]).
+//! - [`run`] also moves `active` assets past `expires_at` to `expired`, from the store's expiry
+//!   index, without any request touching them. Expired assets keep their bytes until deleted.
+//! - Deleting an asset or a library removes the stored bytes.
+
+mod inspect;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use assets::{
+    AssetListQuery, AssetObject, Deleted, FailureCode, LibraryObject, List, ListOrder, Part,
+    UploadSource,
+};
+use error_codes::{ApiError, ErrorCode};
+use fetch::{FetchError, MediaKind};
+use http::HeaderMap;
+use hyper::body::Incoming;
+use store::{
+    AssetQuery, AssetRecord, AssetSource, AssetStatus, AssetType, Key, Library, Order, StoreError,
+};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use videos_v1::FieldValue;
+
+use crate::app::{App, now_secs};
+use crate::http::{Answer, error, media_type, ok, parse_json, read_body};
+use crate::multipart;
+use crate::tasks::{MAX_ID_LEN, blocking, store_unavailable};
+
+pub use inspect::{Inspected, Rejected, inspect};
+
+/// Assets processed at once.
+pub const CONCURRENCY: usize = 4;
+/// How often [`run`] looks for expired assets and for processing work nobody announced.
+const TICK: Duration = Duration::from_millis(500);
+/// Expired assets moved per look.
+const EXPIRY_BATCH: usize = 256;
+/// How long [`run`] waits at shutdown for the processing steps under way.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// A new id `prefix_<ULID>`. The ULIDs of this process increase strictly (also within one
+/// millisecond), so listings by id are in creation order.
+fn new_id(prefix: &str) -> String {
+    static IDS: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
+    let id = IDS
+        .lock()
+        .ok()
+        .and_then(|mut ids| ids.generate().ok())
+        // The random part overflowed within one millisecond (practically never): a plain ULID.
+        .unwrap_or_else(|| ulid::Ulid::from_datetime(std::time::SystemTime::now()));
+    format!("{prefix}_{id}")
+}
+
+/// The blob of an asset's bytes.
+pub fn blob_id(asset_id: &str) -> String {
+    format!("assets/{asset_id}/original")
+}
+
+fn blob_prefix(asset_id: &str) -> String {
+    format!("assets/{asset_id}")
+}
+
+// ---- wire conversions ----
+
+pub fn wire_type(t: AssetType) -> assets::AssetType {
+    match t {
+        AssetType::Image => assets::AssetType::Image,
+        AssetType::Video => assets::AssetType::Video,
+        AssetType::Audio => assets::AssetType::Audio,
+    }
+}
+
+fn store_type(t: assets::AssetType) -> AssetType {
+    match t {
+        assets::AssetType::Image => AssetType::Image,
+        assets::AssetType::Video => AssetType::Video,
+        assets::AssetType::Audio => AssetType::Audio,
+    }
+}
+
+fn store_type_of(kind: MediaKind) -> AssetType {
+    match kind {
+        MediaKind::Image => AssetType::Image,
+        MediaKind::Video => AssetType::Video,
+        MediaKind::Audio => AssetType::Audio,
+    }
+}
+
+fn kind_of(t: AssetType) -> MediaKind {
+    match t {
+        AssetType::Image => MediaKind::Image,
+        AssetType::Video => MediaKind::Video,
+        AssetType::Audio => MediaKind::Audio,
+    }
+}
+
+pub fn wire_status(s: AssetStatus) -> assets::AssetStatus {
+    match s {
+        AssetStatus::Processing => assets::AssetStatus::Processing,
+        AssetStatus::Active => assets::AssetStatus::Active,
+        AssetStatus::Failed => assets::AssetStatus::Failed,
+        AssetStatus::Expired => assets::AssetStatus::Expired,
+    }
+}
+
+fn store_status(s: assets::AssetStatus) -> AssetStatus {
+    match s {
+        assets::AssetStatus::Processing => AssetStatus::Processing,
+        assets::AssetStatus::Active => AssetStatus::Active,
+        assets::AssetStatus::Failed => AssetStatus::Failed,
+        assets::AssetStatus::Expired => AssetStatus::Expired,
+    }
+}
+
+fn store_order(o: ListOrder) -> Order {
+    match o {
+        ListOrder::Asc => Order::Asc,
+        ListOrder::Desc => Order::Desc,
+    }
+}
+
+/// The asset record as clients see it.
+pub fn record(a: &AssetRecord) -> AssetObject {
+    AssetObject {
+        id: a.id.clone(),
+        object: "asset".to_owned(),
+        library_id: a.library_id.clone(),
+        family: a.family.clone(),
+        asset_type: a.asset_type.map(wire_type),
+        status: wire_status(a.status),
+        format: a.format.clone(),
+        bytes: a.bytes,
+        created_at: a.created_at,
+        expires_at: a.expires_at,
+        error: a.error.as_ref().map(|e| assets::AssetError {
+            code: e.code.clone(),
+            message: e.message.clone(),
+        }),
+    }
+}
+
+/// The library record as clients see it.
+pub fn library_record(l: &Library) -> LibraryObject {
+    LibraryObject::new(
+        l.id.clone(),
+        l.name.clone(),
+        l.family.clone(),
+        l.created_at,
+        l.asset_count,
+    )
+}
+
+// ---- lookups ----
+
+fn no_library(id: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("no asset library {id}"))
+}
+
+fn no_asset(id: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("no asset {id}"))
+}
+
+/// Library `id` when `key` owns it; otherwise `404` (never telling whether it exists).
+async fn owned_library(app: &Arc<App>, key: &Key, id: &str) -> Result<Library, ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(no_library(id));
+    }
+    let owned_id = id.to_owned();
+    let library = blocking(app, move |s| s.library(&owned_id))
+        .await
+        .map_err(store_unavailable)?
+        .filter(|l| l.owner == key.id)
+        .ok_or_else(|| no_library(id))?;
+    Ok(library)
+}
+
+/// Asset `id` when `key` owns it; otherwise `404`.
+async fn owned_asset(app: &Arc<App>, key: &Key, id: &str) -> Result<AssetRecord, ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(no_asset(id));
+    }
+    let owned_id = id.to_owned();
+    blocking(app, move |s| s.asset(&owned_id))
+        .await
+        .map_err(store_unavailable)?
+        .filter(|a| a.owner == key.id)
+        .ok_or_else(|| no_asset(id))
+}
+
+/// Removes an asset's stored bytes, off the async workers; failures are logged only (the
+/// record is gone either way).
+async fn remove_blobs(app: &Arc<App>, asset_ids: Vec<String>) {
+    if asset_ids.is_empty() {
+        return;
+    }
+    let blobs = app.blobs.clone();
+    let removed = tokio::task::spawn_blocking(move || {
+        for id in asset_ids {
+            if let Err(e) = blobs.delete_prefix(&blob_prefix(&id)) {
+                tracing::warn!(asset = %id, "removing the asset's bytes: {e}");
+            }
+        }
+    })
+    .await;
+    if let Err(e) = removed {
+        tracing::warn!("removing asset bytes: {e}");
+    }
+}
+
+fn require_json(headers: &HeaderMap, what: &str) -> Result<(), ApiError> {
+    match media_type(headers).as_deref() {
+        Some("application/json") => Ok(()),
+        other => Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            format!(
+                "{what} takes application/json, got {}",
+                other.unwrap_or("no Content-Type")
+            ),
+        )),
+    }
+}
+
+fn answer<T: serde::Serialize>(result: Result<T, ApiError>) -> Answer {
+    match result {
+        Ok(value) => ok(&value),
+        Err(e) => error(&e),
+    }
+}
+
+// ---- libraries ----
+
+/// `POST /v1/asset-libraries`.
+pub async fn create_library(
+    app: &Arc<App>,
+    key: &Key,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Answer {
+    answer(create_library_inner(app, key, headers, body).await)
+}
+
+async fn create_library_inner(
+    app: &Arc<App>,
+    key: &Key,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<LibraryObject, ApiError> {
+    require_json(headers, "POST /v1/asset-libraries")?;
+    let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+    let create = assets::parse_create_library(&parse_json(&bytes)?)?;
+    let family = app.config.groups.get(&key.group).cloned().ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::GroupMismatch,
+            format!(
+                "this key's group {} has no channel family, so it cannot hold assets; use a key \
+                 of a group listed in [groups]",
+                key.group
+            ),
+        )
+    })?;
+    let library = Library {
+        id: new_id("lib"),
+        owner: key.id.clone(),
+        name: create.name,
+        family,
+        created_at: now_secs(),
+        asset_count: 0,
+    };
+    let written = library.clone();
+    blocking(app, move |s| s.create_library(&written))
+        .await
+        .map_err(store_unavailable)?;
+    Ok(library_record(&library))
+}
+
+/// `GET /v1/asset-libraries`.
+pub async fn list_libraries(app: &Arc<App>, key: &Key, query: Option<&str>) -> Answer {
+    let q = match assets::parse_library_list_query(query) {
+        Ok(q) => q,
+        Err(e) => return error(&e),
+    };
+    let owner = key.id.clone();
+    let page = blocking(app, move |s| {
+        s.list_libraries(&owner, q.after.as_deref(), q.limit, store_order(q.order))
+    })
+    .await;
+    answer(page.map_err(store_unavailable).map(|p| {
+        List::new(
+            p.items.iter().map(library_record).collect(),
+            p.has_more,
+            |l| &l.id,
+        )
+    }))
+}
+
+/// `GET /v1/asset-libraries/{id}`.
+pub async fn get_library(app: &Arc<App>, key: &Key, id: &str) -> Answer {
+    answer(
+        owned_library(app, key, id)
+            .await
+            .map(|l| library_record(&l)),
+    )
+}
+
+/// `DELETE /v1/asset-libraries/{id}`: the library, its assets and their bytes.
+pub async fn delete_library(app: &Arc<App>, key: &Key, id: &str) -> Answer {
+    let result = async {
+        let library = owned_library(app, key, id).await?;
+        let lib_id = library.id.clone();
+        let removed = blocking(app, move |s| s.delete_library(&lib_id))
+            .await
+            .map_err(store_unavailable)?;
+        // A concurrent delete of the same library answers as if it were this one.
+        let ids = removed
+            .map(|(_, assets)| assets.into_iter().map(|a| a.id).collect())
+            .unwrap_or_default();
+        remove_blobs(app, ids).await;
+        Ok(Deleted::library(library.id))
+    }
+    .await;
+    answer(result)
+}
+
+// ---- assets ----
+
+/// `POST /v1/asset-libraries/{id}/assets`: multipart (`file`, optional `type`) or JSON
+/// (`url`, optional `type`).
+pub async fn upload(
+    app: &Arc<App>,
+    key: &Key,
+    library_id: &str,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Answer {
+    answer(upload_inner(app, key, library_id, headers, body).await)
+}
+
+async fn upload_inner(
+    app: &Arc<App>,
+    key: &Key,
+    library_id: &str,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<AssetObject, ApiError> {
+    let library = owned_library(app, key, library_id).await?;
+    let id = new_id("asset");
+    let now = now_secs();
+    let (valid, uploads) = match media_type(headers).as_deref() {
+        Some("application/json") => {
+            let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+            (assets::parse_json_upload(&parse_json(&bytes)?)?, None)
+        }
+        Some("multipart/form-data") => {
+            let content_type = headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let (fields, uploads) = multipart::read(
+                body,
+                content_type,
+                app.config.server.max_upload_bytes,
+                &app.blobs,
+            )
+            .await?;
+            let parts: Vec<(String, Part)> = fields
+                .into_iter()
+                .map(|(name, value)| {
+                    let part = match value {
+                        FieldValue::File(f) => Part::File {
+                            index: f.index,
+                            len: f.len,
+                        },
+                        FieldValue::Text(t) => Part::Text(t),
+                        FieldValue::Json(v) => Part::Text(v.to_string()),
+                    };
+                    (name, part)
+                })
+                .collect();
+            (assets::parse_multipart_upload(&parts)?, Some(uploads))
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                format!(
+                    "POST /v1/asset-libraries/{{id}}/assets takes multipart/form-data or \
+                     application/json, got {}",
+                    other.unwrap_or("no Content-Type")
+                ),
+            ));
+        }
+    };
+    let declared = valid.declared.map(store_type);
+    let (source, blob) = match valid.source {
+        UploadSource::Url(url) => (AssetSource::Url(url), None),
+        UploadSource::File { index, .. } => {
+            // The bytes become the asset's blob before the record exists, so processing (also
+            // after a restart) always finds them.
+            let mut uploads = uploads.unwrap_or_default();
+            let blobs = app.blobs.clone();
+            let blob = blob_id(&id);
+            let target = blob.clone();
+            let committed =
+                tokio::task::spawn_blocking(move || uploads.commit(index, &*blobs, &target)).await;
+            match committed {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(asset = %id, "storing an upload: {e}");
+                    return Err(ApiError::new(
+                        ErrorCode::Unavailable,
+                        "the upload could not be stored now",
+                    ));
+                }
+                Err(e) => {
+                    tracing::error!(asset = %id, "storing an upload: {e}");
+                    return Err(ApiError::new(
+                        ErrorCode::Unavailable,
+                        "the upload could not be stored now",
+                    ));
+                }
+            }
+            (AssetSource::Upload, Some(blob))
+        }
+    };
+    let asset = AssetRecord {
+        id: id.clone(),
+        owner: key.id.clone(),
+        library_id: library.id.clone(),
+        family: library.family.clone(),
+        declared_type: declared,
+        asset_type: declared,
+        status: AssetStatus::Processing,
+        source,
+        blob,
+        format: None,
+        bytes: None,
+        width: None,
+        height: None,
+        created_at: now,
+        updated_at: now,
+        expires_at: None,
+        error: None,
+    };
+    let written = asset.clone();
+    match blocking(app, move |s| s.create_asset(&written)).await {
+        Ok(()) => {}
+        Err(e) => {
+            remove_blobs(app, vec![id.clone()]).await;
+            return Err(match e {
+                // Deleted since it was looked up.
+                StoreError::LibraryNotFound(_) => no_library(library_id),
+                e => store_unavailable(e),
+            });
+        }
+    }
+    app.asset_wake.notify_one();
+    Ok(record(&asset))
+}
+
+/// `GET /v1/asset-libraries/{id}/assets?status=&type=&limit=&after=&order=`.
+pub async fn list_assets(
+    app: &Arc<App>,
+    key: &Key,
+    library_id: &str,
+    query: Option<&str>,
+) -> Answer {
+    let result = async {
+        let q: AssetListQuery = assets::parse_asset_list_query(query)?;
+        let library = owned_library(app, key, library_id).await?;
+        let query = AssetQuery {
+            library_id: library.id,
+            status: q.status.map(store_status),
+            asset_type: q.asset_type.map(store_type),
+            after: q.after,
+            limit: q.limit,
+            order: store_order(q.order),
+        };
+        let page = blocking(app, move |s| s.list_assets(&query))
+            .await
+            .map_err(store_unavailable)?;
+        Ok(List::new(
+            page.items.iter().map(record).collect(),
+            page.has_more,
+            |a| &a.id,
+        ))
+    }
+    .await;
+    answer(result)
+}
+
+/// `GET /v1/assets/{id}`.
+pub async fn get_asset(app: &Arc<App>, key: &Key, id: &str) -> Answer {
+    match owned_asset(app, key, id).await {
+        Ok(asset) => {
+            let mut res = ok(&record(&asset));
+            if asset.status == AssetStatus::Processing {
+                res.headers_mut().insert(
+                    "openai-poll-after-ms",
+                    http::HeaderValue::from_static("1000"),
+                );
+            }
+            res
+        }
+        Err(e) => error(&e),
+    }
+}
+
+/// `DELETE /v1/assets/{id}`: the record and its bytes.
+pub async fn delete_asset(app: &Arc<App>, key: &Key, id: &str) -> Answer {
+    let result = async {
+        let asset = owned_asset(app, key, id).await?;
+        let asset_id = asset.id.clone();
+        blocking(app, move |s| s.delete_asset(&asset_id))
+            .await
+            .map_err(store_unavailable)?;
+        remove_blobs(app, vec![asset.id.clone()]).await;
+        Ok(Deleted::asset(asset.id))
+    }
+    .await;
+    answer(result)
+}
+
+// ---- facts for the generation endpoint ----
+
+/// What the generation endpoint needs to know about one referenced asset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssetFact {
+    /// For `video_generations::check_assets`: another owner's asset does not exist.
+    pub fact: video_generations::AssetFact,
+    /// Blob id of the stored bytes (of an asset that exists and was stored).
+    pub blob: Option<String>,
+    /// `jpeg`, `png`, `mp4`, ...
+    pub format: Option<String>,
+    /// `(width, height)` of an image.
+    pub dimensions: Option<(u32, u32)>,
+}
+
+/// One fact per id, in the order given (repeated ids give repeated facts). Another owner's
+/// asset is reported exactly like a missing one.
+pub async fn asset_facts(
+    app: &Arc<App>,
+    key: &Key,
+    ids: &[String],
+) -> Result<Vec<AssetFact>, ApiError> {
+    let wanted: Vec<String> = ids.to_vec();
+    let owner = key.id.clone();
+    let found = blocking(app, move |s| {
+        let mut out = Vec::with_capacity(wanted.len());
+        for id in &wanted {
+            let asset = if id.is_empty() || id.len() > MAX_ID_LEN {
+                None
+            } else {
+                s.asset(id)?.filter(|a| a.owner == owner)
+            };
+            out.push((id.clone(), asset));
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(store_unavailable)?;
+    Ok(found
+        .into_iter()
+        .map(|(id, asset)| fact_of(id, asset.as_ref()))
+        .collect())
+}
+
+fn fact_of(id: String, asset: Option<&AssetRecord>) -> AssetFact {
+    use video_generations::{AssetState, MediaType};
+    let Some(a) = asset else {
+        return AssetFact {
+            fact: video_generations::AssetFact {
+                id,
+                ..Default::default()
+            },
+            blob: None,
+            format: None,
+            dimensions: None,
+        };
+    };
+    AssetFact {
+        fact: video_generations::AssetFact {
+            id,
+            exists: true,
+            status: Some(match a.status {
+                AssetStatus::Processing => AssetState::Processing,
+                AssetStatus::Active => AssetState::Active,
+                AssetStatus::Failed => AssetState::Failed,
+                AssetStatus::Expired => AssetState::Expired,
+            }),
+            family: Some(a.family.clone()),
+            media: a.asset_type.map(|t| match t {
+                AssetType::Image => MediaType::Image,
+                AssetType::Video => MediaType::Video,
+                AssetType::Audio => MediaType::Audio,
+            }),
+        },
+        blob: a.blob.clone(),
+        format: a.format.clone(),
+        dimensions: a.width.zip(a.height),
+    }
+}
+
+// ---- background work ----
+
+/// Processes assets and expires them until `shutdown` turns true; then lets the processing
+/// steps under way finish (a fetch is abandoned: its asset stays `processing` and is picked up
+/// at the next start).
+pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let mut work: JoinSet<()> = JoinSet::new();
+    // Asset ids under way, by the id of the task processing them.
+    let mut in_flight: HashMap<tokio::task::Id, String> = HashMap::new();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        // Start processing what the index holds, up to the limit.
+        let free = CONCURRENCY.saturating_sub(in_flight.len());
+        if free > 0 {
+            let limit = in_flight.len() + free;
+            match blocking(&app, move |s| s.processing_assets(limit)).await {
+                Ok(pending) => {
+                    let pending: Vec<AssetRecord> = pending
+                        .into_iter()
+                        .filter(|a| !in_flight.values().any(|id| *id == a.id))
+                        .take(free)
+                        .collect();
+                    for asset in pending {
+                        let id = asset.id.clone();
+                        let (app, stop) = (app.clone(), shutdown.clone());
+                        let task = work.spawn(async move { process(&app, asset, stop).await });
+                        in_flight.insert(task.id(), id);
+                    }
+                }
+                Err(e) => tracing::error!("assets: reading the processing index: {e}"),
+            }
+        }
+        expire_due(&app).await;
+        tokio::select! {
+            Some(done) = work.join_next_with_id(), if !work.is_empty() => {
+                let task = match done {
+                    Ok((task, ())) => task,
+                    Err(e) => {
+                        // The asset stays `processing` and is tried again.
+                        tracing::error!("assets: a processing step failed: {e}");
+                        e.id()
+                    }
+                };
+                in_flight.remove(&task);
+            }
+            () = app.asset_wake.notified() => {}
+            () = tokio::time::sleep(TICK) => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() {
+                    // The server is gone without saying stop: stop too.
+                    break;
+                }
+            }
+        }
+    }
+    if tokio::time::timeout(DRAIN, async { while work.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tracing::warn!("assets: processing still under way after {DRAIN:?}; abandoning it");
+        work.shutdown().await;
+    }
+}
+
+/// Moves every active asset past its `expires_at` to `expired`.
+async fn expire_due(app: &Arc<App>) {
+    loop {
+        let now = now_secs();
+        let due = match blocking(app, move |s| s.expired_assets(now, EXPIRY_BATCH)).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!("assets: reading the expiry index: {e}");
+                return;
+            }
+        };
+        let full = due.len() == EXPIRY_BATCH;
+        let ids: Vec<String> = due.into_iter().map(|a| a.id).collect();
+        let moved = blocking(app, move |s| {
+            for id in &ids {
+                match s.transition_asset(id, &[AssetStatus::Active], AssetStatus::Expired, &|a| {
+                    a.updated_at = now;
+                }) {
+                    Ok(_)
+                    | Err(StoreError::AssetNotFound(_))
+                    | Err(StoreError::AssetWrongStatus { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        if let Err(e) = moved {
+            tracing::error!("assets: expiring: {e}");
+            return;
+        }
+        if !full {
+            return;
+        }
+    }
+}
+
+/// Where a processed asset ended.
+enum Outcome {
+    Active(Inspected),
+    Failed(Rejected),
+}
+
+/// Processes one `processing` asset to `active` or `failed`.
+async fn process(app: &Arc<App>, asset: AssetRecord, mut shutdown: watch::Receiver<bool>) {
+    let id = asset.id.clone();
+    let declared = asset.declared_type.map(kind_of);
+    let max_image = app.config.security.max_image_bytes;
+    let outcome = match &asset.source {
+        AssetSource::Url(url) => {
+            let fetched = tokio::select! {
+                got = app.fetcher.fetch(url, app.config.server.max_upload_bytes) => got,
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            };
+            match fetched {
+                Err(e) => Ok(Outcome::Failed(fetch_failure(&e))),
+                Ok(bytes) => {
+                    let (blobs, blob) = (app.blobs.clone(), blob_id(&id));
+                    tokio::task::spawn_blocking(move || {
+                        let len = bytes.len() as u64;
+                        let mut reader = std::io::Cursor::new(&bytes[..]);
+                        match inspect(&mut reader, len, declared, max_image)? {
+                            Ok(found) => {
+                                blobs.put_bytes(&blob, &bytes)?;
+                                Ok(Outcome::Active(found))
+                            }
+                            Err(rejected) => Ok(Outcome::Failed(rejected)),
+                        }
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                }
+            }
+        }
+        AssetSource::Upload => {
+            let (blobs, blob) = (
+                app.blobs.clone(),
+                asset.blob.clone().unwrap_or_else(|| blob_id(&id)),
+            );
+            tokio::task::spawn_blocking(move || {
+                let (mut file, len) = blobs.open(&blob)?;
+                Ok(match inspect(&mut file, len, declared, max_image)? {
+                    Ok(found) => Outcome::Active(found),
+                    Err(rejected) => Outcome::Failed(rejected),
+                })
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        }
+    };
+    let outcome = outcome.unwrap_or_else(|e| {
+        tracing::error!(asset = %id, "processing: {e}");
+        Outcome::Failed(Rejected {
+            code: FailureCode::StorageError,
+            message: "the relay could not store or read the file".into(),
+        })
+    });
+    let now = now_secs();
+    let ttl = app.config.assets.ttl_secs;
+    let blob = blob_id(&id);
+    let failed = matches!(outcome, Outcome::Failed(_));
+    let owned_id = id.clone();
+    let written = blocking(app, move |s| match &outcome {
+        Outcome::Active(found) => s.transition_asset(
+            &owned_id,
+            &[AssetStatus::Processing],
+            AssetStatus::Active,
+            &|a| {
+                a.asset_type = Some(store_type_of(found.kind));
+                a.format = Some(found.format.as_str().to_owned());
+                a.bytes = Some(found.bytes);
+                a.width = found.dims.map(|d| d.0);
+                a.height = found.dims.map(|d| d.1);
+                a.blob = Some(blob.clone());
+                a.updated_at = now;
+                a.expires_at = Some(now.saturating_add(ttl));
+            },
+        ),
+        Outcome::Failed(rejected) => s.transition_asset(
+            &owned_id,
+            &[AssetStatus::Processing],
+            AssetStatus::Failed,
+            &|a| {
+                a.error = Some(store::AssetError {
+                    code: rejected.code.as_str().to_owned(),
+                    message: rejected.message.clone(),
+                });
+                a.blob = None;
+                a.updated_at = now;
+            },
+        ),
+    })
+    .await;
+    match written {
+        Ok(_) if failed => remove_blobs(app, vec![id]).await,
+        Ok(_) => {}
+        // Deleted while it was processed: its bytes go too.
+        Err(StoreError::AssetNotFound(_)) => remove_blobs(app, vec![id]).await,
+        // Another step finished it first.
+        Err(StoreError::AssetWrongStatus { .. }) => {}
+        Err(e) => tracing::error!(asset = %id, "processing: recording the outcome: {e}"),
+    }
+}
+
+fn fetch_failure(e: &FetchError) -> Rejected {
+    let code = match e {
+        FetchError::TooLarge => FailureCode::TooLarge,
+        _ => FailureCode::UnreachableUrl,
+    };
+    Rejected {
+        code,
+        message: format!("the URL could not be fetched: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_rules_agree_with_the_protocol_crate() {
+        let all = [
+            AssetStatus::Processing,
+            AssetStatus::Active,
+            AssetStatus::Failed,
+            AssetStatus::Expired,
+        ];
+        for from in all {
+            assert_eq!(from.is_final(), wire_status(from).is_final());
+            for to in all {
+                assert_eq!(
+                    from.can_move_to(to),
+                    assets::can_move(wire_status(from), wire_status(to)),
+                    "{from:?} -> {to:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn facts_of_missing_and_found_assets() {
+        let missing = fact_of("asset_x".into(), None);
+        assert!(!missing.fact.exists);
+        assert_eq!(missing.fact.id, "asset_x");
+        let a = AssetRecord {
+            id: "asset_1".into(),
+            owner: "key_1".into(),
+            library_id: "lib_1".into(),
+            family: "gen2".into(),
+            declared_type: None,
+            asset_type: Some(AssetType::Image),
+            status: AssetStatus::Active,
+            source: AssetSource::Upload,
+            blob: Some(blob_id("asset_1")),
+            format: Some("png".into()),
+            bytes: Some(10),
+            width: Some(640),
+            height: Some(480),
+            created_at: 1,
+            updated_at: 1,
+            expires_at: Some(2),
+            error: None,
+        };
+        let f = fact_of("asset_1".into(), Some(&a));
+        assert!(f.fact.exists);
+        assert_eq!(f.fact.status, Some(video_generations::AssetState::Active));
+        assert_eq!(f.fact.family.as_deref(), Some("gen2"));
+        assert_eq!(f.fact.media, Some(video_generations::MediaType::Image));
+        assert_eq!(f.dimensions, Some((640, 480)));
+        assert_eq!(f.blob.as_deref(), Some("assets/asset_1/original"));
+        let wire = serde_json::to_value(record(&a)).unwrap();
+        assert_eq!(wire["type"], "image");
+        assert_eq!(wire["status"], "active");
+        assert!(wire.get("width").is_none());
+    }
+
+    #[test]
+    fn ids_increase_within_a_millisecond() {
+        let ids: Vec<String> = (0..2000).map(|_| new_id("asset")).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(ids, sorted);
+    }
+
+    #[test]
+    fn fetch_failures() {
+        assert_eq!(
+            fetch_failure(&FetchError::TooLarge).code,
+            FailureCode::TooLarge
+        );
+        for e in [
+            FetchError::Timeout,
+            FetchError::Status(404),
+            FetchError::Blocked { host: "x".into() },
+            FetchError::Connect("x".into()),
+        ] {
+            let r = fetch_failure(&e);
+            assert_eq!(r.code, FailureCode::UnreachableUrl);
+            assert!(r.message.starts_with("the URL could not be fetched"));
+        }
+    }
+}

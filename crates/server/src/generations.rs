@@ -1,0 +1,450 @@
+//! The second format: `/v1/video/generations` (CONTRACT §2.3) and the moderation call (§2.4).
+
+use std::sync::Arc;
+
+use channels::{SimDirectives, VideoJob};
+use error_codes::{ApiError, ErrorCode};
+use http::{HeaderMap, StatusCode};
+use hyper::body::Incoming;
+use serde::{Deserialize, Serialize};
+use store::{Order, Outputs, Task, TaskKind, TaskQuery, TaskStatus};
+use video_generations::{
+    Catalog, GenerationError, GenerationList, GenerationObject, GenerationStatus, JointRule,
+    ModelSpec, ModerationCategory, ModerationResult, ModerationStatus, Role, Usage,
+};
+use videos_v1::ListOrder;
+
+use crate::app::{App, now_ms, now_secs};
+use crate::config::{Config, ModelKind};
+use crate::http::{Answer, error, ok, parse_json, read_body_lenient};
+use crate::tasks;
+
+/// The second format's catalog, from the configuration's `[models.*]` of kind `generation`.
+pub fn catalog(config: &Config) -> Catalog {
+    Catalog::new(
+        config
+            .models
+            .iter()
+            .filter(|(_, m)| m.kind == ModelKind::Generation)
+            .map(|(name, m)| ModelSpec {
+                name: name.clone(),
+                family: m.family.clone().unwrap_or_default(),
+                resolutions: m.resolutions.clone(),
+                durations: m.durations.clone(),
+                ratios: m.ratios.clone(),
+                joint_rules: m
+                    .max_duration_by_resolution
+                    .iter()
+                    .map(|(resolution, max)| JointRule::MaxDuration {
+                        resolution: resolution.clone(),
+                        max_secs: *max,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    )
+}
+
+/// One referenced asset as the task keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskAsset {
+    pub id: String,
+    pub role: Role,
+    /// Blob id of the asset's stored bytes.
+    pub blob: Option<String>,
+}
+
+/// What a second-format task keeps of its request (the task's `params`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GenParams {
+    pub prompt: String,
+    pub duration: u32,
+    pub resolution: String,
+    /// The ratio chosen (never `adaptive`).
+    pub ratio: String,
+    pub width: u32,
+    pub height: u32,
+    pub assets: Vec<TaskAsset>,
+    pub return_last_frame: bool,
+    pub seed: u64,
+    #[serde(default)]
+    pub sim: SimDirectives,
+}
+
+fn params(task: &Task) -> Result<GenParams, ApiError> {
+    serde_json::from_value(task.params.clone()).map_err(|e| {
+        tracing::error!("task {}: unreadable params: {e}", task.id);
+        ApiError::new(ErrorCode::Unavailable, "the task record cannot be read")
+    })
+}
+
+/// Frame size of a resolution tier (`720p`: short side 720) at a ratio (`16:9`).
+pub fn dimensions(resolution: &str, ratio: &str) -> (u32, u32) {
+    let short: u32 = resolution
+        .trim_end_matches('p')
+        .parse()
+        .ok()
+        .filter(|s| (64..=2160).contains(s))
+        .unwrap_or(720);
+    let (a, b) = ratio
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .filter(|(a, b)| *a > 0 && *b > 0)
+        .unwrap_or((16, 9));
+    let even = |x: u64| (x.div_ceil(2) * 2) as u32;
+    if a >= b {
+        (even(u64::from(short) * u64::from(a) / u64::from(b)), short)
+    } else {
+        (short, even(u64::from(short) * u64::from(b) / u64::from(a)))
+    }
+}
+
+fn status_of(status: TaskStatus) -> GenerationStatus {
+    match status {
+        TaskStatus::Queued => GenerationStatus::Queued,
+        TaskStatus::Running => GenerationStatus::Running,
+        TaskStatus::Succeeded => GenerationStatus::Succeeded,
+        TaskStatus::Failed => GenerationStatus::Failed,
+        TaskStatus::Cancelled => GenerationStatus::Cancelled,
+    }
+}
+
+/// The task record as clients see it, with fresh signed URLs once it succeeded.
+pub fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
+    let p = params(task)?;
+    let succeeded = task.status == TaskStatus::Succeeded;
+    let expires = now_secs() + app.config.server.signed_url_ttl_secs;
+    let base = &app.config.server.public_base_url;
+    let url = |blob: &Option<String>| {
+        blob.as_ref()
+            .filter(|_| succeeded)
+            .map(|b| app.signer.url(base, b, expires))
+    };
+    Ok(GenerationObject {
+        task_id: task.id.clone(),
+        object: "video.generation".into(),
+        model: task.model.clone(),
+        status: status_of(task.status),
+        progress: task.progress,
+        duration: p.duration,
+        resolution: p.resolution,
+        ratio: p.ratio,
+        seed: Some(p.seed),
+        video_url: url(&task.outputs.video),
+        last_frame_url: if p.return_last_frame {
+            url(&task.outputs.last_frame)
+        } else {
+            None
+        },
+        usage: succeeded.then_some(Usage {
+            duration_seconds: p.duration,
+        }),
+        created_at: task.created_at,
+        updated_at: task.updated_at,
+        error: task.error.as_ref().map(|e| GenerationError {
+            code: e.code.clone(),
+            message: e.message.clone(),
+        }),
+    })
+}
+
+/// The job the channel runs for a second-format task.
+pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
+    let p = params(task)?;
+    let blob_of = |role: Role| {
+        p.assets
+            .iter()
+            .find(|a| a.role == role)
+            .and_then(|a| a.blob.clone())
+    };
+    Ok(VideoJob {
+        task_id: task.id.clone(),
+        model: upstream_model,
+        prompt: p.prompt.clone(),
+        width: p.width,
+        height: p.height,
+        ratio: p.ratio.clone(),
+        resolution: Some(p.resolution.clone()),
+        duration_secs: p.duration,
+        first_frame: blob_of(Role::FirstFrame),
+        last_frame: blob_of(Role::LastFrame),
+        audio_url: None,
+        reference_video: None,
+        reference_video_audio: false,
+        return_last_frame: p.return_last_frame,
+        seed: i64::try_from(p.seed).ok(),
+        sim: p.sim,
+    })
+}
+
+fn answer(app: &App, task: &Task) -> Answer {
+    match record(app, task) {
+        Ok(record) => ok(&record),
+        Err(e) => error(&e),
+    }
+}
+
+/// `POST /v1/video/generations`.
+pub async fn create(
+    app: &Arc<App>,
+    key: &store::Key,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Answer {
+    match create_inner(app, key, headers, body).await {
+        Ok(task) => answer(app, &task),
+        Err(e) => error(&e),
+    }
+}
+
+async fn create_inner(
+    app: &Arc<App>,
+    key: &store::Key,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<Task, ApiError> {
+    match crate::http::media_type(headers).as_deref() {
+        Some("application/json") => {}
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                format!(
+                    "POST /v1/video/generations takes application/json, got {}",
+                    other.unwrap_or("no Content-Type")
+                ),
+            ));
+        }
+    }
+    // The body size check comes last in this format (SPEC §7): read up to 4x the limit.
+    let (bytes, over_limit) = read_body_lenient(body, app.config.server.max_body_bytes).await?;
+    let value = parse_json(&bytes)?;
+    let family = app.config.groups.get(&key.group).map(String::as_str);
+    let valid = video_generations::validate(&value, &app.catalog, family)?;
+    if !crate::auth::may_use_model(key, &valid.model) {
+        return Err(ApiError::field(
+            ErrorCode::InvalidModel,
+            "model",
+            format!("this key may not use model {}", valid.model),
+        ));
+    }
+    let ids: Vec<String> = valid.assets.iter().map(|a| a.id.clone()).collect();
+    let facts = crate::assets::asset_facts(app, key, &ids).await?;
+    let generic: Vec<video_generations::AssetFact> = facts.iter().map(|f| f.fact.clone()).collect();
+    video_generations::check_assets(&valid, &generic)?;
+    if over_limit {
+        return Err(crate::http::too_large());
+    }
+    let sim = crate::videos::sim_directives(app, headers)?;
+    if app.video_channel_for(&valid.model).is_none() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!("no channel serves model {} now", valid.model),
+        ));
+    }
+    let model = app
+        .catalog
+        .model(&valid.model)
+        .ok_or_else(|| ApiError::field(ErrorCode::InvalidModel, "model", "unknown model"))?;
+    let first_dims = valid
+        .asset(Role::FirstFrame)
+        .and_then(|r| facts.iter().find(|f| f.fact.id == r.id))
+        .and_then(|f| f.dimensions);
+    let ratio = video_generations::resolve_ratio(model, &valid.ratio, first_dims);
+    let (width, height) = dimensions(&valid.resolution, &ratio);
+    let price_per_second = app
+        .config
+        .model(&valid.model)
+        .and_then(|m| m.price_per_second(Some(&valid.resolution)))
+        .unwrap_or(0);
+    let price = price_per_second as i64 * i64::from(valid.duration);
+    let seed = valid
+        .seed
+        .unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    let assets = valid
+        .assets
+        .iter()
+        .map(|a| TaskAsset {
+            id: a.id.clone(),
+            role: a.role,
+            blob: facts
+                .iter()
+                .find(|f| f.fact.id == a.id)
+                .and_then(|f| f.blob.clone()),
+        })
+        .collect();
+    let gen_params = GenParams {
+        prompt: valid.prompt.clone(),
+        duration: valid.duration,
+        resolution: valid.resolution.clone(),
+        ratio,
+        width,
+        height,
+        assets,
+        return_last_frame: valid.return_last_frame,
+        seed,
+        sim: sim.clone(),
+    };
+    let now = now_ms();
+    let task = Task {
+        id: format!("gen_{}", ulid::Ulid::new()),
+        kind: TaskKind::Generation,
+        owner: key.id.clone(),
+        model: valid.model.clone(),
+        status: TaskStatus::Queued,
+        progress: 0,
+        created_at: now / 1000,
+        updated_at: now / 1000,
+        completed_at: None,
+        expires_at: None,
+        deadline_ms: now + app.config.tasks.timeout_secs * 1000,
+        next_poll_ms: Some(now),
+        params: serde_json::to_value(&gen_params)
+            .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("task params: {e}")))?,
+        channel: None,
+        upstream_id: None,
+        submitted_ms: None,
+        attempts: 0,
+        sim: (!sim.is_empty()).then(|| serde_json::to_string(&sim).unwrap_or_default()),
+        outputs: Outputs::default(),
+        error: None,
+        warnings: Vec::new(),
+        price,
+    };
+    tasks::create(app, &task, key, price).await?;
+    Ok(task)
+}
+
+/// `GET /v1/video/generations/{id}`.
+pub async fn get(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
+    match tasks::owned(app, key, id, TaskKind::Generation).await {
+        Ok(task) => {
+            let mut res = answer(app, &task);
+            tasks::poll_after_header(&task, &mut res);
+            res
+        }
+        Err(e) => error(&e),
+    }
+}
+
+/// `GET /v1/video/generations`.
+pub async fn list(app: &Arc<App>, key: &store::Key, query: Option<&str>) -> Answer {
+    let params = match videos_v1::parse_list_query(query) {
+        Ok(p) => p,
+        Err(e) => return error(&e),
+    };
+    let q = TaskQuery {
+        owner: key.id.clone(),
+        kind: Some(TaskKind::Generation),
+        after: params.after,
+        limit: params.limit,
+        order: match params.order {
+            ListOrder::Asc => Order::Asc,
+            ListOrder::Desc => Order::Desc,
+        },
+    };
+    let page = match tasks::blocking(app, move |s| s.list_tasks(&q)).await {
+        Ok(page) => page,
+        Err(e) => return error(&tasks::store_unavailable(e)),
+    };
+    let mut data = Vec::with_capacity(page.items.len());
+    for task in &page.items {
+        match record(app, task) {
+            Ok(r) => data.push(r),
+            Err(e) => return error(&e),
+        }
+    }
+    ok(&GenerationList::new(data, page.has_more))
+}
+
+/// `POST /v1/video/generations/{id}/cancel`.
+pub async fn cancel(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
+    match tasks::cancel(app, key, id, TaskKind::Generation).await {
+        Ok(task) => answer(app, &task),
+        Err(e) => error(&e),
+    }
+}
+
+/// `POST /api/generation/video/moderation-result`: for a task of either format.
+pub async fn moderation(app: &Arc<App>, key: &store::Key, body: Incoming) -> Answer {
+    let result = async {
+        let bytes = crate::http::read_body(body, app.config.server.max_body_bytes).await?;
+        let request = video_generations::parse_moderation_request(&parse_json(&bytes)?)?;
+        let kind = if request.task_id.starts_with("gen_") {
+            TaskKind::Generation
+        } else {
+            TaskKind::Video
+        };
+        let task = tasks::owned(app, key, &request.task_id, kind).await?;
+        let prompt = task
+            .params
+            .get("prompt")
+            .and_then(|p| p.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let reject = task
+            .params
+            .get("sim")
+            .and_then(|s| s.get("reject"))
+            .and_then(|r| r.as_bool())
+            .unwrap_or(false);
+        let channel = task
+            .channel
+            .as_deref()
+            .and_then(|c| app.video_channel_named(c))
+            .or_else(|| app.video_channel_for(&task.model));
+        let verdict = match (task.status.is_final(), channel) {
+            (true, Some(channel)) => Some(channel.moderation_rejects(&prompt, reject)),
+            _ => None,
+        };
+        let score = |flagged: bool| if flagged { 1.0 } else { 0.0 };
+        Ok::<_, ApiError>(ModerationResult {
+            task_id: task.id.clone(),
+            status: match verdict {
+                None => ModerationStatus::Pending,
+                Some(true) => ModerationStatus::Rejected,
+                Some(false) => ModerationStatus::Passed,
+            },
+            categories: verdict
+                .map(|rejected| {
+                    vec![ModerationCategory {
+                        name: "prohibited_content".into(),
+                        flagged: rejected,
+                        score: score(rejected),
+                    }]
+                })
+                .unwrap_or_default(),
+            checked_at: verdict.map(|_| task.completed_at.unwrap_or(task.updated_at)),
+        })
+    }
+    .await;
+    match result {
+        Ok(r) => crate::http::json(StatusCode::OK, &r),
+        Err(e) => error(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tier_dimensions() {
+        assert_eq!(dimensions("720p", "16:9"), (1280, 720));
+        assert_eq!(dimensions("720p", "9:16"), (720, 1280));
+        assert_eq!(dimensions("1080p", "1:1"), (1080, 1080));
+        assert_eq!(dimensions("480p", "4:3"), (640, 480));
+        assert_eq!(dimensions("480p", "21:9"), (1120, 480));
+        assert_eq!(dimensions("720p", "3:4"), (720, 960));
+    }
+
+    #[test]
+    fn default_catalog_has_the_contract_models() {
+        let config = Config::embedded().unwrap();
+        let catalog = catalog(&config);
+        let pro = catalog.model("gen2-pro").unwrap();
+        assert_eq!(pro.family, "gen2");
+        assert_eq!(pro.max_duration_at("1080p"), Some(10));
+        assert!(catalog.model("motion-1").is_some());
+        assert!(catalog.model("model_h3").is_none());
+    }
+}

@@ -1,0 +1,608 @@
+//! The native messages endpoints (CONTRACT §3): `POST /v1/messages`,
+//! `POST /v1/messages/count_tokens`, `GET /v1/models` and `GET /v1/models/{id}`.
+//!
+//! Keys come as `x-api-key` or `Authorization: Bearer`; every error is in the vendor's shape
+//! with the request id. A message is billed like a task without one: an estimate (the input
+//! count plus `max_tokens`, at the model's prices, rounded up to whole credits) is
+//! pre-deducted under the message id, then settled to the real usage, or refunded when the
+//! upstream fails.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use channels::{
+    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, SimDirectives,
+    UpstreamFailure, UpstreamTimeouts,
+};
+use error_codes::{ApiError, ErrorCode};
+use http::header::{self, HeaderValue};
+use http::request::Parts;
+use http::{Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use messages::{
+    CountTokensResponse, Endpoint, MessagesRequest, ModelInfo, ModelList, StreamEvent, Usage,
+};
+use store::{Key, LedgerDraft, LedgerKind, StoreError};
+use tokio::sync::mpsc;
+
+use crate::app::{App, now_secs};
+use crate::auth::{authenticate, may_use_model};
+use crate::config::{ChannelKind, Config, ModelKind};
+use crate::http::{Answer, json, read_body, retry_headers};
+use crate::tasks::blocking;
+
+/// The request id, put into the request's extensions by the router.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// A `ping` goes out when the upstream has been silent this long.
+const PING_EVERY: Duration = Duration::from_secs(15);
+
+/// Builds the chat channels of a configuration: every `anthropic` and `openai-chat` channel,
+/// and every `simulator` channel that lists a chat model.
+pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
+    let mut out = Vec::new();
+    for c in &config.channels {
+        let chat_models: Vec<String> = c
+            .models
+            .iter()
+            .filter(|m| config.models.get(*m).map(|m| m.kind) == Some(ModelKind::Chat))
+            .cloned()
+            .collect();
+        let api_key = match (&c.api_key, &c.api_key_env) {
+            (Some(key), _) => Some(key.clone()),
+            (None, Some(var)) => Some(std::env::var(var).with_context(|| {
+                format!(
+                    "channel {}: the environment variable {var} (api_key_env) is not set",
+                    c.name
+                )
+            })?),
+            (None, None) => None,
+        };
+        let settings = ChatSettings {
+            name: c.name.clone(),
+            models: chat_models,
+            base_url: c.base_url.clone().unwrap_or_default(),
+            api_key,
+            model_map: c.model_map.clone(),
+            timeouts: timeouts(c),
+        };
+        let channel = match c.kind {
+            ChannelKind::Simulator if !settings.models.is_empty() => {
+                ChatChannel::Simulator(channels::chat::SimChat::new(settings))
+            }
+            ChannelKind::Anthropic => {
+                ChatChannel::Anthropic(channels::chat::AnthropicChat::new(settings))
+            }
+            ChannelKind::OpenaiChat => {
+                ChatChannel::OpenaiChat(channels::chat::OpenaiChat::new(settings))
+            }
+            _ => continue,
+        };
+        out.push(Arc::new(channel));
+    }
+    Ok(out)
+}
+
+fn timeouts(c: &crate::config::ChannelConfig) -> UpstreamTimeouts {
+    let default = UpstreamTimeouts::default();
+    let secs = |v: Option<u64>, d: Duration| v.map(Duration::from_secs).unwrap_or(d);
+    UpstreamTimeouts {
+        connect: secs(c.connect_timeout_secs, default.connect),
+        first_byte: secs(
+            c.first_byte_timeout_secs.or(c.request_timeout_secs),
+            default.first_byte,
+        ),
+        idle: secs(c.idle_timeout_secs, default.idle),
+    }
+}
+
+fn request_id(parts: &Parts) -> String {
+    parts
+        .extensions
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(|| format!("req_{}", ulid::Ulid::new()))
+}
+
+/// An error in the vendor's shape, with the retry headers of its status.
+fn vendor_error(err: &ApiError, rid: &str) -> Answer {
+    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = json(status, &err.vendor_body(rid));
+    retry_headers(err.code, res.headers_mut());
+    res
+}
+
+fn invalid(path: &str, what: impl std::fmt::Display) -> ApiError {
+    ApiError::field(ErrorCode::InvalidRequest, path, format!("{path}: {what}"))
+}
+
+/// An upstream failure before the first byte: 429 and 529 keep their meaning, the rest is
+/// `500 upstream error`; `x-should-retry` says whether a retry can help.
+fn failure_answer(f: &UpstreamFailure, rid: &str) -> Answer {
+    tracing::warn!("messages {rid}: {}", f.detail);
+    let err = match f.kind {
+        FailureKind::RateLimited => ApiError::new(
+            ErrorCode::RateLimited,
+            "the upstream is rate limiting requests; retry later",
+        ),
+        FailureKind::Overloaded => ApiError::new(
+            ErrorCode::Overloaded,
+            "the upstream is overloaded; retry later",
+        ),
+        FailureKind::Error => ApiError::new(ErrorCode::UpstreamError, "upstream error"),
+    };
+    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = json(status, &err.vendor_body(rid));
+    let headers = res.headers_mut();
+    if f.retryable {
+        let wait = f.retry_after.unwrap_or(Duration::from_secs(1));
+        let ms = wait.as_millis().clamp(1, 120_000) as u64;
+        headers.insert("retry-after", HeaderValue::from(ms.div_ceil(1000).max(1)));
+        headers.insert("retry-after-ms", HeaderValue::from(ms));
+        headers.insert("x-should-retry", HeaderValue::from_static("true"));
+    } else {
+        headers.insert("x-should-retry", HeaderValue::from_static("false"));
+    }
+    res
+}
+
+/// Auth (x-api-key or Bearer), then the rate limit.
+fn admit(app: &Arc<App>, parts: &Parts, rid: &str) -> Result<Key, Box<Answer>> {
+    let key = authenticate(&*app.store, &parts.headers, true, now_secs())
+        .map_err(|e| Box::new(vendor_error(&e, rid)))?;
+    if let Err(limited) = crate::limits::check(app, &key, crate::limits::Class::Request) {
+        let mut res = vendor_error(&limited.error(), rid);
+        limited.set_headers(&mut res);
+        return Err(Box::new(res));
+    }
+    Ok(key)
+}
+
+/// `vendor-version`, or `anthropic-version` (the vendor's SDKs send that name).
+fn version(parts: &Parts) -> Result<String, ApiError> {
+    ["vendor-version", "anthropic-version"]
+        .iter()
+        .find_map(|name| {
+            parts
+                .headers
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        })
+        .ok_or_else(|| invalid("vendor-version", "header is required"))
+}
+
+/// What every body-carrying endpoint checks before its own work.
+struct Checked {
+    body: Bytes,
+    request: MessagesRequest,
+    version: String,
+    beta: Option<String>,
+    channel: Arc<ChatChannel>,
+    sim: SimDirectives,
+}
+
+async fn check(
+    app: &Arc<App>,
+    parts: &Parts,
+    key: &Key,
+    body: Incoming,
+    endpoint: Endpoint,
+) -> Result<Checked, ApiError> {
+    let body = read_body(body, app.config.server.max_body_bytes).await?;
+    let version = version(parts)?;
+    let value: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| invalid("body", format_args!("not valid JSON: {e}")))?;
+    let request = messages::validate(&value, endpoint)?;
+    let model = &request.model;
+    let is_chat = app
+        .config
+        .models
+        .get(model)
+        .is_some_and(|m| m.kind == ModelKind::Chat);
+    if !is_chat || !may_use_model(key, model) {
+        return Err(ApiError::field(
+            ErrorCode::InvalidModel,
+            "model",
+            format!("model: {model} is not a chat model this key may use"),
+        ));
+    }
+    let channel = app
+        .chat_channels
+        .iter()
+        .find(|c| c.serves(model))
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Unavailable,
+                format!("no channel serves model {model} now"),
+            )
+        })?;
+    let sim = if channel.is_simulator() {
+        crate::videos::sim_directives(app, &parts.headers)?
+    } else {
+        SimDirectives::default()
+    };
+    let beta = parts
+        .headers
+        .get("anthropic-beta")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Ok(Checked {
+        body,
+        request,
+        version,
+        beta,
+        channel,
+        sim,
+    })
+}
+
+/// Credits for `usage` at the model's prices, rounded up.
+fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
+    let Some(m) = app.config.models.get(model) else {
+        return 0;
+    };
+    let micro = u128::from(input) * u128::from(m.input_price_per_mtok.unwrap_or(0))
+        + u128::from(output) * u128::from(m.output_price_per_mtok.unwrap_or(0));
+    i64::try_from(micro.div_ceil(1_000_000)).unwrap_or(i64::MAX)
+}
+
+fn draft(key: &Key, id: &str, kind: LedgerKind, amount: i64) -> LedgerDraft {
+    LedgerDraft {
+        key_id: key.id.clone(),
+        task_id: id.to_owned(),
+        kind,
+        amount,
+    }
+}
+
+/// The bill of one message: what was pre-deducted, and how it ends.
+#[derive(Clone)]
+struct Bill {
+    app: Arc<App>,
+    key: Key,
+    id: String,
+    model: String,
+    estimate: i64,
+}
+
+impl Bill {
+    /// Pre-deducts the estimate; `402` when the key cannot cover it.
+    async fn open(
+        app: &Arc<App>,
+        key: &Key,
+        id: &str,
+        model: &str,
+        estimate: i64,
+    ) -> Result<Bill, ApiError> {
+        let bill = Bill {
+            app: app.clone(),
+            key: key.clone(),
+            id: id.to_owned(),
+            model: model.to_owned(),
+            estimate,
+        };
+        if estimate <= 0 {
+            return Ok(bill);
+        }
+        let ledger = vec![draft(key, id, LedgerKind::Prededuct, -estimate)];
+        match blocking(app, move |s| s.record_ledger(&ledger)).await {
+            Ok(()) => Ok(bill),
+            Err(StoreError::InsufficientQuota {
+                needed, remaining, ..
+            }) => Err(ApiError::new(
+                ErrorCode::InsufficientQuota,
+                format!(
+                    "this message may cost up to {needed} credits (its input and max_tokens); the key has {remaining} left"
+                ),
+            )),
+            Err(e) => Err(crate::tasks::store_unavailable(e)),
+        }
+    }
+
+    /// Settles to the real usage: returns the difference (or takes the rest when the usage
+    /// cost more than the estimate and the key can cover it).
+    async fn settle(self, usage: Usage) {
+        if self.estimate <= 0 {
+            return;
+        }
+        let actual = cost(
+            &self.app,
+            &self.model,
+            usage.all_input(),
+            usage.output_tokens,
+        );
+        let amount = self.estimate - actual;
+        let ledger = vec![draft(&self.key, &self.id, LedgerKind::Settle, amount)];
+        let result = blocking(&self.app, move |s| s.record_ledger(&ledger)).await;
+        let result = match result {
+            Err(StoreError::InsufficientQuota { .. }) => {
+                // The key cannot cover the overrun: the estimate stands.
+                let ledger = vec![draft(&self.key, &self.id, LedgerKind::Settle, 0)];
+                blocking(&self.app, move |s| s.record_ledger(&ledger)).await
+            }
+            other => other,
+        };
+        if let Err(e) = result {
+            tracing::error!("message {}: settle: {e}", self.id);
+        }
+    }
+
+    /// Returns the whole estimate.
+    async fn refund(self) {
+        if self.estimate <= 0 {
+            return;
+        }
+        let ledger = vec![draft(
+            &self.key,
+            &self.id,
+            LedgerKind::Refund,
+            self.estimate,
+        )];
+        if let Err(e) = blocking(&self.app, move |s| s.record_ledger(&ledger)).await {
+            tracing::error!("message {}: refund: {e}", self.id);
+        }
+    }
+}
+
+/// `POST /v1/messages`.
+pub async fn create(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
+    let rid = request_id(parts);
+    let key = match admit(app, parts, &rid) {
+        Ok(key) => key,
+        Err(res) => return *res,
+    };
+    let checked = match check(app, parts, &key, body, Endpoint::Messages).await {
+        Ok(c) => c,
+        Err(e) => return vendor_error(&e, &rid),
+    };
+    let req = &checked.request;
+    let id = format!("msg_{}", ulid::Ulid::new());
+    let input_estimate = messages::tokens::count_request(req);
+    let estimate = cost(app, &req.model, input_estimate, req.max_tokens.unwrap_or(0));
+    let bill = match Bill::open(app, &key, &id, &req.model, estimate).await {
+        Ok(bill) => bill,
+        Err(e) => return vendor_error(&e, &rid),
+    };
+    let call = ChatCall {
+        id: &id,
+        request: req,
+        body: &checked.body,
+        version: &checked.version,
+        beta: checked.beta.as_deref(),
+        sim: &checked.sim,
+        input_estimate,
+    };
+    let channel = checked.channel.clone();
+    let answer = channel.messages(call).await;
+    record_call(app, channel.name(), answer.is_ok());
+    match answer {
+        Err(failure) => {
+            bill.refund().await;
+            failure_answer(&failure, &rid)
+        }
+        Ok(ChatAnswer::Whole { body, usage }) => {
+            let usage = usage.unwrap_or(Usage {
+                input_tokens: input_estimate,
+                output_tokens: req.max_tokens.unwrap_or(0),
+                ..Usage::default()
+            });
+            bill.settle(usage).await;
+            let mut res = Response::new(crate::http::full(body));
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            res
+        }
+        Ok(ChatAnswer::Stream(stream)) => stream_answer(stream, bill, rid),
+    }
+}
+
+fn record_call(app: &App, channel: &str, ok: bool) {
+    if let Some(stats) = app.channel_stats.get(channel) {
+        stats.record(ok);
+    }
+}
+
+/// How a relayed stream ended.
+enum Ended {
+    Completed,
+    Failed,
+    /// The client went away; the upstream request was dropped with the stream.
+    Disconnected,
+}
+
+/// Answers `200 text/event-stream` at once and relays the stream from a task, which also
+/// settles or refunds when it ends.
+fn stream_answer(mut stream: Box<ChatEventStream>, bill: Bill, rid: String) -> Answer {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let ended = pump(&mut stream, &tx, &rid).await;
+        let usage = stream.usage();
+        // Dropping the stream closes the upstream connection now, before the store step.
+        drop(stream);
+        drop(tx);
+        match ended {
+            Ended::Completed | Ended::Disconnected => bill.settle(usage).await,
+            Ended::Failed => bill.refund().await,
+        }
+    });
+    let mut res = Response::new(BodyExt::boxed_unsync(StreamBody { rx }));
+    let headers = res.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    res
+}
+
+async fn pump(stream: &mut ChatEventStream, tx: &mpsc::Sender<Bytes>, rid: &str) -> Ended {
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = tx.closed() => return Ended::Disconnected,
+            next = tokio::time::timeout(PING_EVERY, stream.next()) => next,
+        };
+        let bytes = match next {
+            Err(_silent) if stream.at_boundary() => Bytes::from(StreamEvent::Ping.to_sse()),
+            Err(_silent) => continue,
+            Ok(Ok(Some(bytes))) => bytes,
+            Ok(Ok(None)) => return Ended::Completed,
+            Ok(Err(failure)) => {
+                tracing::warn!("messages {rid}: stream failed: {}", failure.detail);
+                if !failure.reported {
+                    let event = StreamEvent::error(failure.kind, failure.message);
+                    let _ = tx.send(Bytes::from(event.to_sse())).await;
+                }
+                return Ended::Failed;
+            }
+        };
+        if tx.send(bytes).await.is_err() {
+            return Ended::Disconnected;
+        }
+    }
+}
+
+/// A response body fed by a channel; dropped by hyper when the client goes away, which the
+/// relaying task notices.
+struct StreamBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl hyper::body::Body for StreamBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|bytes| bytes.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// `POST /v1/messages/count_tokens`.
+pub async fn count_tokens(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
+    let rid = request_id(parts);
+    let key = match admit(app, parts, &rid) {
+        Ok(key) => key,
+        Err(res) => return *res,
+    };
+    let checked = match check(app, parts, &key, body, Endpoint::CountTokens).await {
+        Ok(c) => c,
+        Err(e) => return vendor_error(&e, &rid),
+    };
+    let id = format!("msg_{}", ulid::Ulid::new());
+    let call = ChatCall {
+        id: &id,
+        request: &checked.request,
+        body: &checked.body,
+        version: &checked.version,
+        beta: checked.beta.as_deref(),
+        sim: &checked.sim,
+        input_estimate: messages::tokens::count_request(&checked.request),
+    };
+    match checked.channel.count_tokens(call).await {
+        Ok(input_tokens) => json(StatusCode::OK, &CountTokensResponse { input_tokens }),
+        Err(failure) => failure_answer(&failure, &rid),
+    }
+}
+
+/// The chat models `key` may use and some channel serves, by name.
+fn models_for(app: &App, key: &Key) -> Vec<ModelInfo> {
+    app.config
+        .models
+        .iter()
+        .filter(|(name, m)| {
+            m.kind == ModelKind::Chat
+                && may_use_model(key, name)
+                && app.chat_channels.iter().any(|c| c.serves(name))
+        })
+        .map(|(name, _)| ModelInfo {
+            kind: "model".into(),
+            id: name.clone(),
+            display_name: name.clone(),
+            // The relay does not know when a model was made: the epoch says "unknown".
+            created_at: "1970-01-01T00:00:00Z".into(),
+        })
+        .collect()
+}
+
+/// `GET /v1/models?limit=&after_id=&before_id=`.
+pub async fn list_models(app: &Arc<App>, parts: &Parts) -> Answer {
+    let rid = request_id(parts);
+    let key = match admit(app, parts, &rid) {
+        Ok(key) => key,
+        Err(res) => return *res,
+    };
+    let query = parts.uri.query();
+    let limit = match crate::http::query_param(query, "limit") {
+        None => 20,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=1000).contains(&n) => n,
+            _ => {
+                return vendor_error(
+                    &invalid(
+                        "limit",
+                        format_args!("must be an integer from 1 to 1000, got {v:?}"),
+                    ),
+                    &rid,
+                );
+            }
+        },
+    };
+    let all = models_for(app, &key);
+    let after = crate::http::query_param(query, "after_id");
+    let before = crate::http::query_param(query, "before_id");
+    let mut page: Vec<ModelInfo> = all
+        .into_iter()
+        .filter(|m| after.as_deref().is_none_or(|a| m.id.as_str() > a))
+        .filter(|m| before.as_deref().is_none_or(|b| m.id.as_str() < b))
+        .collect();
+    let has_more = if before.is_some() && after.is_none() {
+        // Paging backwards: the last `limit` before the cursor.
+        let more = page.len() > limit;
+        page = page.split_off(page.len().saturating_sub(limit));
+        more
+    } else {
+        let more = page.len() > limit;
+        page.truncate(limit);
+        more
+    };
+    let list = ModelList {
+        first_id: page.first().map(|m| m.id.clone()),
+        last_id: page.last().map(|m| m.id.clone()),
+        data: page,
+        has_more,
+    };
+    json(StatusCode::OK, &list)
+}
+
+/// `GET /v1/models/{id}`.
+pub async fn get_model(app: &Arc<App>, parts: &Parts, id: &str) -> Answer {
+    let rid = request_id(parts);
+    let key = match admit(app, parts, &rid) {
+        Ok(key) => key,
+        Err(res) => return *res,
+    };
+    match models_for(app, &key).into_iter().find(|m| m.id == id) {
+        Some(model) => json(StatusCode::OK, &model),
+        None => vendor_error(
+            &ApiError::new(ErrorCode::NotFound, format!("model: {id} not found")),
+            &rid,
+        ),
+    }
+}
