@@ -76,3 +76,63 @@ async fn per_key_override_and_per_task_poll_bucket() {
     assert!(statuses.contains(&429), "{statuses:?}");
     assert_eq!(relay.get("/v1/videos").await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_carry_the_vendor_rate_limit_headers_and_429_in_vendor_shape() {
+    let relay = Relay::start("[limits]\nrps = 1\nburst = 3\n").await;
+    let body = json!({"model": "sim-chat", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]});
+    let send = || {
+        let relay = &relay;
+        let body = body.clone();
+        async move {
+            relay
+                .client
+                .send(
+                    Method::POST,
+                    &relay.url("/v1/messages"),
+                    Body::Json(body),
+                    &[
+                        ("x-api-key", relay.key.clone()),
+                        ("anthropic-version", "2023-06-01".into()),
+                    ],
+                )
+                .await
+        }
+    };
+    let first = send().await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(
+        first.header("anthropic-ratelimit-requests-limit"),
+        Some("3")
+    );
+    assert_eq!(
+        first.header("anthropic-ratelimit-requests-remaining"),
+        Some("2")
+    );
+    let reset = first.header("anthropic-ratelimit-requests-reset").unwrap();
+    assert!(reset.ends_with('Z') && reset.contains('T'), "{reset}");
+    send().await;
+    send().await;
+    let limited = send().await;
+    assert_eq!(limited.status, 429, "{}", limited.text());
+    let v = limited.json();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    assert_eq!(v["error"]["message"], "rate limited");
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(
+        limited.header("anthropic-ratelimit-requests-remaining"),
+        Some("0")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_method_on_messages_paths_answers_in_the_vendor_shape() {
+    let relay = Relay::start("").await;
+    let res = relay.get("/v1/messages").await;
+    assert_eq!(res.status, 405);
+    assert_eq!(res.header("allow"), Some("POST"));
+    let v = res.json();
+    assert_eq!(v["type"], "error", "{v}");
+    assert!(v["request_id"].as_str().is_some(), "{v}");
+}

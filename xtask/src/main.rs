@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+mod conformance;
+mod fake_upstream;
+#[path = "../../tests/it/fake_video.rs"]
+#[allow(dead_code)]
+mod fake_video;
+mod openapi;
+
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
   ci        fmt check, clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
@@ -15,7 +22,13 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
   --quick   skip the slow tests and the SDK checks
   --slow    accepted for clarity: slow tests run by default
-  sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)";
+  sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)
+  conformance   the black-box suite against a running relay (part of ci, which starts one);
+                `conformance --start` builds and starts a relay and runs the suite against it
+  fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
+                relay by hand; `fake-upstream --help` lists its switches
+  openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
+                SDK checks)";
 
 /// The admin token of the relay the SDK checks run against.
 const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
@@ -29,8 +42,18 @@ fn main() -> ExitCode {
         Some("ci") => ci(&args[1..]),
         // The Anthropic SDK check alone (it also runs as part of `ci`).
         Some("sdk-messages") => anthropic_sdk_check(),
+        Some("openapi") => openapi::validate(),
+        Some("fake-upstream") => fake_upstream::run(&args[1..]),
+        Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
+            conformance::ci::run()
+        }
+        Some("conformance") => match conformance::main(&args[1..]) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         _ => {
-            eprintln!("{USAGE}");
+            eprintln!("{USAGE}\n\n{}", conformance::USAGE);
             return ExitCode::from(2);
         }
     };
@@ -100,6 +123,12 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     run("cargo test", &mut test)?;
     if sdk {
         sdk_check()?;
+    }
+    if sdk {
+        openapi::validate()?;
+    }
+    if !quick {
+        conformance::ci::run()?;
     }
     eprintln!("xtask: ci passed");
     Ok(())

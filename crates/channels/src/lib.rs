@@ -1,9 +1,13 @@
 //! Upstream channels: what the engine asks of them ([`VideoChannel`]) and the kinds there are.
-//! Today that is the built-in simulator, which renders real H.264 videos in process.
+//! The built-in simulator renders real H.264 videos in process; `openai-videos` and `ark`
+//! speak to real upstreams over HTTP.
 #![forbid(unsafe_code)]
 
+pub mod ark;
 pub mod chat;
 pub mod mp4probe;
+pub mod openai_videos;
+pub mod remote;
 pub mod sim;
 mod sim_directives;
 mod simulator;
@@ -14,6 +18,7 @@ pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
     UpstreamFailure,
 };
+pub use remote::RemoteSettings;
 pub use sim_directives::SimDirectives;
 pub use simulator::{Simulator, SimulatorSettings};
 pub use upstream_http::{

@@ -229,6 +229,8 @@ mod tests {
             duration_secs: 1,
             first_frame: first_frame.map(str::to_owned),
             last_frame: None,
+            first_frame_url: None,
+            last_frame_url: None,
             audio_url: None,
             reference_video: None,
             reference_video_audio: false,

@@ -5,8 +5,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ark::Ark;
+use crate::openai_videos::OpenaiVideos;
+use crate::remote::Remote;
 use crate::sim_directives::SimDirectives;
 use crate::simulator::Simulator;
+use crate::upstream_http::{UpstreamError, UpstreamResponse};
 
 /// A task as a channel sees it: the normalised request, nothing of the client's key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,6 +29,13 @@ pub struct VideoJob {
     /// Blob ids of stored reference images.
     pub first_frame: Option<String>,
     pub last_frame: Option<String>,
+    /// Signed URLs of the relay's own copies of the frames, when the relay is reachable from
+    /// the internet (`public_base_url`): used by upstreams that fetch references themselves
+    /// when a frame is too large to send inline.
+    #[serde(default)]
+    pub first_frame_url: Option<String>,
+    #[serde(default)]
+    pub last_frame_url: Option<String>,
     pub audio_url: Option<String>,
     pub reference_video: Option<String>,
     pub reference_video_audio: bool,
@@ -41,6 +52,12 @@ pub enum SubmitOutcome {
     Accepted { upstream_id: String },
     /// Not accepted; trying again (here or on another channel) may work.
     Retry(String),
+    /// Not accepted because the upstream is busy (429): try elsewhere, and give this channel
+    /// a rest (`retry_after` when the upstream said how long).
+    RateLimited {
+        retry_after: Option<Duration>,
+        reason: String,
+    },
     /// Not accepted, and retrying cannot help.
     Fatal(String),
 }
@@ -77,18 +94,25 @@ pub enum PollOutcome {
     },
     /// The poll itself failed; the task is unchanged and will be polled again.
     Transient(String),
+    /// The upstream answered with a status we do not know (or an unreadable body): counted
+    /// as still running for a bounded number of polls, then the task fails.
+    Unknown(String),
 }
 
 /// A configured video channel. An enum, not a trait object: the set of kinds is closed and
 /// small, and each arm is plain async code.
 pub enum VideoChannel {
     Simulator(Simulator),
+    OpenaiVideos(OpenaiVideos),
+    Ark(Ark),
 }
 
 impl VideoChannel {
     pub fn name(&self) -> &str {
         match self {
             VideoChannel::Simulator(sim) => sim.name(),
+            VideoChannel::OpenaiVideos(c) => c.remote().name(),
+            VideoChannel::Ark(c) => c.remote().name(),
         }
     }
 
@@ -96,12 +120,16 @@ impl VideoChannel {
     pub fn kind(&self) -> &'static str {
         match self {
             VideoChannel::Simulator(_) => "simulator",
+            VideoChannel::OpenaiVideos(_) => "openai-videos",
+            VideoChannel::Ark(_) => "ark",
         }
     }
 
     pub fn serves(&self, model: &str) -> bool {
         match self {
             VideoChannel::Simulator(sim) => sim.serves(model),
+            VideoChannel::OpenaiVideos(c) => c.remote().settings.models.iter().any(|m| m == model),
+            VideoChannel::Ark(c) => c.remote().settings.models.iter().any(|m| m == model),
         }
     }
 
@@ -109,6 +137,10 @@ impl VideoChannel {
     pub fn upstream_model(&self, model: &str) -> String {
         match self {
             VideoChannel::Simulator(_) => model.to_owned(),
+            VideoChannel::OpenaiVideos(_) | VideoChannel::Ark(_) => self
+                .remote()
+                .and_then(|r| r.settings.model_map.get(model).cloned())
+                .unwrap_or_else(|| model.to_owned()),
         }
     }
 
@@ -119,6 +151,8 @@ impl VideoChannel {
             VideoChannel::Simulator(sim) => {
                 sim.moderation_rejects(prompt, reject && sim.scenarios())
             }
+            // Real upstreams moderate while generating: a finished task passed.
+            VideoChannel::OpenaiVideos(_) | VideoChannel::Ark(_) => false,
         }
     }
 
@@ -126,12 +160,18 @@ impl VideoChannel {
     pub fn min_poll_interval(&self) -> Duration {
         match self {
             VideoChannel::Simulator(sim) => sim.min_poll_interval(),
+            VideoChannel::OpenaiVideos(_) | VideoChannel::Ark(_) => self
+                .remote()
+                .map(|r| r.settings.min_poll_interval)
+                .unwrap_or_default(),
         }
     }
 
     pub async fn submit(&self, job: &VideoJob) -> SubmitOutcome {
         match self {
             VideoChannel::Simulator(sim) => sim.submit(job).await,
+            VideoChannel::OpenaiVideos(c) => c.submit(job).await,
+            VideoChannel::Ark(c) => c.submit(job).await,
         }
     }
 
@@ -145,6 +185,8 @@ impl VideoChannel {
     ) -> PollOutcome {
         match self {
             VideoChannel::Simulator(sim) => sim.poll(job, upstream_id, submitted_ms, now_ms).await,
+            VideoChannel::OpenaiVideos(c) => c.poll(upstream_id).await,
+            VideoChannel::Ark(c) => c.poll(upstream_id).await,
         }
     }
 
@@ -152,6 +194,28 @@ impl VideoChannel {
     pub async fn cancel(&self, upstream_id: &str) {
         match self {
             VideoChannel::Simulator(sim) => sim.cancel(upstream_id).await,
+            VideoChannel::OpenaiVideos(c) => c.cancel(upstream_id).await,
+            VideoChannel::Ark(c) => c.cancel(upstream_id).await,
+        }
+    }
+
+    /// Starts the download of a result URL given by this channel's `poll`, with the
+    /// channel's key when the URL is on its own host. The body is streamed.
+    pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
+        match self {
+            VideoChannel::Simulator(_) => Err(UpstreamError::Build(
+                "the simulator has no result URLs".into(),
+            )),
+            VideoChannel::OpenaiVideos(c) => c.download(url).await,
+            VideoChannel::Ark(c) => c.download(url).await,
+        }
+    }
+
+    fn remote(&self) -> Option<&Remote> {
+        match self {
+            VideoChannel::Simulator(_) => None,
+            VideoChannel::OpenaiVideos(c) => Some(c.remote()),
+            VideoChannel::Ark(c) => Some(c.remote()),
         }
     }
 }

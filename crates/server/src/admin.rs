@@ -406,10 +406,18 @@ pub async fn channels(app: &Arc<App>) -> Answer {
                 .count();
             let stats = app.channel_stats.get(c.name());
             let (calls, failures) = stats.map(|s| s.totals()).unwrap_or((0, 0));
+            let count = |pick: fn(&crate::routing::Health) -> &std::sync::atomic::AtomicU64| {
+                app.routing
+                    .health(c.name())
+                    .map_or(0, |h| pick(h).load(std::sync::atomic::Ordering::Relaxed))
+            };
             json!({
-                "name": c.name(), "kind": c.kind(), "healthy": true, "in_flight": in_flight,
-                "calls": calls, "failures": failures,
+                "name": c.name(), "kind": c.kind(), "healthy": app.routing.is_healthy(c.name()),
+                "in_flight": in_flight, "calls": calls, "failures": failures,
                 "error_rate": if calls == 0 { 0.0 } else { failures as f64 / calls as f64 },
+                "marked_unhealthy": count(|h| &h.marked_unhealthy),
+                "restored": count(|h| &h.restored),
+                "failovers": count(|h| &h.failovers),
             })
         })
         .collect();

@@ -36,8 +36,12 @@ pub struct App {
     pub catalog: video_generations::Catalog,
     /// Signs `/files/...` URLs.
     pub signer: crate::signed::Signer,
+    /// The address the server is bound to (set by `serve`).
+    pub bound: std::sync::OnceLock<std::net::SocketAddr>,
     /// Rate-limit buckets (in memory; shared limits across instances come later).
     pub limiter: crate::limits::Limiter,
+    /// Video channel choice, health and call caps.
+    pub routing: crate::routing::Routing,
 }
 
 /// Counts of one channel's upstream calls since start.
@@ -111,7 +115,8 @@ impl App {
             bootstrap.first_key = Some(secret);
         }
 
-        let video_channels = config
+        let mut video_channels = remote_video_channels(&config, &blobs)?;
+        let simulators = config
             .channels
             .iter()
             .filter(|c| c.kind == ChannelKind::Simulator)
@@ -127,8 +132,8 @@ impl App {
                     },
                     blobs.clone(),
                 )))
-            })
-            .collect();
+            });
+        video_channels.extend(simulators);
 
         let signer = {
             let fresh = generate_secret("");
@@ -148,6 +153,7 @@ impl App {
             max_redirects: 5,
         });
         let catalog = crate::generations::catalog(&config);
+        let routing = crate::routing::Routing::new(&config);
         let app = App {
             config,
             store,
@@ -160,9 +166,11 @@ impl App {
             asset_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: crate::limits::Limiter::default(),
+            bound: std::sync::OnceLock::new(),
             signer,
             catalog,
             channel_stats,
+            routing,
         };
         Ok((Arc::new(app), bootstrap))
     }
@@ -176,6 +184,22 @@ impl App {
         self.video_channels.iter().find(|c| c.name() == name)
     }
 
+    /// What the relay writes into URLs it hands out: `server.public_base_url`, or when that is
+    /// empty, `http://` and the bound address (loopback for an unspecified bind address).
+    pub fn public_base_url(&self) -> String {
+        let configured = self.config.server.public_base_url.trim_end_matches('/');
+        if !configured.is_empty() {
+            return configured.to_owned();
+        }
+        match self.bound.get() {
+            Some(addr) if addr.ip().is_unspecified() => {
+                format!("http://127.0.0.1:{}", addr.port())
+            }
+            Some(addr) => format!("http://{addr}"),
+            None => format!("http://{}", self.config.server.listen),
+        }
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Relaxed)
     }
@@ -184,6 +208,79 @@ impl App {
     pub fn sim_scenarios(&self) -> bool {
         self.config.simulator.scenarios
     }
+}
+
+/// The `openai-videos` and `ark` channels of a configuration. A channel serves the video
+/// models it lists and every video model of its `family`.
+fn remote_video_channels(
+    config: &Config,
+    blobs: &Arc<dyn BlobStore>,
+) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
+    use crate::config::ModelKind;
+    let mut out = Vec::new();
+    for c in &config.channels {
+        if !matches!(c.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
+            continue;
+        }
+        let mut models: Vec<String> = c
+            .models
+            .iter()
+            .filter(|m| config.models.get(*m).map(|m| m.kind) != Some(ModelKind::Chat))
+            .cloned()
+            .collect();
+        if let Some(family) = &c.family {
+            for (name, model) in &config.models {
+                if model.kind != ModelKind::Chat
+                    && model.family.as_deref() == Some(family.as_str())
+                    && !models.contains(name)
+                {
+                    models.push(name.clone());
+                }
+            }
+        }
+        let api_key = match (&c.api_key, &c.api_key_env) {
+            (Some(key), _) => Some(key.clone()),
+            (None, Some(var)) => Some(std::env::var(var).with_context(|| {
+                format!(
+                    "channel {}: the environment variable {var} (api_key_env) is not set",
+                    c.name
+                )
+            })?),
+            (None, None) => None,
+        };
+        let defaults = channels::UpstreamTimeouts::default();
+        let request = c
+            .request_timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(Duration::from_secs(60));
+        let settings = channels::RemoteSettings {
+            name: c.name.clone(),
+            models,
+            base_url: c.base_url.clone().unwrap_or_default(),
+            api_key,
+            model_map: c.model_map.clone(),
+            timeouts: channels::UpstreamTimeouts {
+                connect: c
+                    .connect_timeout_secs
+                    .map(Duration::from_secs)
+                    .unwrap_or(defaults.connect),
+                first_byte: request,
+                idle: request,
+            },
+            min_poll_interval: Duration::from_millis(config.tasks.poll_interval_min_ms),
+            max_inline_bytes: c.max_inline_bytes.unwrap_or(10 * 1024 * 1024),
+        };
+        let channel = if c.kind == ChannelKind::Ark {
+            VideoChannel::Ark(channels::ark::Ark::new(settings, blobs.clone()))
+        } else {
+            VideoChannel::OpenaiVideos(channels::openai_videos::OpenaiVideos::new(
+                settings,
+                blobs.clone(),
+            ))
+        };
+        out.push(Arc::new(channel));
+    }
+    Ok(out)
 }
 
 /// A new active key record and its secret (shown once).

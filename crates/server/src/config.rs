@@ -63,6 +63,16 @@ pub struct TasksConfig {
     pub poll_interval_max_ms: u64,
     pub submit_attempts: u32,
     pub content_ttl_secs: u64,
+    /// Polls of one task on a remote channel never come faster than this.
+    pub poll_interval_min_ms: u64,
+    /// Polls answered with an unknown status before the task fails.
+    pub unknown_status_polls: u32,
+    /// Largest result file downloaded from an upstream.
+    pub max_result_bytes: u64,
+    /// Failed upstream calls in a row that mark a channel unhealthy.
+    pub channel_failure_threshold: u32,
+    /// How long an unhealthy channel is skipped before one probe goes through.
+    pub channel_cooldown_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -162,6 +172,10 @@ pub struct ChannelConfig {
     pub first_byte_timeout_secs: Option<u64>,
     /// Chat channels: the longest silence inside a streamed upstream answer, in seconds.
     pub idle_timeout_secs: Option<u64>,
+    /// Video channels: upstream calls at once (default 16).
+    pub max_concurrency: Option<u32>,
+    /// Video channels: reference images up to this size are sent inline (default 10 MiB).
+    pub max_inline_bytes: Option<u64>,
 }
 
 impl Config {
@@ -280,6 +294,9 @@ impl Config {
             ) {
                 check_chat_channel(self, channel)?;
             }
+            if matches!(channel.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
+                check_video_channel(self, channel)?;
+            }
         }
         Ok(())
     }
@@ -314,6 +331,40 @@ fn check_chat_channel(config: &Config, channel: &ChannelConfig) -> Result<(), St
         ("connect_timeout_secs", channel.connect_timeout_secs),
         ("first_byte_timeout_secs", channel.first_byte_timeout_secs),
         ("idle_timeout_secs", channel.idle_timeout_secs),
+    ] {
+        if secs == Some(0) {
+            return Err(format!("channels.{name}: {what} must be above 0"));
+        }
+    }
+    Ok(())
+}
+
+/// A remote video channel (`openai-videos`, `ark`) needs an http(s) `base_url` and serves
+/// video models only.
+fn check_video_channel(config: &Config, channel: &ChannelConfig) -> Result<(), String> {
+    let name = &channel.name;
+    match channel.base_url.as_deref() {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
+        Some(url) => {
+            return Err(format!(
+                "channels.{name}: base_url {url:?} must start with http:// or https://"
+            ));
+        }
+        None => return Err(format!("channels.{name}: base_url is required")),
+    }
+    for model in &channel.models {
+        if config.models.get(model).map(|m| m.kind) == Some(ModelKind::Chat) {
+            return Err(format!(
+                "channels.{name}: model {model} is a chat model; this channel serves videos"
+            ));
+        }
+    }
+    if channel.models.is_empty() && channel.family.is_none() {
+        return Err(format!("channels.{name}: set models or family"));
+    }
+    for (what, secs) in [
+        ("connect_timeout_secs", channel.connect_timeout_secs),
+        ("request_timeout_secs", channel.request_timeout_secs),
     ] {
         if secs == Some(0) {
             return Err(format!("channels.{name}: {what} must be above 0"));

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use channels::{PollOutcome, ResultSource, SubmitOutcome, VideoChannel, VideoJob};
+use channels::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoChannel, VideoJob};
 use store::{LedgerDraft, LedgerKind, Outputs, StoreError, Task, TaskKind, TaskStatus};
 use tokio::sync::{Semaphore, watch};
 
@@ -74,45 +74,100 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 
 /// One look at one task.
 async fn step(app: &Arc<App>, task: Task) {
+    // The due list may be older than the last step of this task (a step that ended while the
+    // list was being worked through): act on the task as it is now, if it is still due.
+    let id = task.id.clone();
+    let task = match blocking(app, move |s| s.task(&id)).await {
+        Ok(Some(task)) => task,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!("engine: task {}: reading it: {e}", task.id);
+            return;
+        }
+    };
     let now = now_ms();
+    if task.status.is_final() || task.next_poll_ms.is_some_and(|at| at > now) {
+        return;
+    }
     if now >= task.deadline_ms {
         time_out(app, task).await;
         return;
     }
-    let channel = match task.channel.as_deref() {
-        Some(name) => app.video_channel_named(name),
-        None => app.video_channel_for(&task.model),
-    };
-    let Some(channel) = channel.cloned() else {
-        // No channel serves the model now (configuration changed); look again later.
-        reschedule(app, &task, now + 5_000, false).await;
-        return;
-    };
-    let job = match job_for(&task, &channel) {
-        Ok(job) => job,
-        Err(message) => {
-            let owned = task.clone();
-            let _ = blocking(app, move |s| fail(s, &owned, "upstream_error", &message)).await;
-            return;
-        }
-    };
-    match (task.status, task.upstream_id.as_deref()) {
-        (TaskStatus::Queued, _) | (TaskStatus::Running, None) => {
-            submit(app, task, &channel, &job).await
-        }
+    match (task.status, task.upstream_id.clone()) {
+        (TaskStatus::Queued, _) | (TaskStatus::Running, None) => submit(app, task).await,
         (TaskStatus::Running, Some(upstream_id)) => {
-            let upstream_id = upstream_id.to_owned();
+            let channel = task
+                .channel
+                .as_deref()
+                .and_then(|name| app.video_channel_named(name))
+                .cloned();
+            let Some(channel) = channel else {
+                // Its channel is gone from the configuration; look again later.
+                reschedule(app, &task, now + 5_000, false).await;
+                return;
+            };
+            let job = match job_for(app, &task, &channel) {
+                Ok(job) => job,
+                Err(message) => {
+                    let owned = task.clone();
+                    let _ =
+                        blocking(app, move |s| fail(s, &owned, "upstream_error", &message)).await;
+                    return;
+                }
+            };
             poll(app, task, &channel, &job, &upstream_id).await
         }
         _ => {}
     }
 }
 
-fn job_for(task: &Task, channel: &VideoChannel) -> Result<VideoJob, String> {
+fn job_for(app: &App, task: &Task, channel: &VideoChannel) -> Result<VideoJob, String> {
     let upstream_model = channel.upstream_model(&task.model);
-    match task.kind {
-        TaskKind::Video => crate::videos::job(task, upstream_model).map_err(|e| e.detail),
-        TaskKind::Generation => crate::generations::job(task, upstream_model).map_err(|e| e.detail),
+    let mut job = match task.kind {
+        TaskKind::Video => crate::videos::job(task, upstream_model).map_err(|e| e.detail)?,
+        TaskKind::Generation => {
+            crate::generations::job(task, upstream_model).map_err(|e| e.detail)?
+        }
+    };
+    // Upstreams fetch frames too large to inline from the relay, when the internet can reach it.
+    if is_public(&app.config.server.public_base_url) {
+        let base = &app.config.server.public_base_url;
+        let expires = now_secs() + app.config.server.signed_url_ttl_secs.max(3600);
+        job.first_frame_url = job
+            .first_frame
+            .as_ref()
+            .map(|b| app.signer.url(base, b, expires));
+        job.last_frame_url = job
+            .last_frame
+            .as_ref()
+            .map(|b| app.signer.url(base, b, expires));
+    }
+    Ok(job)
+}
+
+/// Whether a base URL names a host other machines can reach: not empty, not localhost, not a
+/// loopback, private or link-local address.
+fn is_public(base: &str) -> bool {
+    let Some(rest) = base
+        .strip_prefix("https://")
+        .or_else(|| base.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    if host.is_empty() || host.eq_ignore_ascii_case("localhost") {
+        return false;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            !(ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified())
+        }
+        Ok(std::net::IpAddr::V6(ip)) => !(ip.is_loopback() || ip.is_unspecified()),
+        Err(_) => true,
     }
 }
 
@@ -122,79 +177,155 @@ fn record(app: &App, channel: &VideoChannel, ok: bool) {
     }
 }
 
-fn backoff(app: &App, channel: &VideoChannel, attempts: u32) -> u64 {
-    let base = channel.min_poll_interval().as_millis() as u64;
+/// `base` doubled per attempt, capped by `poll_interval_max_ms`.
+fn backoff(app: &App, base: Duration, attempts: u32) -> u64 {
+    let base = base.as_millis() as u64;
     let cap = app.config.tasks.poll_interval_max_ms.max(base);
     base.saturating_mul(1u64 << attempts.min(16)).min(cap)
 }
 
-async fn submit(app: &Arc<App>, task: Task, channel: &Arc<VideoChannel>, job: &VideoJob) {
-    let outcome = channel.submit(job).await;
-    record(
-        app,
-        channel,
-        matches!(outcome, SubmitOutcome::Accepted { .. }),
-    );
-    let now = now_ms();
-    let id = task.id.clone();
-    match outcome {
-        SubmitOutcome::Accepted { upstream_id } => {
-            let accepted_id = upstream_id.clone();
-            let name = channel.name().to_owned();
-            let next = (now + channel.min_poll_interval().as_millis() as u64).min(task.deadline_ms);
-            let result = blocking(app, move |s| {
-                s.transition(
-                    &id,
-                    &[TaskStatus::Queued],
-                    TaskStatus::Running,
-                    &|t| {
-                        t.channel = Some(name.clone());
-                        t.upstream_id = Some(upstream_id.clone());
-                        t.submitted_ms = Some(now);
-                        t.attempts = 0;
-                        t.updated_at = now / 1000;
-                        t.next_poll_ms = Some(next);
-                    },
-                    &[],
-                )
-            })
-            .await;
-            match result {
-                Ok(_) => {}
-                // Cancelled (or timed out) while submitting: stop the upstream work too.
-                Err(StoreError::WrongStatus { .. }) => channel.cancel(&accepted_id).await,
-                Err(e) => {
-                    tracing::error!("engine: task {}: recording the submission: {e}", task.id)
-                }
-            }
-        }
-        SubmitOutcome::Retry(reason) => {
-            let attempts = task.attempts + 1;
-            tracing::warn!(
-                "engine: task {}: submission attempt {attempts} failed: {reason}",
-                task.id
+/// A permit for one upstream call of `channel` (its concurrency cap).
+async fn call_permit(
+    app: &App,
+    channel: &VideoChannel,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let permits = app.routing.permits(channel.name())?;
+    permits.acquire_owned().await.ok()
+}
+
+/// Submits a task that no upstream has accepted yet: to the channel routing picks, then,
+/// while submissions fail before acceptance (connect error, 429, 5xx), to the next one.
+/// Once a channel accepted it the task is never submitted again.
+async fn submit(app: &Arc<App>, task: Task) {
+    let mut tried: Vec<String> = Vec::new();
+    let mut counted = false;
+    let mut base = Duration::from_millis(app.config.tasks.poll_interval_min_ms.clamp(1, 1000));
+    while let Some(channel) = app.routing.pick(&app.video_channels, &task.model, &tried) {
+        if let Some(previous) = tried.last() {
+            app.routing.failed_over(previous);
+            tracing::info!(
+                "engine: task {}: failing over from channel {previous} to {}",
+                task.id,
+                channel.name()
             );
-            if attempts >= app.config.tasks.submit_attempts.max(1) {
+        }
+        let job = match job_for(app, &task, &channel) {
+            Ok(job) => job,
+            Err(message) => {
+                let _ = blocking(app, move |s| fail(s, &task, "upstream_error", &message)).await;
+                return;
+            }
+        };
+        let permit = call_permit(app, &channel).await;
+        let outcome = channel.submit(&job).await;
+        drop(permit);
+        record(
+            app,
+            &channel,
+            matches!(outcome, SubmitOutcome::Accepted { .. }),
+        );
+        let name = channel.name().to_owned();
+        base = base.min(channel.min_poll_interval().max(Duration::from_millis(1)));
+        match outcome {
+            SubmitOutcome::Accepted { upstream_id } => {
+                app.routing.success(&name);
+                accept(app, task, &channel, upstream_id).await;
+                return;
+            }
+            SubmitOutcome::Retry(reason) => {
+                app.routing.failure(&name);
+                counted = true;
+                tracing::warn!(
+                    "engine: task {}: submission not accepted: {reason}",
+                    task.id
+                );
+            }
+            SubmitOutcome::RateLimited {
+                retry_after,
+                reason,
+            } => {
+                app.routing.rate_limited(&name, retry_after);
+                tracing::warn!(
+                    "engine: task {}: submission rate limited: {reason}",
+                    task.id
+                );
+            }
+            SubmitOutcome::Fatal(reason) => {
+                tracing::warn!("engine: task {}: submission refused: {reason}", task.id);
                 let _ = blocking(app, move |s| {
-                    fail(
-                        s,
-                        &task,
-                        "upstream_error",
-                        "the upstream did not accept the task",
-                    )
+                    fail(s, &task, "upstream_error", "the upstream refused the task")
                 })
                 .await;
-            } else {
-                let next = now + backoff(app, channel, attempts);
-                reschedule(app, &task, next, true).await;
+                return;
             }
         }
-        SubmitOutcome::Fatal(reason) => {
-            tracing::warn!("engine: task {}: submission refused: {reason}", task.id);
-            let _ = blocking(app, move |s| {
-                fail(s, &task, "upstream_error", "the upstream refused the task")
-            })
-            .await;
+        tried.push(name);
+    }
+    let now = now_ms();
+    if tried.is_empty() {
+        // No channel is available now (none serves the model, or all are unhealthy or
+        // resting after a 429): look again soon; the deadline bounds the wait.
+        let wait = if app.video_channel_for(&task.model).is_some() {
+            500
+        } else {
+            5_000
+        };
+        reschedule(app, &task, now + wait, false).await;
+        return;
+    }
+    if !counted {
+        // Only 429s: not the task's fault; try again once the channels have rested.
+        reschedule(app, &task, now + base.as_millis() as u64, false).await;
+        return;
+    }
+    let attempts = task.attempts + 1;
+    if attempts >= app.config.tasks.submit_attempts.max(1) {
+        let _ = blocking(app, move |s| {
+            fail(
+                s,
+                &task,
+                "upstream_error",
+                "the upstream did not accept the task",
+            )
+        })
+        .await;
+    } else {
+        let next = now + backoff(app, base, attempts);
+        reschedule(app, &task, next, true).await;
+    }
+}
+
+/// Records an accepted submission: `running` with the channel and upstream id.
+async fn accept(app: &Arc<App>, task: Task, channel: &Arc<VideoChannel>, upstream_id: String) {
+    let now = now_ms();
+    let id = task.id.clone();
+    let accepted_id = upstream_id.clone();
+    let name = channel.name().to_owned();
+    let next = (now + channel.min_poll_interval().as_millis() as u64).min(task.deadline_ms);
+    let from = task.status;
+    let result = blocking(app, move |s| {
+        s.transition(
+            &id,
+            &[from],
+            TaskStatus::Running,
+            &|t| {
+                t.channel = Some(name.clone());
+                t.upstream_id = Some(upstream_id.clone());
+                t.submitted_ms = Some(now);
+                t.attempts = 0;
+                t.updated_at = now / 1000;
+                t.next_poll_ms = Some(next);
+            },
+            &[],
+        )
+    })
+    .await;
+    match result {
+        Ok(_) => {}
+        // Cancelled (or timed out) while submitting: stop the upstream work too.
+        Err(StoreError::WrongStatus { .. }) => channel.cancel(&accepted_id).await,
+        Err(e) => {
+            tracing::error!("engine: task {}: recording the submission: {e}", task.id)
         }
     }
 }
@@ -207,8 +338,16 @@ async fn poll(
     upstream_id: &str,
 ) {
     let submitted = task.submitted_ms.unwrap_or(task.created_at * 1000);
+    let permit = call_permit(app, channel).await;
     let outcome = channel.poll(job, upstream_id, submitted, now_ms()).await;
-    record(app, channel, !matches!(outcome, PollOutcome::Transient(_)));
+    drop(permit);
+    let answered = !matches!(outcome, PollOutcome::Transient(_));
+    record(app, channel, answered);
+    if answered {
+        app.routing.success(channel.name());
+    } else {
+        app.routing.failure(channel.name());
+    }
     let now = now_ms();
     match outcome {
         PollOutcome::Running {
@@ -240,22 +379,68 @@ async fn poll(
                 tracing::error!("engine: task {}: recording progress: {e}", task.id);
             }
         }
-        PollOutcome::Succeeded(files) => succeed(app, task, files).await,
+        PollOutcome::Succeeded(files) => succeed(app, task, channel, files).await,
         PollOutcome::Failed { code, message } => {
             let _ = blocking(app, move |s| fail(s, &task, &code, &message)).await;
         }
         PollOutcome::Transient(reason) => {
             let attempts = task.attempts + 1;
             tracing::warn!("engine: task {}: poll failed: {reason}", task.id);
-            let next = now + backoff(app, channel, attempts);
+            let next = now + backoff(app, channel.min_poll_interval(), attempts);
             reschedule(app, &task, next, true).await;
+        }
+        PollOutcome::Unknown(reason) => {
+            let attempts = task.attempts + 1;
+            tracing::warn!(
+                "engine: task {}: poll {attempts} gave no known status: {reason}",
+                task.id
+            );
+            if attempts >= app.config.tasks.unknown_status_polls.max(1) {
+                let _ = blocking(app, move |s| {
+                    fail(
+                        s,
+                        &task,
+                        "upstream_error",
+                        "the upstream reported a status the relay does not know",
+                    )
+                })
+                .await;
+            } else {
+                let next = now + channel.min_poll_interval().as_millis() as u64;
+                reschedule(app, &task, next, true).await;
+            }
         }
     }
 }
 
 /// Keeps the result files in the blob store, then moves the task to `succeeded` with its
 /// settlement. If the task ended meanwhile (cancelled), the files are removed again.
-async fn succeed(app: &Arc<App>, task: Task, files: channels::ResultFiles) {
+async fn succeed(
+    app: &Arc<App>,
+    task: Task,
+    channel: &Arc<VideoChannel>,
+    files: channels::ResultFiles,
+) {
+    let files = match download_results(app, &task, channel, files).await {
+        Ok(files) => files,
+        Err(reason) => {
+            tracing::warn!(
+                "engine: task {}: channel {}: downloading the result: {reason}",
+                task.id,
+                channel.name()
+            );
+            let _ = blocking(app, move |s| {
+                fail(
+                    s,
+                    &task,
+                    "upstream_error",
+                    "the result could not be downloaded from the upstream",
+                )
+            })
+            .await;
+            return;
+        }
+    };
     let blobs = app.blobs.clone();
     let prefix = task.id.clone();
     let kept = tokio::task::spawn_blocking(move || -> std::io::Result<Outputs> {
@@ -267,7 +452,7 @@ async fn succeed(app: &Arc<App>, task: Task, files: channels::ResultFiles) {
                     Ok((id, len))
                 }
                 ResultSource::Url(_) => Err(std::io::Error::other(
-                    "downloading upstream results is not supported by this build",
+                    "a result URL was not downloaded first",
                 )),
             }
         };
@@ -392,5 +577,156 @@ async fn reschedule(app: &Arc<App>, task: &Task, next_ms: u64, count_attempt: bo
         )
     {
         tracing::error!("engine: task {}: rescheduling: {e}", task.id);
+    }
+}
+
+/// What a downloaded result must be.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Video,
+    Image,
+}
+
+/// Turns the URL results into local files: the video must download whole; a thumbnail or
+/// last frame that cannot be had is left out (with a warning).
+async fn download_results(
+    app: &Arc<App>,
+    task: &Task,
+    channel: &Arc<VideoChannel>,
+    files: ResultFiles,
+) -> Result<ResultFiles, String> {
+    let video = localize(app, channel, files.video, Expect::Video).await?;
+    let optional = |source: Option<ResultSource>| {
+        let task_id = task.id.clone();
+        async move {
+            let source = source?;
+            match localize(app, channel, source, Expect::Image).await {
+                Ok(local) => Some(local),
+                Err(reason) => {
+                    tracing::warn!(
+                        "engine: task {task_id}: channel {}: an image result left out: {reason}",
+                        channel.name()
+                    );
+                    None
+                }
+            }
+        }
+    };
+    let thumbnail = optional(files.thumbnail).await;
+    let last_frame = optional(files.last_frame).await;
+    Ok(ResultFiles {
+        video,
+        thumbnail,
+        last_frame,
+    })
+}
+
+/// Downloads a URL result to a temp file of the blob store: streamed (memory stays flat),
+/// at most `max_result_bytes`, whole (the declared length, if any, is checked) and of the
+/// expected type (sniffed from its first bytes). A local file is returned as it is.
+async fn localize(
+    app: &Arc<App>,
+    channel: &Arc<VideoChannel>,
+    source: ResultSource,
+    expect: Expect,
+) -> Result<ResultSource, String> {
+    use tokio::io::AsyncWriteExt;
+    let url = match source {
+        ResultSource::LocalFile(_) => return Ok(source),
+        ResultSource::Url(url) => url,
+    };
+    let max = app.config.tasks.max_result_bytes;
+    let permit = call_permit(app, channel).await;
+    let res = channel.download(&url).await.map_err(|e| e.to_string())?;
+    if !res.status.is_success() {
+        return Err(format!("the result URL answered {}", res.status));
+    }
+    let declared = res
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max) {
+        return Err(format!("the result is larger than {max} bytes"));
+    }
+    let path = app.blobs.temp_path();
+    let mut body = res.body;
+    let written = async {
+        let mut file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| format!("creating a temp file: {e}"))?;
+        let mut total: u64 = 0;
+        let mut head: Vec<u8> = Vec::new();
+        while let Some(chunk) = body.chunk().await.map_err(|e| e.to_string())? {
+            total += chunk.len() as u64;
+            if total > max {
+                return Err(format!("the result is larger than {max} bytes"));
+            }
+            if head.len() < 64 {
+                let take = (64 - head.len()).min(chunk.len());
+                head.extend_from_slice(&chunk[..take]);
+            }
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| format!("writing a temp file: {e}"))?;
+        }
+        file.sync_all()
+            .await
+            .map_err(|e| format!("writing a temp file: {e}"))?;
+        if let Some(len) = declared
+            && len != total
+        {
+            return Err(format!("truncated: {total} of {len} bytes"));
+        }
+        let format = fetch::sniff(&head);
+        let fits = match expect {
+            Expect::Video => matches!(format, Some(fetch::Format::Mp4 | fetch::Format::Mov)),
+            Expect::Image => matches!(
+                format,
+                Some(fetch::Format::Png | fetch::Format::Jpeg | fetch::Format::Webp)
+            ),
+        };
+        if !fits {
+            return Err(format!(
+                "not a {expect:?} ({total} bytes, sniffed {format:?})"
+            ));
+        }
+        Ok(())
+    }
+    .await;
+    drop(permit);
+    match written {
+        Ok(()) => Ok(ResultSource::LocalFile(path)),
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&path).await;
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_public;
+
+    #[test]
+    fn only_reachable_hosts_are_public() {
+        for base in [
+            "https://relay.example.com",
+            "http://203.0.113.7:8080/",
+            "https://[2001:db8::1]:443",
+        ] {
+            assert!(is_public(base), "{base}");
+        }
+        for base in [
+            "",
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://10.0.0.2",
+            "http://192.168.1.5:80",
+            "http://[::1]:8080",
+            "ftp://relay.example.com",
+        ] {
+            assert!(!is_public(base), "{base}");
+        }
     }
 }

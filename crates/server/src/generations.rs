@@ -114,11 +114,11 @@ pub fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
     let p = params(task)?;
     let succeeded = task.status == TaskStatus::Succeeded;
     let expires = now_secs() + app.config.server.signed_url_ttl_secs;
-    let base = &app.config.server.public_base_url;
+    let base = app.public_base_url();
     let url = |blob: &Option<String>| {
         blob.as_ref()
             .filter(|_| succeeded)
-            .map(|b| app.signer.url(base, b, expires))
+            .map(|b| app.signer.url(&base, b, expires))
     };
     Ok(GenerationObject {
         task_id: task.id.clone(),
@@ -168,6 +168,8 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
         duration_secs: p.duration,
         first_frame: blob_of(Role::FirstFrame),
         last_frame: blob_of(Role::LastFrame),
+        first_frame_url: None,
+        last_frame_url: None,
         audio_url: None,
         reference_video: None,
         reference_video_audio: false,

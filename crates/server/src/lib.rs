@@ -18,7 +18,10 @@ pub mod http;
 pub mod limits;
 pub mod messages;
 pub mod multipart;
+#[cfg(test)]
+mod openapi_check;
 pub mod router;
+pub mod routing;
 pub mod signed;
 pub mod tasks;
 pub mod videos;
@@ -48,6 +51,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        let _ = app.bound.set(addr);
+    }
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));

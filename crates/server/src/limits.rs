@@ -65,6 +65,21 @@ impl Limiter {
         self.take_named(name, limit, Instant::now())
     }
 
+    /// Whole tokens left in a key's bucket and how long until it is full, without taking one.
+    pub fn peek(&self, key_id: &str, limit: RateLimit, now: Instant) -> (u32, Duration) {
+        let rps = f64::from(limit.rps.max(1));
+        let burst = f64::from(limit.burst.max(1));
+        let tokens = self
+            .buckets
+            .lock()
+            .ok()
+            .and_then(|b| b.get(key_id).copied())
+            .map(|b| (b.tokens + now.duration_since(b.at).as_secs_f64() * rps).min(burst))
+            .unwrap_or(burst);
+        let full_in = Duration::from_secs_f64(((burst - tokens) / rps).max(0.0));
+        (tokens.floor() as u32, full_in)
+    }
+
     fn take_named(&self, name: String, limit: RateLimit, now: Instant) -> Result<(), Limited> {
         let rps = f64::from(limit.rps.max(1));
         let burst = f64::from(limit.burst.max(1));
@@ -104,6 +119,57 @@ pub fn check(app: &crate::App, key: &Key, class: Class<'_>) -> Result<(), Limite
         .take(key, class, default, limits.poll_rps_per_task)
 }
 
+/// The vendor's `anthropic-ratelimit-requests-*` headers on a `/v1/messages` answer: the key's
+/// bucket as it stands after the request (limit = burst, remaining whole tokens, and the time
+/// it is full again, RFC 3339).
+pub fn vendor_headers(app: &crate::App, headers: &http::HeaderMap, res: &mut Answer) {
+    let Ok(key) = crate::auth::authenticate(&*app.store, headers, true, crate::app::now_secs())
+    else {
+        return;
+    };
+    let limits = &app.config.limits;
+    let limit = key.rate_limit.unwrap_or(RateLimit {
+        rps: limits.rps,
+        burst: limits.burst,
+    });
+    let (remaining, full_in) = app.limiter.peek(&key.id, limit, Instant::now());
+    let reset = crate::app::now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
+    let out = res.headers_mut();
+    out.insert(
+        "anthropic-ratelimit-requests-limit",
+        HeaderValue::from(limit.burst),
+    );
+    out.insert(
+        "anthropic-ratelimit-requests-remaining",
+        HeaderValue::from(remaining),
+    );
+    if let Ok(v) = HeaderValue::from_str(&rfc3339(reset)) {
+        out.insert("anthropic-ratelimit-requests-reset", v);
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 impl Limited {
     pub fn error(&self) -> ApiError {
         ApiError::new(
@@ -128,6 +194,27 @@ impl Limited {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_326_743), "2026-11-22T05:52:23Z");
+    }
+
+    #[test]
+    fn peek_reports_remaining_without_taking() {
+        let limiter = Limiter::default();
+        let limit = RateLimit { rps: 10, burst: 20 };
+        let t0 = Instant::now();
+        assert_eq!(limiter.peek("k", limit, t0).0, 20);
+        for _ in 0..5 {
+            limiter.take_named("k".into(), limit, t0).unwrap();
+        }
+        let (remaining, full_in) = limiter.peek("k", limit, t0);
+        assert_eq!(remaining, 15);
+        assert_eq!(full_in, Duration::from_millis(500));
+    }
 
     #[test]
     fn bucket_allows_burst_then_refills_at_rate() {

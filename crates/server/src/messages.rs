@@ -102,7 +102,7 @@ fn timeouts(c: &crate::config::ChannelConfig) -> UpstreamTimeouts {
     }
 }
 
-fn request_id(parts: &Parts) -> String {
+pub fn request_id(parts: &Parts) -> String {
     parts
         .extensions
         .get::<RequestId>()
@@ -111,7 +111,7 @@ fn request_id(parts: &Parts) -> String {
 }
 
 /// An error in the vendor's shape, with the retry headers of its status.
-fn vendor_error(err: &ApiError, rid: &str) -> Answer {
+pub fn vendor_error(err: &ApiError, rid: &str) -> Answer {
     let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut res = json(status, &err.vendor_body(rid));
     retry_headers(err.code, res.headers_mut());

@@ -20,6 +20,8 @@ use crate::{admin, assets, generations, videos};
 enum Route<'a> {
     Healthz,
     Readyz,
+    /// `GET /openapi.yaml`: the API description, unauthenticated.
+    OpenApi,
     /// `/files/<blob id>`, authorised by its signature instead of a key.
     File(&'a str),
     CreateVideo,
@@ -85,6 +87,8 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["healthz"] => Err(Miss::Method("GET")),
         ["readyz"] if m == Method::GET => Ok(Readyz),
         ["readyz"] => Err(Miss::Method("GET")),
+        ["openapi.yaml"] if m == Method::GET => Ok(OpenApi),
+        ["openapi.yaml"] => Err(Miss::Method("GET")),
         ["v1", "videos"] if m == Method::POST => Ok(CreateVideo),
         ["v1", "videos"] if m == Method::GET => Ok(ListVideos),
         ["v1", "videos"] => Err(Miss::Method("GET, POST")),
@@ -185,10 +189,17 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             ));
         }
         Err(Miss::Method(allow)) => {
-            let mut res = error(&ApiError::new(
+            let err = ApiError::new(
                 ErrorCode::MethodNotAllowed,
                 format!("{} is not allowed here; allowed: {allow}", parts.method),
-            ));
+            );
+            // The messages paths answer in the vendor's error shape, even here.
+            let vendor = path.starts_with("/v1/messages") || path.starts_with("/v1/models");
+            let mut res = if vendor {
+                crate::messages::vendor_error(&err, &crate::messages::request_id(&parts))
+            } else {
+                error(&err)
+            };
             res.headers_mut()
                 .insert(http::header::ALLOW, HeaderValue::from_static(allow));
             return res;
@@ -198,12 +209,20 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
     match route {
         Route::Healthz => ok(&json!({"status": "ok"})),
         Route::Readyz => readyz(app).await,
+        Route::OpenApi => openapi(),
         Route::File(blob) => file(app, blob, query, headers).await,
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
-        Route::Messages => crate::messages::create(app, &parts, body).await,
-        Route::CountTokens => crate::messages::count_tokens(app, &parts, body).await,
-        Route::ListModels => crate::messages::list_models(app, &parts).await,
-        Route::GetModel(id) => crate::messages::get_model(app, &parts, id).await,
+        Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
+            let mut res = match route {
+                Route::Messages => crate::messages::create(app, &parts, body).await,
+                Route::CountTokens => crate::messages::count_tokens(app, &parts, body).await,
+                Route::ListModels => crate::messages::list_models(app, &parts).await,
+                Route::GetModel(id) => crate::messages::get_model(app, &parts, id).await,
+                _ => error(&ErrorCode::NotFound.into()),
+            };
+            crate::limits::vendor_headers(app, &parts.headers, &mut res);
+            res
+        }
         Route::CreateKey
         | Route::ListKeys
         | Route::GetKey(_)
@@ -292,9 +311,70 @@ async fn file(
     crate::content::serve_blob(&app.blobs, blob, crate::signed::content_type(blob), headers).await
 }
 
+/// The OpenAPI document of the API, as written in the repository's `docs/openapi.yaml`.
+pub const OPENAPI_YAML: &str = include_str!("../../../docs/openapi.yaml");
+
+fn openapi() -> Answer {
+    let mut res = http::Response::new(crate::http::full(OPENAPI_YAML));
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/yaml"),
+    );
+    res
+}
+
+/// Every route the relay serves, as (method, path template); the router's test checks each
+/// entry against `route` and the OpenAPI document's test checks it against the document.
+/// `/files/{path}` stands for `/files/` followed by one or more segments.
+pub fn route_table() -> &'static [(&'static str, &'static str)] {
+    &[
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/openapi.yaml"),
+        ("GET", "/files/{path}"),
+        ("POST", "/v1/videos"),
+        ("GET", "/v1/videos"),
+        ("GET", "/v1/videos/{task_id}"),
+        ("DELETE", "/v1/videos/{task_id}"),
+        ("GET", "/v1/videos/{task_id}/content"),
+        ("POST", "/v1/videos/{task_id}/cancel"),
+        ("POST", "/v1/video/generations"),
+        ("GET", "/v1/video/generations"),
+        ("GET", "/v1/video/generations/{task_id}"),
+        ("POST", "/v1/video/generations/{task_id}/cancel"),
+        ("POST", "/api/generation/video/moderation-result"),
+        ("POST", "/v1/asset-libraries"),
+        ("GET", "/v1/asset-libraries"),
+        ("GET", "/v1/asset-libraries/{library_id}"),
+        ("DELETE", "/v1/asset-libraries/{library_id}"),
+        ("POST", "/v1/asset-libraries/{library_id}/assets"),
+        ("GET", "/v1/asset-libraries/{library_id}/assets"),
+        ("GET", "/v1/assets/{asset_id}"),
+        ("DELETE", "/v1/assets/{asset_id}"),
+        ("POST", "/admin/keys"),
+        ("GET", "/admin/keys"),
+        ("GET", "/admin/keys/{key_id}"),
+        ("DELETE", "/admin/keys/{key_id}"),
+        ("PATCH", "/admin/keys/{key_id}"),
+        ("GET", "/admin/keys/{key_id}/ledger"),
+        ("GET", "/admin/tasks"),
+        ("GET", "/admin/channels"),
+        ("POST", "/v1/messages"),
+        ("POST", "/v1/messages/count_tokens"),
+        ("GET", "/v1/models"),
+        ("GET", "/v1/models/{model_id}"),
+    ]
+}
+
 async fn readyz(app: &Arc<App>) -> Answer {
     let store_ok = crate::tasks::blocking(app, |s| s.key_count()).await.is_ok();
-    if store_ok && !app.video_channels.is_empty() && !app.is_shutting_down() {
+    if store_ok
+        && app
+            .video_channels
+            .iter()
+            .any(|c| app.routing.is_healthy(c.name()))
+        && !app.is_shutting_down()
+    {
         ok(&json!({"status": "ready"}))
     } else {
         error(&ApiError::new(
@@ -353,5 +433,40 @@ mod tests {
         );
         assert_eq!(route(&Method::GET, "/nope"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "//v1/videos"), Err(Miss::NotFound));
+        assert_eq!(route(&Method::GET, "/openapi.yaml"), Ok(Route::OpenApi));
+    }
+
+    /// Every entry of `route_table` routes, every route has an entry, and the methods a path
+    /// takes are exactly the table's (so the table cannot drift from `route`).
+    #[test]
+    fn route_table_matches_route() {
+        let methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+        let table = route_table();
+        let concrete = |template: &str| {
+            template
+                .split('/')
+                .map(|s| if s.starts_with('{') { "x1" } else { s })
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let mut kinds = std::collections::HashSet::new();
+        for (method, template) in table {
+            let path = concrete(template);
+            for m in methods {
+                let listed = table
+                    .iter()
+                    .any(|(tm, tt)| *tm == m && concrete(tt) == path);
+                let got = route(&Method::from_bytes(m.as_bytes()).unwrap(), &path);
+                assert_eq!(got.is_ok(), listed, "{m} {path}: {got:?}");
+                if let Ok(r) = got {
+                    let name = format!("{r:?}");
+                    kinds.insert(name.split('(').next().unwrap_or_default().to_owned());
+                }
+            }
+            assert!(route(&Method::from_bytes(method.as_bytes()).unwrap(), &path).is_ok());
+        }
+        // Every variant of `Route` is reached by some entry: a new variant needs a table entry
+        // (and a path in docs/openapi.yaml), and this count goes up with it.
+        assert_eq!(kinds.len(), 35, "route_table misses a route");
     }
 }

@@ -100,6 +100,8 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
         duration_secs: p.duration,
         first_frame: p.first_frame,
         last_frame: p.last_frame,
+        first_frame_url: None,
+        last_frame_url: None,
         audio_url: p.audio,
         reference_video: p.reference_video,
         reference_video_audio: p.reference_video_audio,
@@ -542,9 +544,7 @@ pub async fn content(
     match blob {
         Some(blob) if app.config.server.content_mode == ContentMode::Redirect => {
             let expires = crate::app::now_secs() + app.config.server.signed_url_ttl_secs;
-            let url = app
-                .signer
-                .url(&app.config.server.public_base_url, blob, expires);
+            let url = app.signer.url(&app.public_base_url(), blob, expires);
             let mut res = crate::http::json(StatusCode::FOUND, &json!({"url": url}));
             if let Ok(location) = http::HeaderValue::from_str(&url) {
                 res.headers_mut().insert(http::header::LOCATION, location);

@@ -1,0 +1,422 @@
+//! Fake video upstreams: one small hyper server speaking both OpenAI-style `/v1/videos` and
+//! Seedance-style `/api/v3/contents/generations/tasks`, with switches (changeable while it
+//! runs) for latency, failure rates, 429 bursts, going down, hanging polls, unknown statuses,
+//! expired result URLs and truncated downloads. It counts submissions per prompt, so a test
+//! that gives every task its own prompt can prove none was submitted twice.
+//!
+//! Self-contained (no test harness), so that `cargo xtask fake-upstream` serves the same fake
+//! for trying the relay by hand.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// The key the relay must send; a client of the relay must never see it.
+pub const FAKE_KEY: &str = "fake-upstream-key-93";
+
+/// How the fake behaves. Rates are 0.0..=1.0.
+#[derive(Debug, Default)]
+pub struct Switches {
+    /// Added before every answer, in ms.
+    pub latency_ms: AtomicU64,
+    /// How long an accepted task runs, in ms.
+    pub run_ms: AtomicU64,
+    /// Share of submissions answered 500 (not accepted), in thousandths.
+    pub submit_fail_permille: AtomicU32,
+    /// Share of accepted tasks that end `failed`, in thousandths.
+    pub task_fail_permille: AtomicU32,
+    /// The next this many submissions are answered 429.
+    pub burst_429: AtomicU32,
+    /// Every request is answered 503.
+    pub down: AtomicBool,
+    /// Polls never answer.
+    pub hang_polls: AtomicBool,
+    /// Polls report a status no one knows.
+    pub unknown_status: AtomicBool,
+    /// Result URLs answer 403 (expired).
+    pub expire_results: AtomicBool,
+    /// Result downloads announce more bytes than they send.
+    pub truncate: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+struct FakeTask {
+    prompt: String,
+    started: Instant,
+    fails: bool,
+    cancelled: bool,
+}
+
+#[derive(Default)]
+struct State {
+    tasks: HashMap<String, FakeTask>,
+    /// Accepted submissions per prompt.
+    accepted: HashMap<String, u32>,
+    next: u64,
+    /// Bodies of accepted submissions, newest last.
+    bodies: Vec<Bytes>,
+    /// Result downloads that carried an authorization header, by path.
+    authorized_downloads: Vec<(String, bool)>,
+}
+
+pub struct FakeVideo {
+    pub base: String,
+    pub switches: Arc<Switches>,
+    state: Arc<Mutex<State>>,
+    _stop: oneshot::Sender<()>,
+}
+
+/// A 1x1 PNG.
+const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe\x92\xef\x00\x00\x00\x00IEND\xaeB`\x82";
+
+/// A video long enough to be streamed in pieces, starting like an MP4 (an `ftyp` box).
+pub fn fake_mp4() -> Vec<u8> {
+    let mut v = b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isommp41\x00\x00\x00\x08free".to_vec();
+    v.extend((0..200_000u32).map(|i| (i % 251) as u8));
+    v
+}
+
+impl FakeVideo {
+    pub async fn start() -> FakeVideo {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        FakeVideo::serve(listener, Arc::new(Switches::default()))
+    }
+
+    /// Serves on `listener` with `switches` (a zero `run_ms` becomes 100 ms).
+    pub fn serve(listener: TcpListener, switches: Arc<Switches>) -> FakeVideo {
+        let _ = switches
+            .run_ms
+            .compare_exchange(0, 100, Ordering::SeqCst, Ordering::SeqCst);
+        let state: Arc<Mutex<State>> = Arc::default();
+        let addr = listener.local_addr().expect("addr");
+        let base = format!("http://{addr}");
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let (sw, st, b) = (switches.clone(), state.clone(), base.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req: Request<Incoming>| {
+                                let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
+                                async move { Ok::<_, Infallible>(handle(req, &sw, &st, &b).await) }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .await;
+                        });
+                    }
+                }
+            }
+        });
+        FakeVideo {
+            base,
+            switches,
+            state,
+            _stop: stop,
+        }
+    }
+
+    /// `base_url` of an `openai-videos` channel.
+    pub fn openai_base(&self) -> String {
+        self.base.clone()
+    }
+
+    /// `base_url` of an `ark` channel.
+    pub fn ark_base(&self) -> String {
+        format!("{}/api/v3", self.base)
+    }
+
+    /// Accepted submissions per prompt.
+    pub fn accepted(&self) -> HashMap<String, u32> {
+        self.state.lock().expect("fake state").accepted.clone()
+    }
+
+    pub fn bodies(&self) -> Vec<Bytes> {
+        self.state.lock().expect("fake state").bodies.clone()
+    }
+
+    /// (path, whether it carried an authorization header) of each result download.
+    pub fn downloads(&self) -> Vec<(String, bool)> {
+        self.state
+            .lock()
+            .expect("fake state")
+            .authorized_downloads
+            .clone()
+    }
+
+    pub fn cancelled(&self) -> usize {
+        let state = self.state.lock().expect("fake state");
+        state.tasks.values().filter(|t| t.cancelled).count()
+    }
+
+    pub fn set(&self, switch: &AtomicBool, on: bool) {
+        switch.store(on, Ordering::SeqCst);
+    }
+}
+
+fn answer(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("response")
+}
+
+/// True `permille` times in a thousand (a xorshift; no need for a good generator).
+fn chance(permille: u32) -> bool {
+    static SEED: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
+    if permille == 0 {
+        return false;
+    }
+    let mut x = SEED.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    SEED.store(x, Ordering::Relaxed);
+    (x % 1000) < u64::from(permille)
+}
+
+/// The prompt of a submission, whichever protocol.
+fn prompt_of(body: &[u8], ark: bool) -> Option<String> {
+    if ark {
+        let v: Value = serde_json::from_slice(body).ok()?;
+        return v["content"][0]["text"].as_str().map(str::to_owned);
+    }
+    let text = String::from_utf8_lossy(body);
+    let start = text.find("name=\"prompt\"\r\n\r\n")? + "name=\"prompt\"\r\n\r\n".len();
+    let end = text[start..].find("\r\n--")?;
+    Some(text[start..start + end].to_owned())
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    sw: &Switches,
+    state: &Mutex<State>,
+    base: &str,
+) -> Response<Full<Bytes>> {
+    let latency = sw.latency_ms.load(Ordering::Relaxed);
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    if sw.down.load(Ordering::SeqCst) {
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": {"message": "down"}}),
+        );
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or_default().to_owned();
+    let authorized = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        == Some(&format!("Bearer {FAKE_KEY}"));
+    let has_auth = req.headers().contains_key("authorization");
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let is_api = !matches!(segs.as_slice(), ["files", ..]);
+    if is_api && !authorized {
+        return answer(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"message": "bad key"}}),
+        );
+    }
+    match (&method, segs.as_slice()) {
+        (&Method::POST, ["v1", "videos"])
+        | (&Method::POST, ["api", "v3", "contents", "generations", "tasks"]) => {
+            let ark = segs[0] == "api";
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            if sw
+                .burst_429
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Response::builder()
+                    .status(StatusCode::TOO_MANY_REQUESTS)
+                    .header("retry-after-ms", "50")
+                    .body(Full::new(Bytes::from_static(
+                        b"{\"error\":{\"message\":\"slow down\"}}",
+                    )))
+                    .expect("response");
+            }
+            if chance(sw.submit_fail_permille.load(Ordering::Relaxed)) {
+                return answer(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error": {"message": "injected failure"}}),
+                );
+            }
+            let Some(prompt) = prompt_of(&body, ark) else {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": {"message": "no prompt"}}),
+                );
+            };
+            let mut st = state.lock().expect("fake state");
+            st.next += 1;
+            let id = if ark {
+                format!("cgt-{}", st.next)
+            } else {
+                format!("video_up_{}", st.next)
+            };
+            *st.accepted.entry(prompt.clone()).or_default() += 1;
+            st.bodies.push(body);
+            st.tasks.insert(
+                id.clone(),
+                FakeTask {
+                    prompt,
+                    started: Instant::now(),
+                    fails: chance(sw.task_fail_permille.load(Ordering::Relaxed)),
+                    cancelled: false,
+                },
+            );
+            if ark {
+                answer(StatusCode::OK, json!({"id": id}))
+            } else {
+                answer(
+                    StatusCode::OK,
+                    json!({"id": id, "object": "video", "status": "queued", "progress": 0}),
+                )
+            }
+        }
+        (&Method::GET, ["v1", "videos", id])
+        | (&Method::GET, ["api", "v3", "contents", "generations", "tasks", id]) => {
+            let ark = segs[0] == "api";
+            if sw.hang_polls.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            let task = state.lock().expect("fake state").tasks.get(*id).cloned();
+            let Some(task) = task else {
+                return answer(
+                    StatusCode::NOT_FOUND,
+                    json!({"error": {"message": "no such task"}}),
+                );
+            };
+            let run = sw.run_ms.load(Ordering::Relaxed);
+            let elapsed = task.started.elapsed().as_millis() as u64;
+            let status = if sw.unknown_status.load(Ordering::SeqCst) {
+                "mystery"
+            } else if task.cancelled {
+                "cancelled"
+            } else if elapsed < run {
+                if ark { "running" } else { "in_progress" }
+            } else if task.fails {
+                "failed"
+            } else if ark {
+                "succeeded"
+            } else {
+                "completed"
+            };
+            let progress = (elapsed * 100).checked_div(run).unwrap_or(100).min(100);
+            let error = (status == "failed").then(|| json!({"code": "InternalError", "message": format!("secret-host-detail for {}", task.prompt)}));
+            if ark {
+                answer(
+                    StatusCode::OK,
+                    json!({
+                        "id": id, "model": "seedance", "status": status, "error": error,
+                        "content": (status == "succeeded").then(|| json!({
+                            "video_url": format!("{base}/files/{id}.mp4?sig=x"),
+                            "last_frame_url": format!("{base}/files/{id}.png"),
+                        })),
+                    }),
+                )
+            } else {
+                answer(
+                    StatusCode::OK,
+                    json!({
+                        "id": id, "object": "video", "status": status, "progress": progress, "error": error,
+                    }),
+                )
+            }
+        }
+        (&Method::GET, ["v1", "videos", id, "content"]) => {
+            let thumbnail = query.contains("variant=thumbnail");
+            content(sw, state, &path, has_auth, id, thumbnail)
+        }
+        (&Method::GET, ["files", file]) => {
+            let (id, ext) = file.rsplit_once('.').unwrap_or((file, ""));
+            content(sw, state, &path, has_auth, id, ext == "png")
+        }
+        (&Method::DELETE, ["v1", "videos", id])
+        | (&Method::DELETE, ["api", "v3", "contents", "generations", "tasks", id]) => {
+            let mut st = state.lock().expect("fake state");
+            match st.tasks.get_mut(*id) {
+                Some(t) => {
+                    t.cancelled = true;
+                    answer(StatusCode::OK, json!({"id": id, "deleted": true}))
+                }
+                None => answer(
+                    StatusCode::NOT_FOUND,
+                    json!({"error": {"message": "no such task"}}),
+                ),
+            }
+        }
+        _ => answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": {"message": "no route"}}),
+        ),
+    }
+}
+
+fn content(
+    sw: &Switches,
+    state: &Mutex<State>,
+    path: &str,
+    has_auth: bool,
+    id: &str,
+    image: bool,
+) -> Response<Full<Bytes>> {
+    let mut st = state.lock().expect("fake state");
+    st.authorized_downloads.push((path.to_owned(), has_auth));
+    if !st.tasks.contains_key(id) {
+        return answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": {"message": "no such file"}}),
+        );
+    }
+    drop(st);
+    if sw.expire_results.load(Ordering::SeqCst) {
+        return answer(
+            StatusCode::FORBIDDEN,
+            json!({"error": {"message": "expired"}}),
+        );
+    }
+    let (ct, bytes) = if image {
+        ("image/png", PNG_1X1.to_vec())
+    } else {
+        ("video/mp4", fake_mp4())
+    };
+    let mut res = Response::builder().header("content-type", ct);
+    let bytes = if sw.truncate.load(Ordering::SeqCst) && !image {
+        res = res.header("content-length", bytes.len().to_string());
+        bytes[..bytes.len() / 2].to_vec()
+    } else {
+        bytes
+    };
+    res.body(Full::new(Bytes::from(bytes))).expect("response")
+}

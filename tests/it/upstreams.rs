@@ -1,0 +1,379 @@
+//! Real video upstreams, stood in for by [`FakeVideo`]: both adapters end to end with the
+//! relay's own copy served, failover, 429s, unknown statuses, truncated downloads, and many
+//! tasks through two flaky channels, one going down and coming back.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use http::Method;
+use serde_json::{Value, json};
+
+use crate::fake_video::{FAKE_KEY, FakeVideo, fake_mp4};
+use crate::harness::{Body, Multipart, Relay, png, poll_until};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Fast polls and a short cool-down, then the channels.
+fn config(channels: &str) -> String {
+    format!(
+        "[tasks]\npoll_interval_min_ms = 20\npoll_interval_max_ms = 300\nchannel_cooldown_ms = 300\nunknown_status_polls = 3\n{channels}"
+    )
+}
+
+fn openai_channel(name: &str, fake: &FakeVideo, priority: i32) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nkind = \"openai-videos\"\nbase_url = \"{}\"\napi_key = \"{FAKE_KEY}\"\nmodels = [\"model_h3\"]\npriority = {priority}\nrequest_timeout_secs = 2\n",
+        fake.openai_base()
+    )
+}
+
+fn ark_channel(name: &str, fake: &FakeVideo) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nkind = \"ark\"\nbase_url = \"{}\"\napi_key = \"{FAKE_KEY}\"\nfamily = \"gen2\"\nmodel_map = {{ \"gen2-pro\" = \"seedance-pro\" }}\n",
+        fake.ark_base()
+    )
+}
+
+async fn create_video(relay: &Relay, key: &str, prompt: &str) -> String {
+    let res = relay
+        .call_as(
+            key,
+            Method::POST,
+            "/v1/videos",
+            Body::Json(
+                json!({"model": "model_h3", "prompt": prompt, "size": "64x64", "seconds": "5"}),
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.json()["id"].as_str().expect("id").to_owned()
+}
+
+/// Nothing of the upstream reaches a client.
+fn assert_clean(text: &str, fake: &FakeVideo) {
+    for secret in [
+        FAKE_KEY,
+        fake.base.trim_start_matches("http://"),
+        "video_up_",
+        "cgt-",
+        "secret-host-detail",
+    ] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+}
+
+async fn quota(relay: &Relay, key_id: &str) -> Value {
+    relay
+        .admin(Method::GET, &format!("/admin/keys/{key_id}"), Body::Empty)
+        .await
+        .json()
+}
+
+async fn channel_view(relay: &Relay, name: &str) -> Value {
+    let list = relay
+        .admin(Method::GET, "/admin/channels", Body::Empty)
+        .await
+        .json();
+    list["data"]
+        .as_array()
+        .and_then(|d| d.iter().find(|c| c["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no channel {name}: {list}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_format_over_openai_videos_keeps_its_own_copy() {
+    let fake = FakeVideo::start().await;
+    let relay = Relay::start(&config(&openai_channel("up", &fake, 0))).await;
+    let (ct, body) = Multipart::new()
+        .text("model", "model_h3")
+        .text("prompt", "a lighthouse at dusk")
+        .text("seconds", "5")
+        .text("size", "64x64")
+        .file("input_reference", "ref.png", "image/png", &png(64, 64))
+        .build();
+    let res = relay
+        .call(Method::POST, "/v1/videos", Body::Raw(ct, body))
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["id"].as_str().unwrap().to_owned();
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_clean(&done.to_string(), &fake);
+
+    // The upstream got the SDK's multipart with the image as a file part.
+    let sent = fake.bodies();
+    let sent = String::from_utf8_lossy(&sent[0]);
+    assert!(
+        sent.contains("name=\"input_reference\"; filename="),
+        "{sent}"
+    );
+    assert!(sent.contains("64x64"), "{sent}");
+
+    // The relay serves its own copy, even once the upstream's URL has expired.
+    fake.set(&fake.switches.expire_results, true);
+    let content = relay.get(&format!("/v1/videos/{id}/content")).await;
+    assert_eq!(content.status, 200);
+    assert_eq!(content.body.as_ref(), fake_mp4().as_slice());
+    let thumb = relay
+        .get(&format!("/v1/videos/{id}/content?variant=thumbnail"))
+        .await;
+    assert_eq!(thumb.status, 200);
+    assert!(thumb.body.starts_with(b"\x89PNG"));
+    // The content URL is the upstream's own API: the key went along.
+    assert!(fake.downloads().iter().all(|(_, auth)| *auth));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_format_over_ark_keeps_video_and_last_frame() {
+    let fake = FakeVideo::start().await;
+    let relay = Relay::start(&config(&ark_channel("ark", &fake))).await;
+    let res = relay
+        .post_json(
+            "/v1/video/generations",
+            json!({"model": "gen2-pro", "prompt": "a heron takes off", "duration": 2,
+                   "resolution": "480p", "ratio": "16:9", "return_last_frame": true, "seed": 7}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["task_id"].as_str().unwrap().to_owned();
+    let done = poll_until(WAIT, || async {
+        let v = relay
+            .get(&format!("/v1/video/generations/{id}"))
+            .await
+            .json();
+        matches!(v["status"].as_str(), Some("succeeded" | "failed")).then_some(v)
+    })
+    .await
+    .expect("the generation ends");
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_clean(&done.to_string(), &fake);
+
+    let sent: Value = serde_json::from_slice(&fake.bodies()[0]).unwrap();
+    assert_eq!(sent["model"], "seedance-pro");
+    assert_eq!(sent["resolution"], "480p");
+    assert_eq!(sent["ratio"], "16:9");
+    assert_eq!(sent["duration"], 2);
+    assert_eq!(sent["seed"], 7);
+    assert_eq!(sent["return_last_frame"], true);
+    assert_eq!(sent["content"][0]["type"], "text");
+
+    fake.set(&fake.switches.expire_results, true);
+    let url = done["video_url"].as_str().expect("video_url");
+    let path = &url[url.find("/files/").unwrap()..];
+    let video = relay.get(path).await;
+    assert_eq!(video.status, 200);
+    assert_eq!(video.body.as_ref(), fake_mp4().as_slice());
+    let url = done["last_frame_url"].as_str().expect("last_frame_url");
+    let frame = relay.get(&url[url.find("/files/").unwrap()..]).await;
+    assert_eq!(frame.status, 200);
+    assert!(frame.body.starts_with(b"\x89PNG"));
+    // The result URLs are on another host than the API: no key went there.
+    assert!(!fake.downloads().is_empty());
+    assert!(fake.downloads().iter().all(|(_, auth)| !*auth));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_channel_fails_over_and_429s_wait() {
+    let down = FakeVideo::start().await;
+    let busy = FakeVideo::start().await;
+    down.set(&down.switches.down, true);
+    busy.switches.burst_429.store(3, Ordering::SeqCst);
+    let channels = format!(
+        "{}{}",
+        openai_channel("first", &down, 10),
+        openai_channel("second", &busy, 0)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let id = create_video(&relay, &relay.key.clone(), "failover please").await;
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(down.accepted().is_empty());
+    assert_eq!(busy.accepted().get("failover please"), Some(&1));
+    assert_eq!(busy.switches.burst_429.load(Ordering::SeqCst), 0);
+    let first = channel_view(&relay, "first").await;
+    assert!(first["failovers"].as_u64().unwrap() >= 1, "{first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_the_upstream() {
+    let fake = FakeVideo::start().await;
+    fake.switches.run_ms.store(60_000, Ordering::SeqCst);
+    let relay = Relay::start(&config(&openai_channel("up", &fake, 0))).await;
+    let id = create_video(&relay, &relay.key.clone(), "stop me").await;
+    let running = poll_until(WAIT, || async {
+        let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+        (v["status"] == "in_progress").then_some(v)
+    })
+    .await;
+    assert!(running.is_some(), "the task never ran");
+    let res = relay
+        .call(
+            Method::POST,
+            &format!("/v1/videos/{id}/cancel"),
+            Body::Empty,
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let deleted = poll_until(WAIT, || async { (fake.cancelled() == 1).then_some(()) }).await;
+    assert!(deleted.is_some(), "the upstream task was not cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_statuses_then_truncated_downloads_fail_and_refund() {
+    let fake = FakeVideo::start().await;
+    let relay = Relay::start(&config(&openai_channel("up", &fake, 0))).await;
+    let (key_id, key) = relay.new_key("billed", Some(1000)).await;
+
+    fake.set(&fake.switches.unknown_status, true);
+    let id = create_video(&relay, &key, "never known").await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "upstream_error");
+    assert_clean(&done.to_string(), &fake);
+    fake.set(&fake.switches.unknown_status, false);
+
+    fake.set(&fake.switches.truncate, true);
+    let id = create_video(&relay, &key, "cut short").await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "upstream_error");
+    assert_clean(&done.to_string(), &fake);
+
+    fake.set(&fake.switches.truncate, false);
+
+    fake.set(&fake.switches.expire_results, true);
+    let id = create_video(&relay, &key, "gone too soon").await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "upstream_error");
+
+    let k = quota(&relay, &key_id).await;
+    assert_eq!(k["quota_remaining"], 1000, "{k}");
+    assert_eq!(k["quota_used"], 0, "{k}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_poll_times_out_and_the_task_goes_on() {
+    let fake = FakeVideo::start().await;
+    fake.set(&fake.switches.hang_polls, true);
+    let channel = openai_channel("up", &fake, 0)
+        .replace("request_timeout_secs = 2", "request_timeout_secs = 1");
+    let relay = Relay::start(&config(&channel)).await;
+    let id = create_video(&relay, &relay.key.clone(), "wait for me").await;
+    let timed_out = poll_until(WAIT, || async {
+        let v = channel_view(&relay, "up").await;
+        (v["failures"].as_u64() >= Some(1)).then_some(v)
+    })
+    .await;
+    assert!(timed_out.is_some(), "no poll timed out");
+    fake.set(&fake.switches.hang_polls, false);
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_task_survives_a_restart_without_a_second_submission() {
+    let fake = FakeVideo::start().await;
+    fake.switches.run_ms.store(1_500, Ordering::SeqCst);
+    let channel = config(&openai_channel("up", &fake, 0));
+    let relay = Relay::start(&channel).await;
+    let key = relay.key.clone();
+    let id = create_video(&relay, &key, "across a restart").await;
+    let running = poll_until(WAIT, || async {
+        let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+        (v["status"] == "in_progress").then_some(v)
+    })
+    .await;
+    assert!(running.is_some(), "the task never ran");
+    let dir = relay.stop().await;
+    let relay = Relay::start_in(dir, Some(key), &channel).await;
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(fake.accepted().get("across a restart"), Some(&1));
+}
+
+/// `n` tasks through two channels that fail 30% of submissions (and 5% of tasks); the
+/// first goes down midway and comes back.
+async fn many_tasks_through_two_flaky_channels(n: usize) {
+    let a = FakeVideo::start().await;
+    let b = FakeVideo::start().await;
+    for fake in [&a, &b] {
+        fake.switches
+            .submit_fail_permille
+            .store(300, Ordering::SeqCst);
+        fake.switches.task_fail_permille.store(50, Ordering::SeqCst);
+        fake.switches.run_ms.store(150, Ordering::SeqCst);
+    }
+    let channels = format!(
+        "{}{}",
+        openai_channel("a", &a, 0),
+        openai_channel("b", &b, 0)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let key = relay.key.clone();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(create_video(&relay, &key, &format!("task number {i}")).await);
+        if i == n / 2 {
+            a.set(&a.switches.down, true);
+        }
+    }
+    let marked = poll_until(WAIT, || async {
+        let v = channel_view(&relay, "a").await;
+        (v["marked_unhealthy"].as_u64() >= Some(1)).then_some(v)
+    })
+    .await;
+    assert!(marked.is_some(), "channel a was never marked unhealthy");
+    a.set(&a.switches.down, false);
+
+    // Keep looking until every task is final.
+    let all_final = poll_until(Duration::from_secs(60), || {
+        let relay = &relay;
+        let ids = &ids;
+        async move {
+            for id in ids {
+                let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+                if !matches!(
+                    v["status"].as_str(),
+                    Some("completed" | "failed" | "cancelled")
+                ) {
+                    return None;
+                }
+            }
+            Some(())
+        }
+    })
+    .await;
+    assert!(all_final.is_some(), "not every task ended");
+
+    let (aa, ba) = (a.accepted(), b.accepted());
+    for i in 0..n {
+        let prompt = format!("task number {i}");
+        let times = aa.get(&prompt).copied().unwrap_or(0) + ba.get(&prompt).copied().unwrap_or(0);
+        assert!(times <= 1, "{prompt} was submitted {times} times");
+    }
+    let restored = poll_until(WAIT, || async {
+        let v = channel_view(&relay, "a").await;
+        (v["healthy"] == true && v["restored"].as_u64() >= Some(1)).then_some(v)
+    })
+    .await;
+    assert!(restored.is_some(), "channel a was not restored");
+    let failovers = channel_view(&relay, "a").await["failovers"]
+        .as_u64()
+        .unwrap_or(0)
+        + channel_view(&relay, "b").await["failovers"]
+            .as_u64()
+            .unwrap_or(0);
+    assert!(failovers > 0, "no failover observed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_through_two_flaky_channels_all_end_once_submitted() {
+    let n = if std::env::var("RUN_SLOW_TESTS").as_deref() == Ok("1") {
+        1000
+    } else {
+        200
+    };
+    many_tasks_through_two_flaky_channels(n).await;
+}
