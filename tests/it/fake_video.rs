@@ -49,6 +49,28 @@ pub struct Switches {
     pub expire_results: AtomicBool,
     /// Result downloads announce more bytes than they send.
     pub truncate: AtomicBool,
+    /// The next this many result downloads are answered 503.
+    pub downloads_503: AtomicU32,
+    /// Requests being answered now, and the most there ever were at once.
+    pub active: AtomicU32,
+    pub max_active: AtomicU32,
+}
+
+/// Counts a request as active while it lives.
+struct Active<'a>(&'a Switches);
+
+impl<'a> Active<'a> {
+    fn new(sw: &'a Switches) -> Active<'a> {
+        let now = sw.active.fetch_add(1, Ordering::SeqCst) + 1;
+        sw.max_active.fetch_max(now, Ordering::SeqCst);
+        Active(sw)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -210,6 +232,7 @@ async fn handle(
     state: &Mutex<State>,
     base: &str,
 ) -> Response<Full<Bytes>> {
+    let _active = Active::new(sw);
     let latency = sw.latency_ms.load(Ordering::Relaxed);
     if latency > 0 {
         tokio::time::sleep(Duration::from_millis(latency)).await;
@@ -400,6 +423,16 @@ fn content(
         );
     }
     drop(st);
+    if sw
+        .downloads_503
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": {"message": "try later"}}),
+        );
+    }
     if sw.expire_results.load(Ordering::SeqCst) {
         return answer(
             StatusCode::FORBIDDEN,

@@ -220,6 +220,20 @@ async fn a_cancel_reaches_the_upstream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_answered_503_is_tried_again() {
+    let fake = FakeVideo::start().await;
+    fake.switches.downloads_503.store(2, Ordering::SeqCst);
+    let relay = Relay::start(&config(&openai_channel("up", &fake, 0))).await;
+    let id = create_video(&relay, &relay.key.clone(), "second time lucky").await;
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(fake.switches.downloads_503.load(Ordering::SeqCst), 0);
+    assert_eq!(fake.accepted().get("second time lucky"), Some(&1));
+    let content = relay.get(&format!("/v1/videos/{id}/content")).await;
+    assert_eq!(content.body.as_ref(), fake_mp4().as_slice());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_statuses_then_truncated_downloads_fail_and_refund() {
     let fake = FakeVideo::start().await;
     let relay = Relay::start(&config(&openai_channel("up", &fake, 0))).await;
@@ -291,6 +305,26 @@ async fn an_accepted_task_survives_a_restart_without_a_second_submission() {
     let done = relay.wait_video(&id, WAIT).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(fake.accepted().get("across a restart"), Some(&1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_never_gets_more_calls_at_once_than_its_cap() {
+    let fake = FakeVideo::start().await;
+    fake.switches.latency_ms.store(20, Ordering::SeqCst);
+    let channel = format!("{}max_concurrency = 2\n", openai_channel("up", &fake, 0));
+    let relay = Relay::start(&config(&channel)).await;
+    let key = relay.key.clone();
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        ids.push(create_video(&relay, &key, &format!("capped {i}")).await);
+    }
+    for id in &ids {
+        let done = relay.wait_video(id, WAIT).await;
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+    let max = fake.switches.max_active.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&max), "{max} calls at once");
+    assert!(fake.accepted().values().all(|n| *n == 1));
 }
 
 /// `n` tasks through two channels that fail 30% of submissions (and 5% of tasks); the

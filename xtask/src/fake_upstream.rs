@@ -11,7 +11,8 @@ use crate::fake_video::{FAKE_KEY, FakeVideo, Switches};
 
 pub const USAGE: &str = "usage: cargo xtask fake-upstream [--listen 127.0.0.1:9090] [--run-ms N]
         [--latency-ms N] [--submit-fail PERMILLE] [--task-fail PERMILLE] [--burst-429 N]
-        [--down] [--hang-polls] [--unknown-status] [--expire-results] [--truncate]";
+        [--downloads-503 N] [--down] [--hang-polls] [--unknown-status] [--expire-results]
+        [--truncate]";
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let switches = Arc::new(Switches::default());
@@ -44,6 +45,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .task_fail_permille
                 .store(number(flag)?.min(1000) as u32, Ordering::SeqCst),
             "--burst-429" => switches.burst_429.store(
+                number(flag)?.min(u64::from(u32::MAX)) as u32,
+                Ordering::SeqCst,
+            ),
+            "--downloads-503" => switches.downloads_503.store(
                 number(flag)?.min(u64::from(u32::MAX)) as u32,
                 Ordering::SeqCst,
             ),

@@ -193,16 +193,30 @@ async fn call_permit(
     permits.acquire_owned().await.ok()
 }
 
+/// A permit for one upstream call of `channel` if one is free now: `Err` when the channel is
+/// at its cap (so a slow channel never holds the engine's steps waiting).
+fn try_call_permit(
+    app: &App,
+    channel: &VideoChannel,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ()> {
+    match app.routing.permits(channel.name()) {
+        None => Ok(None),
+        Some(permits) => permits.try_acquire_owned().map(Some).map_err(|_| ()),
+    }
+}
+
 /// Submits a task that no upstream has accepted yet: to the channel routing picks, then,
 /// while submissions fail before acceptance (connect error, 429, 5xx), to the next one.
 /// Once a channel accepted it the task is never submitted again.
 async fn submit(app: &Arc<App>, task: Task) {
     let mut tried: Vec<String> = Vec::new();
+    // The channel whose submission just failed, when the loop moves on from it.
+    let mut moved_from: Option<String> = None;
     let mut counted = false;
     let mut base = Duration::from_millis(app.config.tasks.poll_interval_min_ms.clamp(1, 1000));
     while let Some(channel) = app.routing.pick(&app.video_channels, &task.model, &tried) {
-        if let Some(previous) = tried.last() {
-            app.routing.failed_over(previous);
+        if let Some(previous) = moved_from.take() {
+            app.routing.failed_over(&previous);
             tracing::info!(
                 "engine: task {}: failing over from channel {previous} to {}",
                 task.id,
@@ -216,7 +230,11 @@ async fn submit(app: &Arc<App>, task: Task) {
                 return;
             }
         };
-        let permit = call_permit(app, &channel).await;
+        let Ok(permit) = try_call_permit(app, &channel) else {
+            // At its cap: try another channel, or this one again soon.
+            tried.push(channel.name().to_owned());
+            continue;
+        };
         let outcome = channel.submit(&job).await;
         drop(permit);
         record(
@@ -259,6 +277,7 @@ async fn submit(app: &Arc<App>, task: Task) {
                 return;
             }
         }
+        moved_from = Some(name.clone());
         tried.push(name);
     }
     let now = now_ms();
@@ -338,7 +357,12 @@ async fn poll(
     upstream_id: &str,
 ) {
     let submitted = task.submitted_ms.unwrap_or(task.created_at * 1000);
-    let permit = call_permit(app, channel).await;
+    let Ok(permit) = try_call_permit(app, channel) else {
+        // The channel is at its cap: look again after its poll interval.
+        let next = now_ms() + channel.min_poll_interval().as_millis() as u64;
+        reschedule(app, &task, next, false).await;
+        return;
+    };
     let outcome = channel.poll(job, upstream_id, submitted, now_ms()).await;
     drop(permit);
     let answered = !matches!(outcome, PollOutcome::Transient(_));
@@ -354,8 +378,16 @@ async fn poll(
             progress,
             next_poll,
         } => {
-            let min = channel.min_poll_interval();
-            let wait = next_poll.unwrap_or(min).max(min).as_millis() as u64;
+            let min = channel.min_poll_interval().as_millis() as u64;
+            // Without a hint from the channel, the wait grows with the task's age (half of it,
+            // so polls come at about 1.5 times the previous age), capped: long tasks are
+            // looked at less often.
+            let grown = now.saturating_sub(submitted) / 2;
+            let cap = app.config.tasks.poll_interval_max_ms.max(min);
+            let wait = match next_poll {
+                Some(hint) => (hint.as_millis() as u64).max(min),
+                None => grown.clamp(min, cap),
+            };
             let next = (now + wait).min(task.deadline_ms);
             let id = task.id.clone();
             let result = blocking(app, move |s| {
@@ -423,12 +455,21 @@ async fn succeed(
 ) {
     let files = match download_results(app, &task, channel, files).await {
         Ok(files) => files,
-        Err(reason) => {
+        Err(failure) => {
             tracing::warn!(
-                "engine: task {}: channel {}: downloading the result: {reason}",
+                "engine: task {}: channel {}: downloading the result: {}",
                 task.id,
-                channel.name()
+                channel.name(),
+                failure.reason
             );
+            let attempts = task.attempts + 1;
+            if failure.retry && attempts < app.config.tasks.submit_attempts.max(1) {
+                // The task stays running: the next poll asks the upstream again (for a fresh
+                // URL, too) and downloads again.
+                let next = now_ms() + backoff(app, channel.min_poll_interval(), attempts);
+                reschedule(app, &task, next, true).await;
+                return;
+            }
             let _ = blocking(app, move |s| {
                 fail(
                     s,
@@ -594,7 +635,7 @@ async fn download_results(
     task: &Task,
     channel: &Arc<VideoChannel>,
     files: ResultFiles,
-) -> Result<ResultFiles, String> {
+) -> Result<ResultFiles, DownloadFailure> {
     let video = localize(app, channel, files.video, Expect::Video).await?;
     let optional = |source: Option<ResultSource>| {
         let task_id = task.id.clone();
@@ -602,10 +643,11 @@ async fn download_results(
             let source = source?;
             match localize(app, channel, source, Expect::Image).await {
                 Ok(local) => Some(local),
-                Err(reason) => {
+                Err(failure) => {
                     tracing::warn!(
-                        "engine: task {task_id}: channel {}: an image result left out: {reason}",
-                        channel.name()
+                        "engine: task {task_id}: channel {}: an image result left out: {}",
+                        channel.name(),
+                        failure.reason
                     );
                     None
                 }
@@ -629,17 +671,30 @@ async fn localize(
     channel: &Arc<VideoChannel>,
     source: ResultSource,
     expect: Expect,
-) -> Result<ResultSource, String> {
+) -> Result<ResultSource, DownloadFailure> {
     use tokio::io::AsyncWriteExt;
     let url = match source {
         ResultSource::LocalFile(_) => return Ok(source),
         ResultSource::Url(url) => url,
     };
     let max = app.config.tasks.max_result_bytes;
+    let final_failure = |reason: String| DownloadFailure {
+        retry: false,
+        reason,
+    };
     let permit = call_permit(app, channel).await;
-    let res = channel.download(&url).await.map_err(|e| e.to_string())?;
-    if !res.status.is_success() {
-        return Err(format!("the result URL answered {}", res.status));
+    let res = channel.download(&url).await.map_err(|e| DownloadFailure {
+        retry: !matches!(e, channels::UpstreamError::Build(_)),
+        reason: e.to_string(),
+    })?;
+    let status = res.status;
+    if !status.is_success() {
+        return Err(DownloadFailure {
+            retry: status.is_server_error()
+                || status == http::StatusCode::TOO_MANY_REQUESTS
+                || status == http::StatusCode::REQUEST_TIMEOUT,
+            reason: format!("the result URL answered {status}"),
+        });
     }
     let declared = res
         .headers
@@ -647,7 +702,9 @@ async fn localize(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > max) {
-        return Err(format!("the result is larger than {max} bytes"));
+        return Err(final_failure(format!(
+            "the result is larger than {max} bytes"
+        )));
     }
     let path = app.blobs.temp_path();
     let mut body = res.body;
@@ -699,9 +756,18 @@ async fn localize(
         Ok(()) => Ok(ResultSource::LocalFile(path)),
         Err(e) => {
             let _ = tokio::fs::remove_file(&path).await;
-            Err(e)
+            Err(final_failure(e))
         }
     }
+}
+
+/// Why a result could not be downloaded, and whether asking again may work (connect errors,
+/// timeouts before the answer, 408, 429, 5xx). A truncated body, a wrong type or size, or
+/// another status fails the task.
+#[derive(Debug)]
+struct DownloadFailure {
+    retry: bool,
+    reason: String,
 }
 
 #[cfg(test)]

@@ -181,3 +181,95 @@ impl Routing {
         self.health.get(name).map(|h| h.permits.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(extra: &str) -> (Routing, Vec<Arc<VideoChannel>>, tempfile::TempDir) {
+        let text = format!(
+            "[tasks]\nchannel_failure_threshold = 3\n{extra}\n\
+             [[channels]]\nname = \"high\"\nkind = \"openai-videos\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"model_h3\"]\npriority = 5\n\
+             [[channels]]\nname = \"low-a\"\nkind = \"openai-videos\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"model_h3\"]\nweight = 3\n\
+             [[channels]]\nname = \"low-b\"\nkind = \"ark\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"model_h3\"]\nweight = 1\n"
+        );
+        let config = Config::from_toml(Some(&text), "t.toml").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let blobs: Arc<dyn store::BlobStore> =
+            Arc::new(store::LocalBlobs::open(dir.path()).unwrap());
+        let channels = config
+            .channels
+            .iter()
+            .map(|c| {
+                let settings = channels::RemoteSettings {
+                    name: c.name.clone(),
+                    models: c.models.clone(),
+                    base_url: c.base_url.clone().unwrap_or_default(),
+                    api_key: None,
+                    model_map: Default::default(),
+                    timeouts: Default::default(),
+                    min_poll_interval: Duration::from_secs(2),
+                    max_inline_bytes: 1024,
+                };
+                Arc::new(VideoChannel::OpenaiVideos(
+                    channels::openai_videos::OpenaiVideos::new(settings, blobs.clone()),
+                ))
+            })
+            .collect();
+        (Routing::new(&config), channels, dir)
+    }
+
+    fn pick(r: &Routing, c: &[Arc<VideoChannel>], tried: &[&str]) -> Option<String> {
+        let tried: Vec<String> = tried.iter().map(|t| t.to_string()).collect();
+        r.pick(c, "model_h3", &tried).map(|c| c.name().to_owned())
+    }
+
+    #[test]
+    fn higher_priority_first_then_weighted_and_unhealthy_skipped() {
+        let (r, c, _dir) = setup("channel_cooldown_ms = 600000");
+        assert_eq!(pick(&r, &c, &[]).as_deref(), Some("high"));
+        assert_eq!(r.pick(&c, "gen2-pro", &[]).map(|_| ()), None);
+        let mut a = 0;
+        for _ in 0..4000 {
+            if pick(&r, &c, &["high"]).as_deref() == Some("low-a") {
+                a += 1;
+            }
+        }
+        assert!((2700..3300).contains(&a), "low-a chosen {a} times of 4000");
+        assert_eq!(pick(&r, &c, &["high", "low-a", "low-b"]), None);
+
+        for _ in 0..3 {
+            r.failure("high");
+        }
+        assert!(!r.is_healthy("high"));
+        assert_eq!(
+            r.health("high")
+                .unwrap()
+                .marked_unhealthy
+                .load(Ordering::Relaxed),
+            1
+        );
+        assert_ne!(pick(&r, &c, &[]).as_deref(), Some("high"));
+        r.success("high");
+        assert!(r.is_healthy("high"));
+        assert_eq!(
+            r.health("high").unwrap().restored.load(Ordering::Relaxed),
+            1
+        );
+        assert_eq!(pick(&r, &c, &[]).as_deref(), Some("high"));
+
+        r.rate_limited("high", Some(Duration::from_secs(60)));
+        assert_ne!(pick(&r, &c, &[]).as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn an_unhealthy_channel_gets_one_probe_per_cool_down() {
+        let (r, c, _dir) = setup("channel_cooldown_ms = 0");
+        for _ in 0..3 {
+            r.failure("high");
+        }
+        // The cool-down (0 ms) has passed: the next pick is a probe.
+        assert_eq!(pick(&r, &c, &[]).as_deref(), Some("high"));
+        assert!(!r.is_healthy("high"));
+    }
+}
