@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+mod bench;
 mod conformance;
 mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
@@ -27,6 +28,7 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
                 `conformance --start` builds and starts a relay and runs the suite against it
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
                 relay by hand; `fake-upstream --help` lists its switches
+  bench         the relay against a bare proxy and the direct path; writes BENCHMARKS.md
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
                 SDK checks)";
 
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Some("sdk-messages") => anthropic_sdk_check(),
         Some("openapi") => openapi::validate(),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
+        Some("bench") => bench::bench(&root(), &target_dir()),
         Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
             conformance::ci::run()
         }
@@ -71,6 +74,12 @@ fn root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target"))
 }
 
 fn cargo() -> Command {

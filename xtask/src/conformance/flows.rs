@@ -1426,6 +1426,19 @@ pub async fn messages(suite: &mut Suite) {
             "\"upstream error\"",
         ),
     );
+    let v = match (
+        r.header("x-should-retry"),
+        r.header("retry-after").and_then(|v| v.parse::<u64>().ok()),
+        r.header("retry-after-ms")
+            .and_then(|v| v.parse::<u64>().ok()),
+    ) {
+        (Some("true"), Some(secs), Some(_)) if secs < 120 => Ok(()),
+        (Some("false"), None, None) => Ok(()),
+        other => Err(format!(
+            "expected x-should-retry true with retry-after (< 120 s) and retry-after-ms, or false with neither, got {other:?}"
+        )),
+    };
+    suite.check("CONTRACT§0.1a", "a 500 says whether to retry", v);
     let pad = "x".repeat(suite.args.max_body_bytes + 1024);
     let r = suite.send(msg(&chat(json!({"padding": pad})))).await;
     suite.check(

@@ -412,9 +412,11 @@ impl Suite {
         let v = match &limited {
             Some(r) => checks::api_error(r, 429, "rate limited").and_then(|()| {
                 match r.header("retry-after").and_then(|v| v.parse::<u64>().ok()) {
-                    Some(n) if (1..120).contains(&n) => Ok(()),
+                    Some(n) if (1..120).contains(&n) && r.header("retry-after-ms").is_some() => {
+                        Ok(())
+                    }
                     other => Err(format!(
-                        "expected retry-after 1..119 seconds, got {other:?}"
+                        "expected retry-after 1..119 seconds and retry-after-ms, got {other:?}"
                     )),
                 }
             }),
