@@ -60,9 +60,10 @@ pub async fn owned(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resul
     if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(not_found());
     }
-    let owned_id = id.to_owned();
-    let task = blocking(app, move |s| s.task(&owned_id))
-        .await
+    // A point read served from the store's cache, like the key lookup: no thread hop.
+    let task = app
+        .store
+        .task(id)
         .map_err(store_unavailable)?
         .ok_or_else(not_found)?;
     if task.owner != key.id || task.kind != kind {
