@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -290,16 +290,9 @@ fn proc_stats(pid: u32) -> (u64, u64, u64) {
 }
 
 struct RelayProc {
-    child: Child,
+    relay: crate::StartedRelay,
     addr: SocketAddr,
     key: String,
-}
-
-impl Drop for RelayProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start_relay(binary: &Path, work: &Path, upstream: SocketAddr) -> anyhow::Result<RelayProc> {
@@ -318,24 +311,14 @@ fn start_relay(binary: &Path, work: &Path, upstream: SocketAddr) -> anyhow::Resu
              base_url = \"http://{upstream}\"\napi_key = \"upstream-key\"\n"
         ),
     )?;
-    let mut child = Command::new(binary)
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(work.join("data"))
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .env("RELAY_LOG", "error")
-        .env("RELAY_ADMIN_TOKEN", ADMIN)
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let (base, key) = crate::read_startup(&mut child)?;
-    let addr = base
+    let relay = crate::start_relay(binary, &config, &work.join("data"), ADMIN, "error")?;
+    let addr = relay
+        .base
         .trim_start_matches("http://")
         .parse()
-        .with_context(|| format!("relay address {base}"))?;
-    Ok(RelayProc { child, addr, key })
+        .with_context(|| format!("relay address {}", relay.base))?;
+    let key = relay.key.clone();
+    Ok(RelayProc { relay, addr, key })
 }
 
 fn messages_call(key: &str, stream: bool) -> Call {
@@ -381,7 +364,7 @@ async fn run(binary: &Path, work: &Path) -> anyhow::Result<String> {
     let floor = floor_proxy(upstream).await?;
     let hello = hello().await?;
     let relay = start_relay(binary, work, upstream)?;
-    let pid = relay.child.id();
+    let pid = relay.relay.child.id();
     let mut rows: Vec<(String, String, String, bool)> = Vec::new();
     let mut check = |name: &str, value: String, target: &str, met: bool| {
         eprintln!("bench: {name}: {value} (target {target})");

@@ -181,34 +181,24 @@ fn sdk_check() -> anyhow::Result<()> {
         &config,
         "[simulator]\ntask_secs = 1\nfps = 8\n[security]\nallow_private_urls = true\n",
     )?;
-    let relay = target.join("debug").join("relay");
-    let mut child = Command::new(&relay)
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(work.join("data"))
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .env("RELAY_LOG", "warn")
-        .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN)
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", relay.display()))?;
-    let result = (|| {
-        let (base, key) = read_startup(&mut child)?;
-        run(
-            "OpenAI SDK check",
-            Command::new(&python)
-                .args(["-W", "ignore::DeprecationWarning"])
-                .arg(root.join("tests").join("sdk").join("openai_videos.py"))
-                .env("RELAY_BASE_URL", &base)
-                .env("RELAY_KEY", &key)
-                .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
-        )
-    })();
-    let _ = child.kill();
-    let _ = child.wait();
-    result?;
+    let relay = start_relay(
+        &target.join("debug").join("relay"),
+        &config,
+        &work.join("data"),
+        SDK_ADMIN_TOKEN,
+        "warn",
+    )?;
+    let (base, key) = (&relay.base, &relay.key);
+    run(
+        "OpenAI SDK check",
+        Command::new(&python)
+            .args(["-W", "ignore::DeprecationWarning"])
+            .arg(root.join("tests").join("sdk").join("openai_videos.py"))
+            .env("RELAY_BASE_URL", base)
+            .env("RELAY_KEY", key)
+            .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
+    )?;
+    drop(relay);
     anthropic_sdk_check()
 }
 
@@ -292,36 +282,27 @@ base_url = "{fake_url}/v1"
 "#
             ),
         )?;
-        let relay = target.join("debug").join("relay");
-        let mut child = Command::new(&relay)
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(work.join("data"))
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .env("RELAY_LOG", "warn")
-            .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN)
-            .stdout(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", relay.display()))?;
-        let result = (|| {
-            let (base, key) = read_startup(&mut child)?;
+        let relay = start_relay(
+            &target.join("debug").join("relay"),
+            &config,
+            &work.join("data"),
+            SDK_ADMIN_TOKEN,
+            "warn",
+        )?;
+        let (base, key) = (&relay.base, &relay.key);
+        {
             for (pin, python) in &pythons {
                 run(
                     &format!("Anthropic SDK check ({pin})"),
                     Command::new(python)
                         .args(["-W", "ignore::DeprecationWarning"])
                         .arg(sdk_dir.join("anthropic_messages.py"))
-                        .env("RELAY_BASE_URL", &base)
-                        .env("RELAY_KEY", &key),
+                        .env("RELAY_BASE_URL", base)
+                        .env("RELAY_KEY", key),
                 )?;
             }
             Ok(())
-        })();
-        let _ = child.kill();
-        let _ = child.wait();
-        result
+        }
     })();
     let _ = fake.kill();
     let _ = fake.wait();
@@ -348,6 +329,52 @@ fn first_line(child: &mut Child, prefix: &str) -> anyhow::Result<String> {
         if let Some(rest) = line.strip_prefix(prefix) {
             std::thread::spawn(move || while rx.recv().is_ok() {});
             return Ok(rest.trim().to_owned());
+        }
+    }
+}
+
+/// A relay binary started on a free loopback port; stopped when dropped.
+pub struct StartedRelay {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The first API key it printed.
+    pub key: String,
+}
+
+impl Drop for StartedRelay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `binary` with `config` over `data`, on 127.0.0.1:0, and reads its address and key.
+pub fn start_relay(
+    binary: &Path,
+    config: &Path,
+    data: &Path,
+    admin_token: &str,
+    log: &str,
+) -> anyhow::Result<StartedRelay> {
+    let mut child = Command::new(binary)
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .env("RELAY_LOG", log)
+        .env("RELAY_ADMIN_TOKEN", admin_token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    match read_startup(&mut child) {
+        Ok((base, key)) => Ok(StartedRelay { child, base, key }),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
         }
     }
 }

@@ -7,12 +7,11 @@ use error_codes::{ApiError, ErrorCode};
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
-use store::{Order, Outputs, Task, TaskKind, TaskQuery, TaskStatus};
+use store::{Outputs, Task, TaskKind, TaskStatus};
 use video_generations::{
     Catalog, GenerationError, GenerationList, GenerationObject, GenerationStatus, JointRule,
     ModelSpec, ModerationCategory, ModerationResult, ModerationStatus, Role, Usage,
 };
-use videos_v1::ListOrder;
 
 use crate::app::{App, now_ms, now_secs};
 use crate::config::{Config, ModelKind};
@@ -330,23 +329,9 @@ pub async fn get(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
 
 /// `GET /v1/video/generations`.
 pub async fn list(app: &Arc<App>, key: &store::Key, query: Option<&str>) -> Answer {
-    let params = match videos_v1::parse_list_query(query) {
-        Ok(p) => p,
-        Err(e) => return error(&e),
-    };
-    let q = TaskQuery {
-        owner: key.id.clone(),
-        kind: Some(TaskKind::Generation),
-        after: params.after,
-        limit: params.limit,
-        order: match params.order {
-            ListOrder::Asc => Order::Asc,
-            ListOrder::Desc => Order::Desc,
-        },
-    };
-    let page = match tasks::blocking(app, move |s| s.list_tasks(&q)).await {
+    let page = match tasks::list_page(app, key, TaskKind::Generation, query).await {
         Ok(page) => page,
-        Err(e) => return error(&tasks::store_unavailable(e)),
+        Err(e) => return error(&e),
     };
     let mut data = Vec::with_capacity(page.items.len());
     for task in &page.items {

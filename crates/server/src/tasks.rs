@@ -72,6 +72,30 @@ pub async fn owned(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resul
     Ok(task)
 }
 
+/// A page of `key`'s tasks of one kind, by the list query both formats take
+/// (`limit`, `after`, `order`).
+pub async fn list_page(
+    app: &Arc<App>,
+    key: &Key,
+    kind: TaskKind,
+    query: Option<&str>,
+) -> Result<store::Page<Task>, ApiError> {
+    let params = videos_v1::parse_list_query(query)?;
+    let q = store::TaskQuery {
+        owner: key.id.clone(),
+        kind: Some(kind),
+        after: params.after,
+        limit: params.limit,
+        order: match params.order {
+            videos_v1::ListOrder::Asc => store::Order::Asc,
+            videos_v1::ListOrder::Desc => store::Order::Desc,
+        },
+    };
+    blocking(app, move |s| s.list_tasks(&q))
+        .await
+        .map_err(store_unavailable)
+}
+
 /// The refund that ends a task without a result.
 pub fn refund(task: &Task) -> Vec<LedgerDraft> {
     if task.price <= 0 {

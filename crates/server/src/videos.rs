@@ -10,10 +10,9 @@ use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use store::{LedgerDraft, LedgerKind, Order, Outputs, Task, TaskKind, TaskQuery, TaskStatus};
+use store::{LedgerDraft, LedgerKind, Outputs, Task, TaskKind, TaskStatus};
 use videos_v1::{
-    ListOrder, Media, Ratio, RawCreate, ValidCreate, Variant, VideoError, VideoList, VideoObject,
-    VideoStatus,
+    Media, Ratio, RawCreate, ValidCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus,
 };
 
 use crate::app::{App, now_ms};
@@ -469,29 +468,9 @@ pub async fn get(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
 
 /// `GET /v1/videos`.
 pub async fn list(app: &Arc<App>, key: &store::Key, query: Option<&str>) -> Answer {
-    let params = match videos_v1::parse_list_query(query) {
-        Ok(p) => p,
+    let page = match tasks::list_page(app, key, TaskKind::Video, query).await {
+        Ok(page) => page,
         Err(e) => return error(&e),
-    };
-    let q = TaskQuery {
-        owner: key.id.clone(),
-        kind: Some(TaskKind::Video),
-        after: params.after,
-        limit: params.limit,
-        order: match params.order {
-            ListOrder::Asc => Order::Asc,
-            ListOrder::Desc => Order::Desc,
-        },
-    };
-    let store = app.store.clone();
-    let page = match tokio::task::spawn_blocking(move || store.list_tasks(&q)).await {
-        Ok(Ok(page)) => page,
-        _ => {
-            return error(&ApiError::new(
-                ErrorCode::Unavailable,
-                "the task list cannot be read now",
-            ));
-        }
     };
     let mut data = Vec::with_capacity(page.items.len());
     for task in &page.items {

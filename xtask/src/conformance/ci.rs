@@ -1,7 +1,6 @@
 //! The `cargo xtask ci` step: start the built relay on a free loopback port with short task
 //! times, make a `motion` key through the admin API, and run the suite against it.
 
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -33,21 +32,15 @@ pub fn run() -> anyhow::Result<()> {
              [limits]\nrps = 1000\nburst = 1000\n"
         ),
     )?;
-    let relay = target.join("debug").join("relay");
-    let mut child = Command::new(&relay)
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(work.join("data"))
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .env("RELAY_LOG", "error")
-        .env("RELAY_ADMIN_TOKEN", ADMIN_TOKEN)
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", relay.display()))?;
-    let result = (|| {
-        let (base, key) = crate::read_startup(&mut child)?;
+    let relay = crate::start_relay(
+        &target.join("debug").join("relay"),
+        &config,
+        &work.join("data"),
+        ADMIN_TOKEN,
+        "error",
+    )?;
+    let (base, key) = (relay.base.clone(), relay.key.clone());
+    {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -89,8 +82,5 @@ pub fn run() -> anyhow::Result<()> {
             bail!("the conformance suite failed");
         }
         Ok(())
-    })();
-    let _ = child.kill();
-    let _ = child.wait();
-    result
+    }
 }
