@@ -490,31 +490,23 @@ async fn sim_chat_answers_whole_and_streamed_and_bills_the_usage() {
     assert_eq!(v["content"][0]["type"], "tool_use");
     assert_eq!(v["content"][0]["input"], json!({"city": "Paris"}));
 
-    // Billing: each message pre-deducted and settled under its own id (a stream settles
-    // when it ends, so entries of two messages may interleave).
+    // Billing: each message charged once, under its own id, when it ends.
     let relay_ref = &relay;
     let entries = poll_until(Duration::from_secs(5), || async move {
         let e = ledger(relay_ref).await;
-        (e.len() == 10).then_some(e)
+        (e.len() == 5).then_some(e)
     })
     .await
-    .expect("five messages, each pre-deducted and settled");
-    let mut by_message: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    .expect("five messages, each charged");
+    let mut ids = std::collections::BTreeSet::new();
     for e in &entries {
         let id = e["task_id"].as_str().unwrap().to_owned();
-        assert!(id.starts_with("msg_"));
-        by_message.entry(id).or_default().push((
-            e["kind"].as_str().unwrap().to_owned(),
-            e["amount"].as_i64().unwrap(),
-        ));
+        assert!(id.starts_with("msg_"), "{e}");
+        assert_eq!(e["kind"], "charge", "{e}");
+        assert!(e["amount"].as_i64().unwrap() < 0, "{e}");
+        ids.insert(id);
     }
-    assert_eq!(by_message.len(), 5);
-    for pair in by_message.values() {
-        assert_eq!(pair[0].0, "prededuct");
-        assert!(pair[0].1 < 0);
-        assert_eq!(pair[1].0, "settle");
-        assert!(pair[1].1 >= 0 && pair[1].1 <= -pair[0].1, "{pair:?}");
-    }
+    assert_eq!(ids.len(), 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -680,15 +672,13 @@ async fn native_streaming_through_the_relay_is_byte_identical() {
     let relay_ref = &relay;
     let entries = poll_until(Duration::from_secs(5), || async move {
         let e = ledger(relay_ref).await;
-        (e.len() == 2).then_some(e)
+        (!e.is_empty()).then_some(e)
     })
     .await
-    .expect("prededuct and settle");
+    .expect("one charge");
     let k = kinds(&entries);
-    // Estimate: input by the relay's count + 64 output at 0.1 / 0.3 credits per token.
     let cost = (13 * 100_000 + 7 * 300_000_u64).div_ceil(1_000_000) as i64;
-    assert_eq!(k[0].0, "prededuct");
-    assert_eq!(k[1], ("settle".to_owned(), -k[0].1 - cost));
+    assert_eq!(k, vec![("charge".to_owned(), -cost)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -754,16 +744,20 @@ async fn upstream_failures_before_the_first_byte() {
     .await;
     let res = message(&relay2, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_vendor(&res, 500, "api_error", "upstream error");
-    // Every failure refunded its pre-deduction.
-    let k = kinds(&ledger(&relay).await);
-    assert_eq!(k.len(), 26, "{k:?}");
-    for pair in k.chunks(2) {
-        assert_eq!(
-            (pair[0].0.as_str(), pair[1].0.as_str()),
-            ("prededuct", "refund")
-        );
-        assert_eq!(pair[0].1, -pair[1].1);
-    }
+    // No failure is charged: once a last, good message's charge is written, it is the only
+    // entry.
+    fake.set(Switches::default());
+    let res = message(&relay, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let relay_ref = &relay;
+    let k = poll_until(Duration::from_secs(5), || async move {
+        let k = kinds(&ledger(relay_ref).await);
+        (!k.is_empty()).then_some(k)
+    })
+    .await
+    .expect("the good message's charge");
+    assert_eq!(k.len(), 1, "{k:?}");
+    assert_eq!(k[0].0, "charge", "{k:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -795,8 +789,8 @@ async fn a_simulated_429_and_a_broken_sim_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_mid_stream_disconnect_becomes_an_error_event_and_a_refund() {
-    let (relay, _fake) = setup(Switches {
+async fn a_mid_stream_disconnect_becomes_an_error_event_and_no_charge() {
+    let (relay, fake) = setup(Switches {
         disconnect_after: Some(5),
         ..Switches::default()
     })
@@ -815,18 +809,19 @@ async fn a_mid_stream_disconnect_becomes_an_error_event_and_a_refund() {
         assert!(!evs.iter().any(|(n, _)| n == "message_stop"));
         assert!(!res.text().contains(SECRET_HOST));
     }
+    // Neither broken stream is charged: once a last, good message's charge is written, it is
+    // the only entry.
+    fake.set(Switches::default());
+    let res = message(&relay, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
     let relay_ref = &relay;
     let k = poll_until(Duration::from_secs(5), || async move {
         let k = kinds(&ledger(relay_ref).await);
-        (k.len() == 4).then_some(k)
+        (!k.is_empty()).then_some(k)
     })
     .await
-    .expect("two refunds");
-    assert_eq!(
-        k.iter().filter(|(kind, _)| kind == "refund").count(),
-        2,
-        "{k:?}"
-    );
+    .expect("the good message's charge");
+    assert_eq!(k.len(), 1, "{k:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -863,15 +858,16 @@ async fn a_client_that_disconnects_cancels_the_upstream_request() {
             cancelled.is_some(),
             "{model}: the upstream stream was not cancelled"
         );
-        // What was delivered is settled, not left pre-deducted.
+        // What was delivered is charged.
         let relay_ref = &relay;
         let k = poll_until(Duration::from_secs(5), || async move {
             let k = kinds(&ledger(relay_ref).await);
-            (k.len() == 2).then_some(k)
+            (k.len() == 1).then_some(k)
         })
         .await
-        .expect("settled");
-        assert_eq!(k[1].0, "settle");
+        .expect("charged");
+        assert_eq!(k[0].0, "charge");
+        assert!(k[0].1 < 0, "{k:?}");
     }
 }
 
@@ -1028,4 +1024,91 @@ async fn an_upstream_silent_past_the_idle_timeout_ends_the_stream_with_an_error_
     let (name, data) = evs.last().unwrap();
     assert_eq!(name, "error", "{}", res.text());
     assert_eq!(data["error"]["type"], "timeout_error");
+}
+
+/// A key's quota covers one message's estimate but not two: while one message waits on its
+/// upstream, a second is refused with 402; when the first client goes away before the answer,
+/// nothing is charged and its reservation is released, so the next message goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_hold_the_estimate_while_a_message_runs() {
+    let fake = FakeChat::start(Switches {
+        slow_first_byte: Some(Duration::from_secs(60)),
+        ..Switches::default()
+    })
+    .await;
+    // A longer first-byte timeout than the test runs, so only the client's leaving ends it.
+    let relay = Relay::start(&chat_config(
+        &fake.base,
+        &fake.base,
+        "first_byte_timeout_secs = 120",
+    ))
+    .await;
+    // max_tokens 64 at 0.3 credits per output token: an estimate of about 21 credits.
+    let (key_id, secret) = relay.new_key("chat", Some(30)).await;
+    let body = json!({"model": "native-chat", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "anyone there"}]});
+    let text = body.to_string();
+    let host = relay.base.trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {secret}\r\n\
+         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{text}",
+        text.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut conn, request.as_bytes())
+        .await
+        .unwrap();
+    let fake_ref = &fake;
+    poll_until(Duration::from_secs(10), || async move {
+        (!fake_ref.received().is_empty()).then_some(())
+    })
+    .await
+    .expect("the message reached the upstream");
+    let second = relay
+        .call_as(
+            &secret,
+            Method::POST,
+            "/v1/messages",
+            Body::Json(body.clone()),
+            &[VERSION],
+        )
+        .await;
+    assert_vendor(&second, 402, "billing_error", "this message may cost");
+
+    drop(conn);
+    fake.set(Switches::default());
+    let relay_ref = &relay;
+    let (secret_ref, body_ref) = (&secret, &body);
+    poll_until(Duration::from_secs(10), || async move {
+        let res = relay_ref
+            .call_as(
+                secret_ref,
+                Method::POST,
+                "/v1/messages",
+                Body::Json(body_ref.clone()),
+                &[VERSION],
+            )
+            .await;
+        (res.status == 200).then_some(())
+    })
+    .await
+    .expect("the reservation was released");
+    let key_ref = &key_id;
+    let entries = poll_until(Duration::from_secs(5), || async move {
+        let res = relay_ref
+            .admin(
+                Method::GET,
+                &format!("/admin/keys/{key_ref}/ledger"),
+                Body::Empty,
+            )
+            .await;
+        let e = res.json()["data"].as_array().cloned().unwrap_or_default();
+        (!e.is_empty()).then_some(e)
+    })
+    .await
+    .expect("the good message's charge");
+    // Only the message that was answered is charged.
+    assert_eq!(kinds(&entries).len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["kind"], "charge");
 }

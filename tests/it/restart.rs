@@ -396,3 +396,127 @@ async fn operator_commands_talk_to_the_running_relay() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
 }
+
+/// A SIGKILL while a message waits on its upstream (and after a task submission flushed the
+/// store): after the restart the message has no ledger entry and the key lost nothing to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_cut_off_by_a_crash_costs_nothing() {
+    use crate::fake_chat::{FakeChat, Switches, UPSTREAM_KEY};
+    let fake = FakeChat::start(Switches {
+        slow_first_byte: Some(Duration::from_secs(120)),
+        ..Switches::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("relay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[models.model_h3]\nkind = \"video\"\nprice_per_second = 10\n\
+             [models.native-chat]\nkind = \"chat\"\ninput_price_per_mtok = 100000\noutput_price_per_mtok = 300000\n\
+             [[channels]]\nname = \"simulator\"\nkind = \"simulator\"\nmodels = [\"model_h3\"]\n\
+             [[channels]]\nname = \"native\"\nkind = \"anthropic\"\nmodels = [\"native-chat\"]\n\
+             base_url = \"{}\"\napi_key = \"{UPSTREAM_KEY}\"\nfirst_byte_timeout_secs = 300\n",
+            fake.base
+        ),
+    )
+    .unwrap();
+    let first = start_binary(&data, &config).await;
+    let http = Http::new();
+    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let created = http
+        .send(
+            Method::POST,
+            &format!("{}/admin/keys", first.base),
+            Body::Json(json!({"name": "chat", "quota": 100000})),
+            &admin,
+        )
+        .await;
+    assert_eq!(created.status, 200, "{}", created.text());
+    let secret = created.json()["key"].as_str().unwrap().to_owned();
+    let key_id = created.json()["id"].as_str().unwrap().to_owned();
+    let auth = [("authorization", format!("Bearer {secret}"))];
+
+    // A raw connection that stays open: dropping it would end the message.
+    let body = json!({
+        "model": "native-chat", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hello"}]
+    })
+    .to_string();
+    let host = first.base.trim_start_matches("http://").to_owned();
+    let mut message = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {secret}\r\n\
+         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut message, request.as_bytes())
+        .await
+        .unwrap();
+    poll_until(Duration::from_secs(20), || async {
+        (!fake.received().is_empty()).then_some(())
+    })
+    .await
+    .expect("the message reached the upstream");
+    // A task submission flushes the store: whatever the message wrote is on disk.
+    let task = http
+        .send(
+            Method::POST,
+            &format!("{}/v1/videos", first.base),
+            Body::Json(json!({"model": "model_h3", "prompt": "flush", "size": "64x64"})),
+            &auth,
+        )
+        .await;
+    assert_eq!(task.status, 200, "{}", task.text());
+    let mut child = first.child;
+    child.kill().await.expect("SIGKILL");
+    drop(message);
+
+    let second = start_binary(&data, &config).await;
+    let ledger = http
+        .send(
+            Method::GET,
+            &format!("{}/admin/keys/{key_id}/ledger", second.base),
+            Body::Empty,
+            &admin,
+        )
+        .await;
+    assert_eq!(ledger.status, 200, "{}", ledger.text());
+    let entries = ledger.json()["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let of_message: Vec<(String, i64)> = entries
+        .iter()
+        .filter(|e| e["task_id"].as_str().is_some_and(|t| t.starts_with("msg_")))
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_owned(),
+                e["amount"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(of_message.is_empty(), "{entries:?}");
+    let key = http
+        .send(
+            Method::GET,
+            &format!("{}/admin/keys/{key_id}", second.base),
+            Body::Empty,
+            &admin,
+        )
+        .await;
+    // Only the video task's price is gone.
+    let task_price = entries
+        .iter()
+        .find(|e| e["kind"] == "prededuct" && !e["task_id"].as_str().unwrap().starts_with("msg_"))
+        .and_then(|e| e["amount"].as_i64())
+        .expect("the task's pre-deduction");
+    assert_eq!(
+        key.json()["quota_remaining"].as_i64(),
+        Some(100000 + task_price),
+        "{}",
+        key.text()
+    );
+}

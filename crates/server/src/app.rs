@@ -40,6 +40,8 @@ pub struct App {
     pub bound: std::sync::OnceLock<std::net::SocketAddr>,
     /// Rate-limit buckets (in memory; shared limits across instances come later).
     pub limiter: crate::limits::Limiter,
+    /// Chat estimates reserved by the messages under way.
+    pub reservations: crate::messages::Reservations,
     /// Video channel choice, health and call caps.
     pub routing: crate::routing::Routing,
 }
@@ -166,6 +168,7 @@ impl App {
             asset_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: crate::limits::Limiter::default(),
+            reservations: crate::messages::Reservations::default(),
             bound: std::sync::OnceLock::new(),
             signer,
             catalog,

@@ -122,11 +122,7 @@ pub fn check(app: &crate::App, key: &Key, class: Class<'_>) -> Result<(), Limite
 /// The vendor's `anthropic-ratelimit-requests-*` headers on a `/v1/messages` answer: the key's
 /// bucket as it stands after the request (limit = burst, remaining whole tokens, and the time
 /// it is full again, RFC 3339).
-pub fn vendor_headers(app: &crate::App, headers: &http::HeaderMap, res: &mut Answer) {
-    let Ok(key) = crate::auth::authenticate(&*app.store, headers, true, crate::app::now_secs())
-    else {
-        return;
-    };
+pub fn vendor_headers(app: &crate::App, key: &Key, res: &mut Answer) {
     let limits = &app.config.limits;
     let limit = key.rate_limit.unwrap_or(RateLimit {
         rps: limits.rps,

@@ -2,10 +2,12 @@
 //! `POST /v1/messages/count_tokens`, `GET /v1/models` and `GET /v1/models/{id}`.
 //!
 //! Keys come as `x-api-key` or `Authorization: Bearer`; every error is in the vendor's shape
-//! with the request id. A message is billed like a task without one: an estimate (the input
-//! count plus `max_tokens`, at the model's prices, rounded up to whole credits) is
-//! pre-deducted under the message id, then settled to the real usage, or refunded when the
-//! upstream fails.
+//! with the request id. A message is billed once, when it ends: while it runs, its estimate
+//! (the input count plus `max_tokens`, at the model's prices, rounded up to whole credits) is
+//! reserved in memory against the key's quota ([`Reservations`]), so that concurrent messages
+//! cannot spend more than the key has; at the end one `charge` entry takes the real usage's
+//! cost under the message id (nothing when the upstream failed). The request path does no
+//! store write before the upstream call.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,14 +29,13 @@ use hyper::body::{Frame, Incoming};
 use messages::{
     CountTokensResponse, Endpoint, MessagesRequest, ModelInfo, ModelList, StreamEvent, Usage,
 };
-use store::{Key, LedgerDraft, LedgerKind, StoreError};
+use store::Key;
 use tokio::sync::mpsc;
 
 use crate::app::{App, now_secs};
 use crate::auth::{authenticate, may_use_model};
 use crate::config::{ChannelKind, Config, ModelKind};
 use crate::http::{Answer, json, read_body, retry_headers};
-use crate::tasks::blocking;
 
 /// The request id, put into the request's extensions by the router.
 #[derive(Debug, Clone)]
@@ -152,14 +153,29 @@ fn failure_answer(f: &UpstreamFailure, rid: &str) -> Answer {
     res
 }
 
-/// Auth (x-api-key or Bearer), then the rate limit.
-fn admit(app: &Arc<App>, parts: &Parts, rid: &str) -> Result<Key, Box<Answer>> {
-    let key = authenticate(&*app.store, &parts.headers, true, now_secs())
-        .map_err(|e| Box::new(vendor_error(&e, rid)))?;
+/// A request the messages endpoints refuse before their own work, and the key when it was
+/// known (a rate-limited one).
+pub struct Refused {
+    pub answer: Answer,
+    pub key: Option<Key>,
+}
+
+/// Auth (x-api-key or Bearer), then the rate limit; refusals in the vendor's shape.
+pub fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
+    let rid = || request_id(parts);
+    let key = authenticate(&*app.store, &parts.headers, true, now_secs()).map_err(|e| {
+        Box::new(Refused {
+            answer: vendor_error(&e, &rid()),
+            key: None,
+        })
+    })?;
     if let Err(limited) = crate::limits::check(app, &key, crate::limits::Class::Request) {
-        let mut res = vendor_error(&limited.error(), rid);
-        limited.set_headers(&mut res);
-        return Err(Box::new(res));
+        let mut answer = vendor_error(&limited.error(), &rid());
+        limited.set_headers(&mut answer);
+        return Err(Box::new(Refused {
+            answer,
+            key: Some(key),
+        }));
     }
     Ok(key)
 }
@@ -256,112 +272,133 @@ fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
     i64::try_from(micro.div_ceil(1_000_000)).unwrap_or(i64::MAX)
 }
 
-fn draft(key: &Key, id: &str, kind: LedgerKind, amount: i64) -> LedgerDraft {
-    LedgerDraft {
-        key_id: key.id.clone(),
-        task_id: id.to_owned(),
-        kind,
-        amount,
+/// Estimates reserved by the messages under way, per key with a quota (unlimited keys need
+/// none). The lock also covers reading the key's stored quota and writing a charge, so a
+/// message is admitted against a balance that counts every other message exactly once:
+/// either still reserved, or already charged.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    held: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+}
+
+impl Reservations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// The bill of one message: what was pre-deducted, and how it ends.
-#[derive(Clone)]
+/// The bill of one message: what is reserved, and the charge when it ends. A bill dropped
+/// without [`Bill::charge`] (the upstream failed, or the client went away before a whole
+/// answer, so hyper dropped the request) charges nothing and releases its reservation.
 struct Bill {
     app: Arc<App>,
-    key: Key,
+    key_id: String,
     id: String,
     model: String,
-    estimate: i64,
+    /// Credits reserved in [`Reservations`] (0 for unlimited keys and free models).
+    reserved: i64,
+}
+
+impl Drop for Bill {
+    fn drop(&mut self) {
+        if self.reserved > 0 {
+            let app = self.app.clone();
+            self.release(&mut app.reservations.lock());
+        }
+    }
 }
 
 impl Bill {
-    /// Pre-deducts the estimate; `402` when the key cannot cover it.
-    async fn open(
+    /// Reserves the estimate when the key has a quota; `402` when what the key has left,
+    /// less what its other messages under way hold, cannot cover it.
+    fn open(
         app: &Arc<App>,
         key: &Key,
         id: &str,
         model: &str,
         estimate: i64,
     ) -> Result<Bill, ApiError> {
-        let bill = Bill {
+        let mut bill = Bill {
             app: app.clone(),
-            key: key.clone(),
+            key_id: key.id.clone(),
             id: id.to_owned(),
             model: model.to_owned(),
-            estimate,
+            reserved: 0,
         };
-        if estimate <= 0 {
+        if estimate <= 0 || key.quota.is_none() {
             return Ok(bill);
         }
-        let ledger = vec![draft(key, id, LedgerKind::Prededuct, -estimate)];
-        match blocking(app, move |s| s.record_ledger(&ledger)).await {
-            Ok(()) => Ok(bill),
-            Err(StoreError::InsufficientQuota {
-                needed, remaining, ..
-            }) => Err(ApiError::new(
+        let mut held = app.reservations.lock();
+        // The balance as stored now (not as read at authentication): charges are written
+        // under this lock, so it and `held` agree.
+        let stored = app
+            .store
+            .key(&key.id)
+            .map_err(crate::tasks::store_unavailable)?
+            .and_then(|k| k.quota);
+        let Some(stored) = stored else {
+            return Ok(bill);
+        };
+        let mine = held.entry(key.id.clone()).or_insert(0);
+        let available = stored.saturating_sub(*mine);
+        if available < estimate {
+            if *mine == 0 {
+                held.remove(&key.id);
+            }
+            return Err(ApiError::new(
                 ErrorCode::InsufficientQuota,
                 format!(
-                    "this message may cost up to {needed} credits (its input and max_tokens); the key has {remaining} left"
+                    "this message may cost up to {estimate} credits (its input and max_tokens); the key has {} left",
+                    available.max(0)
                 ),
-            )),
-            Err(e) => Err(crate::tasks::store_unavailable(e)),
+            ));
         }
+        *mine += estimate;
+        bill.reserved = estimate;
+        Ok(bill)
     }
 
-    /// Settles to the real usage: returns the difference (or takes the rest when the usage
-    /// cost more than the estimate and the key can cover it).
-    async fn settle(self, usage: Usage) {
-        if self.estimate <= 0 {
-            return;
-        }
-        let actual = cost(
+    /// Charges the real usage's cost (at most what the key has left) and releases the
+    /// reservation.
+    fn charge(mut self, usage: Usage) {
+        let cost = cost(
             &self.app,
             &self.model,
             usage.all_input(),
             usage.output_tokens,
         );
-        let amount = self.estimate - actual;
-        let ledger = vec![draft(&self.key, &self.id, LedgerKind::Settle, amount)];
-        let result = blocking(&self.app, move |s| s.record_ledger(&ledger)).await;
-        let result = match result {
-            Err(StoreError::InsufficientQuota { .. }) => {
-                // The key cannot cover the overrun: the estimate stands.
-                let ledger = vec![draft(&self.key, &self.id, LedgerKind::Settle, 0)];
-                blocking(&self.app, move |s| s.record_ledger(&ledger)).await
-            }
-            other => other,
-        };
-        if let Err(e) = result {
-            tracing::error!("message {}: settle: {e}", self.id);
+        if cost <= 0 {
+            return;
+        }
+        let app = self.app.clone();
+        // Under the lock only when something is reserved: unlimited keys never wait.
+        let mut held = (self.reserved > 0).then(|| app.reservations.lock());
+        if let Err(e) = app.store.charge(&self.key_id, &self.id, cost) {
+            tracing::error!("message {}: charge {cost}: {e}", self.id);
+        }
+        if let Some(held) = held.as_mut() {
+            self.release(held);
         }
     }
 
-    /// Returns the whole estimate.
-    async fn refund(self) {
-        if self.estimate <= 0 {
+    fn release(&mut self, held: &mut std::collections::HashMap<String, i64>) {
+        if self.reserved == 0 {
             return;
         }
-        let ledger = vec![draft(
-            &self.key,
-            &self.id,
-            LedgerKind::Refund,
-            self.estimate,
-        )];
-        if let Err(e) = blocking(&self.app, move |s| s.record_ledger(&ledger)).await {
-            tracing::error!("message {}: refund: {e}", self.id);
+        if let Some(mine) = held.get_mut(&self.key_id) {
+            *mine -= self.reserved;
+            if *mine <= 0 {
+                held.remove(&self.key_id);
+            }
         }
+        self.reserved = 0;
     }
 }
 
 /// `POST /v1/messages`.
-pub async fn create(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
+pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) -> Answer {
     let rid = request_id(parts);
-    let key = match admit(app, parts, &rid) {
-        Ok(key) => key,
-        Err(res) => return *res,
-    };
-    let checked = match check(app, parts, &key, body, Endpoint::Messages).await {
+    let checked = match check(app, parts, key, body, Endpoint::Messages).await {
         Ok(c) => c,
         Err(e) => return vendor_error(&e, &rid),
     };
@@ -369,7 +406,7 @@ pub async fn create(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
     let id = format!("msg_{}", ulid::Ulid::new());
     let input_estimate = messages::tokens::count_request(req);
     let estimate = cost(app, &req.model, input_estimate, req.max_tokens.unwrap_or(0));
-    let bill = match Bill::open(app, &key, &id, &req.model, estimate).await {
+    let bill = match Bill::open(app, key, &id, &req.model, estimate) {
         Ok(bill) => bill,
         Err(e) => return vendor_error(&e, &rid),
     };
@@ -387,7 +424,7 @@ pub async fn create(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
     record_call(app, channel.name(), answer.is_ok());
     match answer {
         Err(failure) => {
-            bill.refund().await;
+            drop(bill);
             failure_answer(&failure, &rid)
         }
         Ok(ChatAnswer::Whole { body, usage }) => {
@@ -396,7 +433,8 @@ pub async fn create(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
                 output_tokens: req.max_tokens.unwrap_or(0),
                 ..Usage::default()
             });
-            bill.settle(usage).await;
+            // Charged off the answer's path; the reservation stands until the charge is written.
+            tokio::spawn(async move { bill.charge(usage) });
             let mut res = Response::new(crate::http::full(body));
             res.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -423,7 +461,7 @@ enum Ended {
 }
 
 /// Answers `200 text/event-stream` at once and relays the stream from a task, which also
-/// settles or refunds when it ends.
+/// charges the message when it ends.
 fn stream_answer(mut stream: Box<ChatEventStream>, bill: Bill, rid: String) -> Answer {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
@@ -433,8 +471,8 @@ fn stream_answer(mut stream: Box<ChatEventStream>, bill: Bill, rid: String) -> A
         drop(stream);
         drop(tx);
         match ended {
-            Ended::Completed | Ended::Disconnected => bill.settle(usage).await,
-            Ended::Failed => bill.refund().await,
+            Ended::Completed | Ended::Disconnected => bill.charge(usage),
+            Ended::Failed => drop(bill),
         }
     });
     let mut res = Response::new(BodyExt::boxed_unsync(StreamBody { rx }));
@@ -495,13 +533,9 @@ impl hyper::body::Body for StreamBody {
 }
 
 /// `POST /v1/messages/count_tokens`.
-pub async fn count_tokens(app: &Arc<App>, parts: &Parts, body: Incoming) -> Answer {
+pub async fn count_tokens(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) -> Answer {
     let rid = request_id(parts);
-    let key = match admit(app, parts, &rid) {
-        Ok(key) => key,
-        Err(res) => return *res,
-    };
-    let checked = match check(app, parts, &key, body, Endpoint::CountTokens).await {
+    let checked = match check(app, parts, key, body, Endpoint::CountTokens).await {
         Ok(c) => c,
         Err(e) => return vendor_error(&e, &rid),
     };
@@ -542,12 +576,8 @@ fn models_for(app: &App, key: &Key) -> Vec<ModelInfo> {
 }
 
 /// `GET /v1/models?limit=&after_id=&before_id=`.
-pub async fn list_models(app: &Arc<App>, parts: &Parts) -> Answer {
+pub fn list_models(app: &Arc<App>, key: &Key, parts: &Parts) -> Answer {
     let rid = request_id(parts);
-    let key = match admit(app, parts, &rid) {
-        Ok(key) => key,
-        Err(res) => return *res,
-    };
     let query = parts.uri.query();
     let limit = match crate::http::query_param(query, "limit") {
         None => 20,
@@ -564,7 +594,7 @@ pub async fn list_models(app: &Arc<App>, parts: &Parts) -> Answer {
             }
         },
     };
-    let all = models_for(app, &key);
+    let all = models_for(app, key);
     let after = crate::http::query_param(query, "after_id");
     let before = crate::http::query_param(query, "before_id");
     let mut page: Vec<ModelInfo> = all
@@ -592,13 +622,9 @@ pub async fn list_models(app: &Arc<App>, parts: &Parts) -> Answer {
 }
 
 /// `GET /v1/models/{id}`.
-pub async fn get_model(app: &Arc<App>, parts: &Parts, id: &str) -> Answer {
+pub fn get_model(app: &Arc<App>, key: &Key, parts: &Parts, id: &str) -> Answer {
     let rid = request_id(parts);
-    let key = match admit(app, parts, &rid) {
-        Ok(key) => key,
-        Err(res) => return *res,
-    };
-    match models_for(app, &key).into_iter().find(|m| m.id == id) {
+    match models_for(app, key).into_iter().find(|m| m.id == id) {
         Some(model) => json(StatusCode::OK, &model),
         None => vendor_error(
             &ApiError::new(ErrorCode::NotFound, format!("model: {id} not found")),

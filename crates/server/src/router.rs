@@ -213,14 +213,23 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
         Route::File(blob) => file(app, blob, query, headers).await,
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
-            let mut res = match route {
-                Route::Messages => crate::messages::create(app, &parts, body).await,
-                Route::CountTokens => crate::messages::count_tokens(app, &parts, body).await,
-                Route::ListModels => crate::messages::list_models(app, &parts).await,
-                Route::GetModel(id) => crate::messages::get_model(app, &parts, id).await,
-                _ => error(&ErrorCode::NotFound.into()),
+            use crate::messages;
+            let (mut res, key) = match messages::admit(app, &parts) {
+                Err(refused) => (refused.answer, refused.key),
+                Ok(key) => {
+                    let res = match route {
+                        Route::Messages => messages::create(app, &key, &parts, body).await,
+                        Route::CountTokens => messages::count_tokens(app, &key, &parts, body).await,
+                        Route::ListModels => messages::list_models(app, &key, &parts),
+                        Route::GetModel(id) => messages::get_model(app, &key, &parts, id),
+                        _ => error(&ErrorCode::NotFound.into()),
+                    };
+                    (res, Some(key))
+                }
             };
-            crate::limits::vendor_headers(app, &parts.headers, &mut res);
+            if let Some(key) = key {
+                crate::limits::vendor_headers(app, &key, &mut res);
+            }
             res
         }
         Route::CreateKey

@@ -66,7 +66,9 @@ pub enum StoreError {
 /// The business steps of the relay's state.
 ///
 /// Every mutating call is atomic; calls that acknowledge something to a client
-/// (`create_task`, `transition`, key changes) are durable (flushed) when they return.
+/// (`create_task`, `transition`, key changes) are durable (flushed) when they return; callers
+/// flushing at the same moment share one flush (group commit). A chat message's charge is the
+/// exception, described at [`Store::charge`].
 pub trait Store: Send + Sync + 'static {
     /// Writes a new task, its owner and due-time index entries and its ledger entries (the
     /// pre-deduction) in one transaction, then flushes. A ledger entry that the key's quota
@@ -119,10 +121,13 @@ pub trait Store: Send + Sync + 'static {
     /// Applies `update` to a key atomically, flushed, and returns it as written.
     fn update_key(&self, id: &str, update: &dyn Fn(&mut Key)) -> Result<Key, StoreError>;
 
-    /// Writes ledger entries that no task status change causes (a chat request's
-    /// pre-deduction and settlement), atomically, flushed. The same rules as for any entry hold:
-    /// `(task_id, kind)` is unique and a debit the quota cannot cover fails the whole step.
-    fn record_ledger(&self, ledger: &[LedgerDraft]) -> Result<(), StoreError>;
+    /// Writes the one `charge` entry of work that has no task (a chat message, billed when it
+    /// ends): takes `amount` credits (`amount` >= 0) from the key, or what the key has left when
+    /// that is less, atomically. `(task_id, charge)` is unique. Returns the amount taken.
+    ///
+    /// Not flushed: a charge lost in a crash costs the operator, never the client, and the next
+    /// flush (the store's own, at most a moment later, or any durable step) takes it to disk.
+    fn charge(&self, key_id: &str, task_id: &str, amount: i64) -> Result<i64, StoreError>;
 
     /// A key's ledger, oldest first.
     fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError>;

@@ -19,6 +19,9 @@
 //! [`Store::due_tasks`] never does); a final task has none. `ledger_by_task` makes a ledger
 //! entry's `(task_id, kind)` unique.
 //!
+//! Flushes are shared: a caller that must flush waits for a flush that began after its write
+//! ([`GroupFlush`]), so concurrent acknowledgements cost one disk sync, not one each.
+//!
 //! Asset libraries and assets have trees of their own, described in `sled_store/assets.rs`.
 //!
 //! sled 0.34 runs transactions under one process-wide lock, so they are serialised; closures
@@ -26,6 +29,7 @@
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -36,8 +40,8 @@ use sled::transaction::{
 use sled::{Db, IVec, Tree};
 
 use crate::{
-    AssetQuery, AssetRecord, AssetStatus, Key, LedgerDraft, LedgerEntry, Library, Order, Page,
-    Store, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
+    AssetQuery, AssetRecord, AssetStatus, Key, LedgerDraft, LedgerEntry, LedgerKind, Library,
+    Order, Page, Store, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
 };
 
 mod assets;
@@ -67,6 +71,59 @@ pub struct SledStore {
     ledger_by_task: Tree,
     meta: Tree,
     assets: assets::AssetTrees,
+    flusher: Arc<GroupFlush>,
+}
+
+/// Group commit: callers that need their writes on disk share flushes.
+///
+/// A caller takes a ticket after its write. A flush that starts after the ticket was taken
+/// covers the write; the caller either runs that flush itself (nobody is flushing) or waits
+/// for one to finish whose start came after its ticket.
+#[derive(Default)]
+struct GroupFlush {
+    state: Mutex<FlushState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct FlushState {
+    /// Tickets handed out so far.
+    issued: u64,
+    /// Every ticket up to this one is on disk.
+    flushed: u64,
+    /// A flush is under way.
+    running: bool,
+    /// The last flush failed: its error, for the callers it covered.
+    failed: Option<(u64, String)>,
+}
+
+impl GroupFlush {
+    fn flush(&self, db: &Db) -> Result<(), String> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.issued += 1;
+        let ticket = state.issued;
+        loop {
+            if state.flushed >= ticket {
+                return match &state.failed {
+                    Some((upto, e)) if *upto >= ticket => Err(e.clone()),
+                    _ => Ok(()),
+                };
+            }
+            if !state.running {
+                state.running = true;
+                let upto = state.issued;
+                drop(state);
+                let result = db.flush().map(drop).map_err(|e| e.to_string());
+                state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.running = false;
+                state.flushed = upto;
+                state.failed = result.as_ref().err().map(|e| (upto, e.clone()));
+                self.done.notify_all();
+                continue;
+            }
+            state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 impl std::fmt::Debug for SledStore {
@@ -84,6 +141,23 @@ struct Tx<'a> {
     keys_by_hash: &'a TransactionalTree,
     ledger: &'a TransactionalTree,
     ledger_by_task: &'a TransactionalTree,
+}
+
+/// The trees a ledger entry touches.
+struct LedgerTx<'a> {
+    keys: &'a TransactionalTree,
+    ledger: &'a TransactionalTree,
+    ledger_by_task: &'a TransactionalTree,
+}
+
+impl<'a> Tx<'a> {
+    fn ledger(&self) -> LedgerTx<'a> {
+        LedgerTx {
+            keys: self.keys,
+            ledger: self.ledger,
+            ledger_by_task: self.ledger_by_task,
+        }
+    }
 }
 
 type TxResult<T> = Result<T, ConflictableTransactionError<StoreError>>;
@@ -116,6 +190,7 @@ impl SledStore {
             ledger_by_task: tree(LEDGER_BY_TASK)?,
             meta: tree(META)?,
             assets: assets::AssetTrees::open(&db)?,
+            flusher: Arc::default(),
             db,
         };
         tracing::debug!(
@@ -158,10 +233,30 @@ impl SledStore {
     }
 
     fn flush_after(&self, what: &str) -> Result<(), StoreError> {
-        self.db
-            .flush()
-            .map(drop)
-            .map_err(|e| backend(&format!("{what}: flush"), e))
+        self.flusher
+            .flush(&self.db)
+            .map_err(|e| StoreError::Backend(format!("{what}: flush: {e}")))
+    }
+
+    /// Runs `f` as one transaction over the ledger's trees only.
+    fn ledger_tx<A>(
+        &self,
+        what: &str,
+        f: impl Fn(&LedgerTx<'_>) -> TxResult<A>,
+    ) -> Result<A, StoreError> {
+        let trees = (&self.keys, &self.ledger, &self.ledger_by_task);
+        let result = trees.transaction(|(keys, ledger, ledger_by_task)| {
+            f(&LedgerTx {
+                keys,
+                ledger,
+                ledger_by_task,
+            })
+        });
+        match result {
+            Ok(a) => Ok(a),
+            Err(TransactionError::Abort(e)) => Err(e),
+            Err(TransactionError::Storage(e)) => Err(backend(what, e)),
+        }
     }
 
     fn get_task_by_bytes(&self, id: &[u8]) -> Result<Option<Task>, StoreError> {
@@ -256,7 +351,7 @@ impl Store for SledStore {
             if let Some(due) = due_key(&task) {
                 tx.due.insert(due, &[][..])?;
             }
-            apply_ledger(tx, ledger, at)
+            apply_ledger(&tx.ledger(), ledger, at)
         })?;
         self.flush_after(&what)
     }
@@ -358,7 +453,7 @@ impl Store for SledStore {
             }
             let bytes = encode("task", &new).map_err(ConflictableTransactionError::Abort)?;
             tx.tasks.insert(id.as_bytes(), bytes)?;
-            apply_ledger(tx, ledger, at)?;
+            apply_ledger(&tx.ledger(), ledger, at)?;
             Ok(new)
         })?;
         self.flush_after(&what)?;
@@ -493,10 +588,28 @@ impl Store for SledStore {
         Ok(key)
     }
 
-    fn record_ledger(&self, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
+    fn charge(&self, key_id: &str, task_id: &str, amount: i64) -> Result<i64, StoreError> {
+        check_id("charge id", task_id)?;
         let at = unix_secs();
-        self.tx("record ledger", |tx| apply_ledger(tx, ledger, at))?;
-        self.flush_after("record ledger")
+        let what = format!("charge {task_id}");
+        self.ledger_tx(&what, |tx| {
+            let Some(bytes) = tx.keys.get(key_id.as_bytes())? else {
+                return abort(StoreError::KeyNotFound(key_id.to_owned()));
+            };
+            let key: Key = decode(KEYS, &bytes).map_err(ConflictableTransactionError::Abort)?;
+            let take = match key.quota {
+                Some(remaining) => amount.clamp(0, remaining.max(0)),
+                None => amount.max(0),
+            };
+            let draft = LedgerDraft {
+                key_id: key_id.to_owned(),
+                task_id: task_id.to_owned(),
+                kind: LedgerKind::Charge,
+                amount: -take,
+            };
+            apply_ledger(tx, std::slice::from_ref(&draft), at)?;
+            Ok(take)
+        })
     }
 
     fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
@@ -614,7 +727,7 @@ impl Store for SledStore {
 
 /// Applies ledger drafts inside a transaction: checks `(task_id, kind)` uniqueness, moves the
 /// key's quota, writes the entries.
-fn apply_ledger(tx: &Tx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<()> {
+fn apply_ledger(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<()> {
     for draft in drafts {
         let by_task = [
             draft.task_id.as_bytes(),

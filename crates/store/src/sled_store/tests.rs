@@ -879,24 +879,69 @@ fn opening_something_that_is_not_a_database_is_an_error() {
 }
 
 #[test]
-fn record_ledger_without_a_task() {
+fn charges_without_a_task_take_at_most_what_is_left() {
     let (_dir, store) = open();
     store.create_key(&key("key_c", "hc", Some(100))).unwrap();
-    store
-        .record_ledger(&[draft("key_c", "msg_1", LedgerKind::Prededuct, -30)])
-        .unwrap();
-    store
-        .record_ledger(&[draft("key_c", "msg_1", LedgerKind::Settle, 25)])
-        .unwrap();
+    assert_eq!(store.charge("key_c", "msg_1", 30).unwrap(), 30);
     assert!(matches!(
-        store.record_ledger(&[draft("key_c", "msg_1", LedgerKind::Settle, 1)]),
+        store.charge("key_c", "msg_1", 5),
         Err(StoreError::DuplicateLedger { .. })
     ));
-    assert!(matches!(
-        store.record_ledger(&[draft("key_c", "msg_2", LedgerKind::Prededuct, -500)]),
-        Err(StoreError::InsufficientQuota { .. })
-    ));
+    // More than is left: what is left.
+    assert_eq!(store.charge("key_c", "msg_2", 500).unwrap(), 70);
+    assert_eq!(store.charge("key_c", "msg_3", 1).unwrap(), 0);
     let k = store.key("key_c").unwrap().unwrap();
-    assert_eq!((k.quota, k.quota_used), (Some(95), 5));
-    assert_eq!(store.ledger("key_c").unwrap().len(), 2);
+    assert_eq!((k.quota, k.quota_used), (Some(0), 100));
+    let ledger = store.ledger("key_c").unwrap();
+    let amounts: Vec<(LedgerKind, i64, Option<i64>)> = ledger
+        .iter()
+        .map(|e| (e.kind, e.amount, e.balance_after))
+        .collect();
+    assert_eq!(
+        amounts,
+        vec![
+            (LedgerKind::Charge, -30, Some(70)),
+            (LedgerKind::Charge, -70, Some(0)),
+            (LedgerKind::Charge, 0, Some(0)),
+        ]
+    );
+    // Unlimited keys are charged in full and count usage.
+    store.create_key(&key("key_u", "hu", None)).unwrap();
+    assert_eq!(store.charge("key_u", "msg_4", 12).unwrap(), 12);
+    assert_eq!(store.key("key_u").unwrap().unwrap().quota_used, 12);
+    assert!(matches!(
+        store.charge("key_nope", "msg_5", 1),
+        Err(StoreError::KeyNotFound(_))
+    ));
+}
+
+#[test]
+fn concurrent_flushes_all_return_and_keep_their_writes() {
+    let dir = TempDir::new();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        store.create_key(&key("key_f", "hf", None)).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let store = &store;
+                s.spawn(move || {
+                    for i in 0..25 {
+                        store
+                            .create_task(
+                                &task(
+                                    &format!("task_{t}_{i}"),
+                                    "key_f",
+                                    TaskStatus::Queued,
+                                    Some(1),
+                                ),
+                                &[],
+                            )
+                            .unwrap();
+                    }
+                });
+            }
+        });
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(store.all_tasks(1000).unwrap().len(), 200);
 }
