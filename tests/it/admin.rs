@@ -1,9 +1,11 @@
 //! Keys through the admin API: create, list, get, revoke.
 
+use std::time::Duration;
+
 use http::Method;
 use serde_json::json;
 
-use crate::harness::{Body, Relay};
+use crate::harness::{Body, Relay, poll_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_lifecycle() {
@@ -154,13 +156,19 @@ async fn patch_keys_tasks_and_channels() {
         .json();
     assert_eq!(none["data"].as_array().unwrap().len(), 0);
 
-    let channels = relay
-        .admin(Method::GET, "/admin/channels", Body::Empty)
-        .await;
-    assert_eq!(channels.status, 200);
-    let channels = channels.json();
+    // The engine picks the task up in the background: wait until the channel counts it.
+    let relay_ref = &relay;
+    let channels = poll_until(Duration::from_secs(10), || async move {
+        let res = relay_ref
+            .admin(Method::GET, "/admin/channels", Body::Empty)
+            .await;
+        assert_eq!(res.status, 200);
+        let channels = res.json();
+        (channels["data"][0]["in_flight"].as_u64() >= Some(1)).then_some(channels)
+    })
+    .await
+    .expect("the simulator channel counts the task in flight");
     let sim = &channels["data"][0];
     assert_eq!(sim["name"], "simulator");
     assert_eq!(sim["healthy"], true);
-    assert!(sim["in_flight"].as_u64().unwrap() >= 1, "{channels}");
 }

@@ -1,22 +1,26 @@
 //! Fake video upstreams: one small hyper server speaking both OpenAI-style `/v1/videos` and
 //! Seedance-style `/api/v3/contents/generations/tasks`, with switches (changeable while it
 //! runs) for latency, failure rates, 429 bursts, going down, hanging polls, unknown statuses,
-//! expired result URLs and truncated downloads. It counts submissions per prompt, so a test
-//! that gives every task its own prompt can prove none was submitted twice.
+//! expired result URLs, truncated downloads and large results generated while they are sent.
+//! It counts submissions per prompt, so a test that gives every task its own prompt can prove
+//! none was submitted twice, and polls, in all and per task.
 //!
 //! Self-contained (no test harness), so that `cargo xtask fake-upstream` serves the same fake
 //! for trying the relay by hand.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -51,6 +55,13 @@ pub struct Switches {
     pub truncate: AtomicBool,
     /// The next this many result downloads are answered 503.
     pub downloads_503: AtomicU32,
+    /// Image results (thumbnails, last frames) are JPEGs instead of PNGs.
+    pub jpeg_images: AtomicBool,
+    /// Video results are an MP4 of this many MiB, generated while it is sent (never held
+    /// whole in memory); 0 serves the small [`fake_mp4`].
+    pub result_mb: AtomicU64,
+    /// Polls received so far.
+    pub polls: AtomicU64,
     /// Requests being answered now, and the most there ever were at once.
     pub active: AtomicU32,
     pub max_active: AtomicU32,
@@ -79,6 +90,7 @@ struct FakeTask {
     started: Instant,
     fails: bool,
     cancelled: bool,
+    last_poll: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -91,6 +103,8 @@ struct State {
     bodies: Vec<Bytes>,
     /// Result downloads that carried an authorization header, by path.
     authorized_downloads: Vec<(String, bool)>,
+    /// When each request arrived, whatever it was, oldest first.
+    arrivals: Vec<Instant>,
 }
 
 pub struct FakeVideo {
@@ -102,6 +116,10 @@ pub struct FakeVideo {
 
 /// A 1x1 PNG.
 const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe\x92\xef\x00\x00\x00\x00IEND\xaeB`\x82";
+
+/// The start of a JPEG (SOI and a JFIF APP0 segment) and its end: enough to be sniffed.
+pub const JPEG_HEAD: &[u8] =
+    b"\xFF\xD8\xFF\xE0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xFF\xD9";
 
 /// A video long enough to be streamed in pieces, starting like an MP4 (an `ftyp` box).
 pub fn fake_mp4() -> Vec<u8> {
@@ -173,6 +191,20 @@ impl FakeVideo {
         self.state.lock().expect("fake state").bodies.clone()
     }
 
+    /// The `content` arrays of accepted `ark` submissions, oldest first.
+    pub fn ark_contents(&self) -> Vec<Value> {
+        self.bodies()
+            .iter()
+            .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
+            .filter_map(|v| v.get("content").cloned())
+            .collect()
+    }
+
+    /// When each request arrived (submissions, polls, downloads, cancels), oldest first.
+    pub fn arrivals(&self) -> Vec<Instant> {
+        self.state.lock().expect("fake state").arrivals.clone()
+    }
+
     /// (path, whether it carried an authorization header) of each result download.
     pub fn downloads(&self) -> Vec<(String, bool)> {
         self.state
@@ -187,16 +219,36 @@ impl FakeVideo {
         state.tasks.values().filter(|t| t.cancelled).count()
     }
 
+    /// (tasks polled at or after `since`, tasks not cancelled); `cargo xtask bench` times the
+    /// relay's poller with it.
+    #[allow(dead_code)]
+    pub fn polled_since(&self, since: Instant) -> (usize, usize) {
+        let state = self.state.lock().expect("fake state");
+        let live = state.tasks.values().filter(|t| !t.cancelled);
+        live.fold((0, 0), |(polled, all), t| {
+            (
+                polled + usize::from(t.last_poll.is_some_and(|at| at >= since)),
+                all + 1,
+            )
+        })
+    }
+
     pub fn set(&self, switch: &AtomicBool, on: bool) {
         switch.store(on, Ordering::SeqCst);
     }
 }
 
-fn answer(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+type Body = BoxBody<Bytes, Infallible>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+fn answer(status: StatusCode, body: Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(full(body.to_string()))
         .expect("response")
 }
 
@@ -231,8 +283,13 @@ async fn handle(
     sw: &Switches,
     state: &Mutex<State>,
     base: &str,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     let _active = Active::new(sw);
+    state
+        .lock()
+        .expect("fake state")
+        .arrivals
+        .push(Instant::now());
     let latency = sw.latency_ms.load(Ordering::Relaxed);
     if latency > 0 {
         tokio::time::sleep(Duration::from_millis(latency)).await;
@@ -283,7 +340,7 @@ async fn handle(
                 return Response::builder()
                     .status(StatusCode::TOO_MANY_REQUESTS)
                     .header("retry-after-ms", "50")
-                    .body(Full::new(Bytes::from_static(
+                    .body(full(Bytes::from_static(
                         b"{\"error\":{\"message\":\"slow down\"}}",
                     )))
                     .expect("response");
@@ -316,6 +373,7 @@ async fn handle(
                     started: Instant::now(),
                     fails: chance(sw.task_fail_permille.load(Ordering::Relaxed)),
                     cancelled: false,
+                    last_poll: None,
                 },
             );
             if ark {
@@ -333,7 +391,16 @@ async fn handle(
             if sw.hang_polls.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
-            let task = state.lock().expect("fake state").tasks.get(*id).cloned();
+            sw.polls.fetch_add(1, Ordering::Relaxed);
+            let task = state
+                .lock()
+                .expect("fake state")
+                .tasks
+                .get_mut(*id)
+                .map(|t| {
+                    t.last_poll = Some(Instant::now());
+                    t.clone()
+                });
             let Some(task) = task else {
                 return answer(
                     StatusCode::NOT_FOUND,
@@ -413,7 +480,7 @@ fn content(
     has_auth: bool,
     id: &str,
     image: bool,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     let mut st = state.lock().expect("fake state");
     st.authorized_downloads.push((path.to_owned(), has_auth));
     if !st.tasks.contains_key(id) {
@@ -439,7 +506,23 @@ fn content(
             json!({"error": {"message": "expired"}}),
         );
     }
-    let (ct, bytes) = if image {
+    let result_mb = sw.result_mb.load(Ordering::SeqCst);
+    if result_mb > 0 && !image {
+        let total = result_mb << 20;
+        let sent = if sw.truncate.load(Ordering::SeqCst) {
+            total / 2
+        } else {
+            total
+        };
+        return Response::builder()
+            .header("content-type", "video/mp4")
+            .header("content-length", total.to_string())
+            .body(GeneratedMp4::new(total, sent).boxed())
+            .expect("response");
+    }
+    let (ct, bytes) = if image && sw.jpeg_images.load(Ordering::SeqCst) {
+        ("image/jpeg", JPEG_HEAD.to_vec())
+    } else if image {
         ("image/png", PNG_1X1.to_vec())
     } else {
         ("video/mp4", fake_mp4())
@@ -451,5 +534,159 @@ fn content(
     } else {
         bytes
     };
-    res.body(Full::new(Bytes::from(bytes))).expect("response")
+    res.body(full(bytes)).expect("response")
+}
+
+/// An MP4 of `total` bytes: `ftyp`, a `moov` with one video track, then one `mdat` box,
+/// declared in its header, whose payload is the same 64 KiB chunk again and again. Generated
+/// while it is sent, so the fake's memory stays flat whatever the size.
+pub struct GeneratedMp4 {
+    head: Option<Bytes>,
+    chunk: Bytes,
+    /// Bytes still to send, the head included.
+    left: u64,
+}
+
+impl GeneratedMp4 {
+    /// A file of `total` bytes of which the first `sent` are sent (fewer: a truncated body).
+    pub fn new(total: u64, sent: u64) -> GeneratedMp4 {
+        let head = mp4_head(total);
+        let chunk: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
+        GeneratedMp4 {
+            head: Some(Bytes::from(head)),
+            chunk: Bytes::from(chunk),
+            left: sent,
+        }
+    }
+}
+
+impl hyper::body::Body for GeneratedMp4 {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let mut data = match this.head.take() {
+            Some(head) => head,
+            None => this.chunk.clone(),
+        };
+        data.truncate(
+            data.len()
+                .min(usize::try_from(this.left).unwrap_or(usize::MAX)),
+        );
+        this.left -= data.len() as u64;
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.left)
+    }
+}
+
+fn mp4_box(kind: &[u8; 4], parts: &[&[u8]]) -> Vec<u8> {
+    let len: usize = 8 + parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut v = (len as u32).to_be_bytes().to_vec();
+    v.extend_from_slice(kind);
+    for part in parts {
+        v.extend_from_slice(part);
+    }
+    v
+}
+
+/// `ftyp`, `moov` (a 640x360 `avc1` track of 10 s) and the header of an `mdat` box that fills
+/// the file up to `total` bytes (a 64-bit size when it needs one).
+fn mp4_head(total: u64) -> Vec<u8> {
+    let be32 = |n: u32| n.to_be_bytes();
+    let ftyp = mp4_box(b"ftyp", &[b"isom", &be32(0x200), b"isomiso2avc1mp41"]);
+    // mvhd v0: times, time scale 1000, duration 10 s, rate 1.0, volume 1.0, identity matrix.
+    let mut matrix = [0u8; 36];
+    matrix[0..4].copy_from_slice(&be32(0x0001_0000));
+    matrix[16..20].copy_from_slice(&be32(0x0001_0000));
+    matrix[32..36].copy_from_slice(&be32(0x4000_0000));
+    let mvhd = mp4_box(
+        b"mvhd",
+        &[
+            &[0u8; 12],
+            &be32(1000),
+            &be32(10_000),
+            &be32(0x0001_0000),
+            &[1, 0],
+            &[0u8; 10],
+            &matrix,
+            &[0u8; 24],
+            &be32(2),
+        ],
+    );
+    // tkhd v0 (enabled, in movie): track 1, duration, matrix, 640x360 in 16.16.
+    let tkhd = mp4_box(
+        b"tkhd",
+        &[
+            &[0, 0, 0, 3],
+            &[0u8; 8],
+            &be32(1),
+            &[0u8; 4],
+            &be32(10_000),
+            &[0u8; 16],
+            &matrix,
+            &be32(640 << 16),
+            &be32(360 << 16),
+        ],
+    );
+    let mdhd = mp4_box(
+        b"mdhd",
+        &[&[0u8; 12], &be32(1000), &be32(10_000), &[0x55, 0xC4, 0, 0]],
+    );
+    let hdlr = mp4_box(
+        b"hdlr",
+        &[&[0u8; 8], b"vide", &[0u8; 12], b"VideoHandler\0"],
+    );
+    let vmhd = mp4_box(b"vmhd", &[&[0, 0, 0, 1], &[0u8; 8]]);
+    let mut entry = vec![0u8; 78];
+    entry[7] = 1; // data reference index
+    entry[24..26].copy_from_slice(&640u16.to_be_bytes());
+    entry[26..28].copy_from_slice(&360u16.to_be_bytes());
+    entry[28..32].copy_from_slice(&be32(0x0048_0000));
+    entry[32..36].copy_from_slice(&be32(0x0048_0000));
+    entry[40..42].copy_from_slice(&1u16.to_be_bytes());
+    entry[74..76].copy_from_slice(&0x18u16.to_be_bytes());
+    entry[76..78].copy_from_slice(&0xFFFFu16.to_be_bytes());
+    let avc1 = mp4_box(b"avc1", &[&entry]);
+    let stsd = mp4_box(b"stsd", &[&[0u8; 4], &be32(1), &avc1]);
+    let empty_table = |kind: &[u8; 4]| mp4_box(kind, &[&[0u8; 8]]);
+    let stsz = mp4_box(b"stsz", &[&[0u8; 12]]);
+    let stbl = mp4_box(
+        b"stbl",
+        &[
+            &stsd,
+            &empty_table(b"stts"),
+            &empty_table(b"stsc"),
+            &stsz,
+            &empty_table(b"stco"),
+        ],
+    );
+    let minf = mp4_box(b"minf", &[&vmhd, &stbl]);
+    let mdia = mp4_box(b"mdia", &[&mdhd, &hdlr, &minf]);
+    let trak = mp4_box(b"trak", &[&tkhd, &mdia]);
+    let moov = mp4_box(b"moov", &[&mvhd, &trak]);
+    let mut head = [ftyp, moov].concat();
+    let mdat_len = total.saturating_sub(head.len() as u64);
+    if mdat_len <= u64::from(u32::MAX) {
+        head.extend_from_slice(&be32(mdat_len as u32));
+        head.extend_from_slice(b"mdat");
+    } else {
+        head.extend_from_slice(&be32(1));
+        head.extend_from_slice(b"mdat");
+        head.extend_from_slice(&mdat_len.to_be_bytes());
+    }
+    head
 }

@@ -3,13 +3,13 @@
 //! tasks through two flaky channels, one going down and coming back.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::{Value, json};
 
-use crate::fake_video::{FAKE_KEY, FakeVideo, fake_mp4};
-use crate::harness::{Body, Multipart, Relay, png, poll_until};
+use crate::fake_video::{FAKE_KEY, FakeVideo, JPEG_HEAD, fake_mp4};
+use crate::harness::{Body, Multipart, Relay, mp4_head, png, poll_until, wav};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -120,8 +120,29 @@ async fn first_format_over_openai_videos_keeps_its_own_copy() {
         .await;
     assert_eq!(thumb.status, 200);
     assert!(thumb.body.starts_with(b"\x89PNG"));
+    assert_eq!(thumb.header("content-type"), Some("image/png"));
     // The content URL is the upstream's own API: the key went along.
     assert!(fake.downloads().iter().all(|(_, auth)| *auth));
+
+    // A JPEG thumbnail is kept and served as a JPEG.
+    fake.set(&fake.switches.expire_results, false);
+    fake.set(&fake.switches.jpeg_images, true);
+    let res = relay
+        .post_json(
+            "/v1/videos",
+            json!({"model": "model_h3", "prompt": "a jpeg thumbnail", "size": "64x64"}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["id"].as_str().unwrap().to_owned();
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let thumb = relay
+        .get(&format!("/v1/videos/{id}/content?variant=thumbnail"))
+        .await;
+    assert_eq!(thumb.status, 200);
+    assert_eq!(thumb.header("content-type"), Some("image/jpeg"));
+    assert!(thumb.body.starts_with(b"\xFF\xD8\xFF"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,4 +431,253 @@ async fn tasks_through_two_flaky_channels_all_end_once_submitted() {
         200
     };
     many_tasks_through_two_flaky_channels(n).await;
+}
+
+/// The most of `times` in any window of `window` (each window starting at one of them).
+fn most_in_a_window(times: &[Instant], window: Duration) -> usize {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    (0..sorted.len())
+        .map(|i| sorted[i..].partition_point(|t| *t < sorted[i] + window))
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_never_gets_more_calls_a_second_than_its_rate() {
+    const RATE: usize = 8;
+    const TASKS: usize = 10;
+    let fake = FakeVideo::start().await;
+    // Done at the first poll: each task is a submission, a poll and two downloads.
+    fake.switches.run_ms.store(1, Ordering::SeqCst);
+    let channel = format!(
+        "{}max_calls_per_sec = {RATE}\n",
+        openai_channel("up", &fake, 0)
+    );
+    let relay = Relay::start(&config(&channel)).await;
+    let key = relay.key.clone();
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(create_video(&relay, &key, &format!("paced {i}")).await);
+    }
+    let all_final = poll_until(WAIT, || {
+        let (relay, ids) = (&relay, &ids);
+        async move {
+            let mut done = Vec::new();
+            for id in ids {
+                let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+                if !matches!(
+                    v["status"].as_str(),
+                    Some("completed" | "failed" | "cancelled")
+                ) {
+                    return None;
+                }
+                done.push(v);
+            }
+            Some(done)
+        }
+    })
+    .await
+    .expect("every task ends");
+    for v in &all_final {
+        assert_eq!(v["status"], "completed", "{v}");
+    }
+    assert!(fake.accepted().values().all(|n| *n == 1));
+
+    // The upstream's own clock: never more than the rate plus the bucket's burst (the rate
+    // rounded up) in any second, though the relay had more to do at once.
+    let arrivals = fake.arrivals();
+    assert!(arrivals.len() >= TASKS * 4, "{} calls", arrivals.len());
+    let most = most_in_a_window(&arrivals, Duration::from_secs(1));
+    assert!(most <= RATE + RATE, "{most} calls in one second");
+    let view = channel_view(&relay, "up").await;
+    assert_eq!(view["max_calls_per_sec"], RATE as f64, "{view}");
+    assert!(view["calls_paced"].as_u64() > Some(0), "{view}");
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Uploads `bytes` as an asset of `kind` into library `lib` and waits until it is active.
+async fn active_asset(relay: &Relay, lib: &str, kind: &str, bytes: &[u8]) -> String {
+    let (ct, body) = Multipart::new()
+        .text("type", kind)
+        .file("file", "reference", "application/octet-stream", bytes)
+        .build();
+    let res = relay
+        .call(
+            Method::POST,
+            &format!("/v1/asset-libraries/{lib}/assets"),
+            Body::Raw(ct, body),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["id"].as_str().expect("asset id").to_owned();
+    let active = poll_until(WAIT, || async {
+        let v = relay.get(&format!("/v1/assets/{id}")).await.json();
+        (v["status"] == "active").then_some(())
+    })
+    .await;
+    assert!(active.is_some(), "asset {id} never became active");
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reference_asset_reaches_ark_with_its_role() {
+    let fake = FakeVideo::start().await;
+    // A public address: references over the inline cap go as the relay's signed URLs.
+    let channel = format!(
+        "[server]\npublic_base_url = \"https://relay.example\"\n{}max_inline_bytes = 1024\n",
+        ark_channel("ark", &fake)
+    );
+    let relay = Relay::start(&config(&channel)).await;
+    let lib = relay
+        .post_json("/v1/asset-libraries", json!({"name": "refs"}))
+        .await;
+    assert_eq!(lib.status, 200, "{}", lib.text());
+    let lib = lib.json()["id"].as_str().expect("library id").to_owned();
+    let (first, image_a, image_b) = (png(8, 8), png(4, 4), png(6, 6));
+    assert!(first.len() <= 1024 && wav().len() > 1024 && mp4_head().len() <= 1024);
+    let first_id = active_asset(&relay, &lib, "image", &first).await;
+    let image_a_id = active_asset(&relay, &lib, "image", &image_a).await;
+    let image_b_id = active_asset(&relay, &lib, "image", &image_b).await;
+    let video_id = active_asset(&relay, &lib, "video", &mp4_head()).await;
+    let audio_id = active_asset(&relay, &lib, "audio", &wav()).await;
+    let res = relay
+        .post_json(
+            "/v1/video/generations",
+            json!({"model": "gen2-pro", "prompt": "a heron and its references", "duration": 2,
+            "resolution": "480p", "ratio": "16:9", "assets": [
+                {"id": image_a_id, "role": "reference_image"},
+                {"id": audio_id, "role": "reference_audio"},
+                {"id": first_id, "role": "first_frame"},
+                {"id": video_id, "role": "reference_video"},
+                {"id": image_b_id, "role": "reference_image"},
+            ]}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["task_id"].as_str().unwrap().to_owned();
+    let done = poll_until(WAIT, || async {
+        let v = relay
+            .get(&format!("/v1/video/generations/{id}"))
+            .await
+            .json();
+        matches!(v["status"].as_str(), Some("succeeded" | "failed")).then_some(v)
+    })
+    .await
+    .expect("the generation ends");
+    assert_eq!(done["status"], "succeeded", "{done}");
+
+    // What the fake received: the prompt, the first frame, then the references in request
+    // order, each with its role; small ones inline, the audio (over the cap) as a signed URL.
+    let contents = fake.ark_contents();
+    let content = contents[0].as_array().expect("a content array");
+    let data = |mime: &str, bytes: &[u8]| format!("data:{mime};base64,{}", base64(bytes));
+    let item =
+        |kind: &str, role: &str, url: &str| json!({"type": kind, "role": role, kind: {"url": url}});
+    assert_eq!(content.len(), 6, "{content:?}");
+    assert_eq!(
+        content[0],
+        json!({"type": "text", "text": "a heron and its references"})
+    );
+    assert_eq!(
+        content[1],
+        item("image_url", "first_frame", &data("image/png", &first))
+    );
+    assert_eq!(
+        content[2],
+        item("image_url", "reference_image", &data("image/png", &image_a))
+    );
+    assert_eq!(
+        content[4],
+        item(
+            "video_url",
+            "reference_video",
+            &data("video/mp4", &mp4_head())
+        )
+    );
+    assert_eq!(
+        content[5],
+        item("image_url", "reference_image", &data("image/png", &image_b))
+    );
+    assert_eq!(content[3]["type"], "audio_url");
+    assert_eq!(content[3]["role"], "reference_audio");
+    let url = content[3]["audio_url"]["url"]
+        .as_str()
+        .expect("an audio URL");
+    assert!(url.starts_with("https://relay.example/files/"), "{url}");
+    assert!(url.contains("sig="), "{url}");
+    // The signed URL serves the asset's bytes, without a key.
+    let served = relay
+        .client
+        .send(
+            Method::GET,
+            &relay.url(&url["https://relay.example".len()..]),
+            Body::Empty,
+            &[],
+        )
+        .await;
+    assert_eq!(served.status, 200);
+    assert_eq!(served.body.as_ref(), wav().as_slice());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jpeg_last_frame_is_kept_and_served_as_a_jpeg() {
+    let fake = FakeVideo::start().await;
+    fake.set(&fake.switches.jpeg_images, true);
+    let relay = Relay::start(&config(&ark_channel("ark", &fake))).await;
+    let res = relay
+        .post_json(
+            "/v1/video/generations",
+            json!({"model": "gen2-pro", "prompt": "a heron at night", "duration": 2,
+                   "resolution": "480p", "return_last_frame": true}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["task_id"].as_str().unwrap().to_owned();
+    let done = poll_until(WAIT, || async {
+        let v = relay
+            .get(&format!("/v1/video/generations/{id}"))
+            .await
+            .json();
+        matches!(v["status"].as_str(), Some("succeeded" | "failed")).then_some(v)
+    })
+    .await
+    .expect("the generation ends");
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let url = done["last_frame_url"].as_str().expect("last_frame_url");
+    let frame = relay.get(&url[url.find("/files/").unwrap()..]).await;
+    assert_eq!(frame.status, 200);
+    assert_eq!(frame.header("content-type"), Some("image/jpeg"));
+    assert_eq!(frame.body.as_ref(), JPEG_HEAD);
+    // Ranges work on it as on any file.
+    let part = relay
+        .client
+        .send(
+            Method::GET,
+            &relay.url(&url[url.find("/files/").unwrap()..]),
+            Body::Empty,
+            &[("range", "bytes=0-2".to_owned())],
+        )
+        .await;
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body.as_ref(), &JPEG_HEAD[..3]);
 }

@@ -12,7 +12,9 @@ use crate::fake_video::{FAKE_KEY, FakeVideo, Switches};
 pub const USAGE: &str = "usage: cargo xtask fake-upstream [--listen 127.0.0.1:9090] [--run-ms N]
         [--latency-ms N] [--submit-fail PERMILLE] [--task-fail PERMILLE] [--burst-429 N]
         [--downloads-503 N] [--down] [--hang-polls] [--unknown-status] [--expire-results]
-        [--truncate]";
+        [--truncate] [--result-mb N]
+
+  --result-mb N  video results are an MP4 of N MiB generated while it is sent";
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let switches = Arc::new(Switches::default());
@@ -57,6 +59,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             "--unknown-status" => switches.unknown_status.store(true, Ordering::SeqCst),
             "--expire-results" => switches.expire_results.store(true, Ordering::SeqCst),
             "--truncate" => switches.truncate.store(true, Ordering::SeqCst),
+            "--result-mb" => switches.result_mb.store(number(flag)?, Ordering::SeqCst),
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
     }

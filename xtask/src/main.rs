@@ -28,7 +28,10 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
                 `conformance --start` builds and starts a relay and runs the suite against it
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
                 relay by hand; `fake-upstream --help` lists its switches
-  bench         the relay against a bare proxy and the direct path; writes BENCHMARKS.md
+  bench         the relay against a bare proxy and the direct path, its memory while videos
+                are downloaded, its poller with 10,000 tasks in flight, reads and start-up over
+                1M stored tasks; writes BENCHMARKS.md. `bench --only SECTION` runs one part
+                (messages, submissions, polling, downloads, poller, stored)
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
                 SDK checks)";
 
@@ -46,7 +49,7 @@ fn main() -> ExitCode {
         Some("sdk-messages") => anthropic_sdk_check(),
         Some("openapi") => openapi::validate(),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
-        Some("bench") => bench::bench(&root(), &target_dir()),
+        Some("bench") => bench::bench(&root(), &target_dir(), &args[1..]),
         Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
             conformance::ci::run()
         }
@@ -357,6 +360,19 @@ pub fn start_relay(
     admin_token: &str,
     log: &str,
 ) -> anyhow::Result<StartedRelay> {
+    start_relay_keyed(binary, config, data, admin_token, log, None)
+}
+
+/// [`start_relay`] over a data directory whose store has keys already: `key` (one of them) is
+/// not printed, so only the address is read.
+pub fn start_relay_keyed(
+    binary: &Path,
+    config: &Path,
+    data: &Path,
+    admin_token: &str,
+    log: &str,
+    key: Option<&str>,
+) -> anyhow::Result<StartedRelay> {
     let mut child = Command::new(binary)
         .arg("--config")
         .arg(config)
@@ -369,7 +385,7 @@ pub fn start_relay(
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", binary.display()))?;
-    match read_startup(&mut child) {
+    match read_startup(&mut child, key) {
         Ok((base, key)) => Ok(StartedRelay { child, base, key }),
         Err(e) => {
             let _ = child.kill();
@@ -379,8 +395,8 @@ pub fn start_relay(
     }
 }
 
-/// Reads the relay's start-up lines: its address and the first key.
-fn read_startup(child: &mut Child) -> anyhow::Result<(String, String)> {
+/// Reads the relay's start-up lines: its address and, unless `known` already, the first key.
+fn read_startup(child: &mut Child, known: Option<&str>) -> anyhow::Result<(String, String)> {
     let stdout = child.stdout.take().context("relay stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -391,7 +407,7 @@ fn read_startup(child: &mut Child) -> anyhow::Result<(String, String)> {
         }
     });
     let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut base, mut key) = (None, None);
+    let (mut base, mut key) = (None, known.map(str::to_owned));
     while base.is_none() || key.is_none() {
         let left = deadline.saturating_duration_since(Instant::now());
         let line = rx

@@ -1,6 +1,7 @@
-//! `ark`: Seedance-style content generation tasks (PROTOCOLS.md §4). Reference images go as
-//! `data:` URIs (under the channel's inline cap); results are `content.video_url` and
-//! `content.last_frame_url`, which expire, so the engine downloads them at once.
+//! `ark`: Seedance-style content generation tasks (PROTOCOLS.md §4). Stored references (frames,
+//! reference images, videos and audio) go as `data:` URIs under the channel's inline cap, else
+//! as the relay's signed URLs; results are `content.video_url` and `content.last_frame_url`,
+//! which expire, so the engine downloads them at once.
 
 use std::sync::Arc;
 
@@ -13,10 +14,12 @@ use store::BlobStore;
 
 use crate::openai_videos::path_part;
 use crate::remote::{
-    Remote, RemoteSettings, poll_failure, snippet, submit_failure, upstream_failed,
+    ReadBlobError, Remote, RemoteSettings, poll_failure, snippet, submit_failure, upstream_failed,
 };
 use crate::upstream_http::{UpstreamError, UpstreamResponse};
-use crate::video::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoJob};
+use crate::video::{
+    PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+};
 
 pub struct Ark {
     remote: Remote,
@@ -57,41 +60,53 @@ impl Ark {
         &self.remote
     }
 
-    /// A frame as a `data:` URI, or as the relay's signed URL when it is too large to inline
-    /// and the relay has a public one.
-    async fn image(&self, blob: &str, url: Option<&str>, role: &str) -> Result<Value, String> {
-        let (bytes, mime) = match self.remote.read_blob(blob).await {
-            Ok(read) => read,
-            Err(e) => match url {
-                Some(url) if e.contains("inline cap") => {
-                    return Ok(json!({
-                        "type": "image_url", "image_url": {"url": url}, "role": role,
-                    }));
-                }
-                _ => return Err(e),
-            },
+    /// A stored reference as a content item of `kind` (`image_url`, `video_url`,
+    /// `audio_url`): a `data:` URI when it is under the inline cap, else the relay's signed
+    /// URL when it has a public one.
+    async fn stored(
+        &self,
+        kind: &str,
+        blob: &str,
+        url: Option<&str>,
+        role: &str,
+    ) -> Result<Value, ReadBlobError> {
+        let item = |url: String| {
+            let mut item = json!({"type": kind, "role": role});
+            item[kind] = json!({ "url": url });
+            item
         };
-        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
-        Ok(json!({
-            "type": "image_url",
-            "image_url": {"url": format!("data:{mime};base64,{data}")},
-            "role": role,
-        }))
+        match (self.remote.read_blob(blob).await, url) {
+            (Ok((bytes, mime)), _) => {
+                let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+                Ok(item(format!("data:{mime};base64,{data}")))
+            }
+            (Err(ReadBlobError::OverInlineCap { .. }), Some(url)) => Ok(item(url.to_owned())),
+            (Err(e), _) => Err(e),
+        }
     }
 
-    async fn body(&self, job: &VideoJob) -> Result<Value, String> {
+    /// The task body: the prompt, the frames, the stored references in request order, then
+    /// the client's reference URLs (PROTOCOLS.md §4).
+    async fn body(&self, job: &VideoJob, references: &[StoredReference]) -> Result<Value, String> {
         let mut content = vec![json!({"type": "text", "text": job.prompt})];
-        if let Some(blob) = &job.first_frame {
-            content.push(
-                self.image(blob, job.first_frame_url.as_deref(), "first_frame")
-                    .await?,
-            );
+        let frames = [
+            (&job.first_frame, &job.first_frame_url, "first_frame"),
+            (&job.last_frame, &job.last_frame_url, "last_frame"),
+        ];
+        for (blob, url, role) in frames {
+            if let Some(blob) = blob {
+                let item = self.stored("image_url", blob, url.as_deref(), role);
+                content.push(item.await.map_err(|e| e.to_string())?);
+            }
         }
-        if let Some(blob) = &job.last_frame {
-            content.push(
-                self.image(blob, job.last_frame_url.as_deref(), "last_frame")
-                    .await?,
-            );
+        for r in references {
+            let kind = match r.role {
+                ReferenceRole::Image => "image_url",
+                ReferenceRole::Video => "video_url",
+                ReferenceRole::Audio => "audio_url",
+            };
+            let item = self.stored(kind, &r.blob, r.url.as_deref(), r.role.as_str());
+            content.push(item.await.map_err(|e| e.to_string())?);
         }
         // Client-given reference URLs (already checked by the relay) go on as URLs.
         if let Some(url) = job.reference_video.as_deref().filter(|u| is_http(u)) {
@@ -120,9 +135,9 @@ impl Ark {
         Ok(body)
     }
 
-    pub async fn submit(&self, job: &VideoJob) -> SubmitOutcome {
+    pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         let name = self.remote.name();
-        let body = match self.body(job).await {
+        let body = match self.body(job, references).await {
             Ok(body) => body,
             Err(e) => return SubmitOutcome::Fatal(format!("channel {name}: {e}")),
         };
@@ -231,6 +246,8 @@ fn is_http(url: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::upstream_http::UpstreamTimeouts;
 
@@ -283,7 +300,10 @@ mod tests {
             },
             blobs,
         );
-        let body = ark.body(&job(Some("a/first.png"), None)).await.unwrap();
+        let body = ark
+            .body(&job(Some("a/first.png"), None), &[])
+            .await
+            .unwrap();
         assert_eq!(
             body["content"][0],
             json!({"type": "text", "text": "a heron"})
@@ -297,7 +317,7 @@ mod tests {
         let mut refs = job(None, None);
         refs.audio_url = Some("https://media.example/a.mp3".into());
         refs.reference_video = Some("https://media.example/v.mp4".into());
-        let body = ark.body(&refs).await.unwrap();
+        let body = ark.body(&refs, &[]).await.unwrap();
         assert_eq!(body["content"][1]["role"], "reference_video");
         assert_eq!(
             body["content"][1]["video_url"]["url"],
@@ -306,19 +326,170 @@ mod tests {
         assert_eq!(body["content"][2]["role"], "reference_audio");
         // Over the inline cap: refused, naming the cap.
         let err = ark
-            .body(&job(Some("a/first.png"), Some("a/last.jpg")))
+            .body(&job(Some("a/first.png"), Some("a/last.jpg")), &[])
             .await
             .unwrap_err();
         assert!(err.contains("inline cap"), "{err}");
         // ... unless the relay has a public URL for it.
         let mut with_url = job(Some("a/first.png"), Some("a/last.jpg"));
         with_url.last_frame_url = Some("https://relay.example/files/a/last.jpg?sig=1".into());
-        let body = ark.body(&with_url).await.unwrap();
+        let body = ark.body(&with_url, &[]).await.unwrap();
         assert_eq!(
             body["content"][2]["image_url"]["url"],
             "https://relay.example/files/a/last.jpg?sig=1"
         );
         assert_eq!(body["content"][2]["role"], "last_frame");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An ark channel over a fresh blob directory holding `files`.
+    fn ark_with(dir: &str, files: &[(&str, &[u8])], max_inline_bytes: u64) -> (Ark, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("channels-{dir}-{}", std::process::id()));
+        let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir).unwrap());
+        for (id, bytes) in files {
+            blobs.put_bytes(id, bytes).unwrap();
+        }
+        let settings = RemoteSettings {
+            name: "ark".into(),
+            models: vec!["gen2-pro".into()],
+            base_url: "http://127.0.0.1:1/api/v3".into(),
+            api_key: None,
+            model_map: Default::default(),
+            timeouts: UpstreamTimeouts::default(),
+            min_poll_interval: std::time::Duration::from_secs(2),
+            max_inline_bytes,
+        };
+        (Ark::new(settings, blobs), dir)
+    }
+
+    fn stored(role: ReferenceRole, blob: &str, url: Option<&str>) -> StoredReference {
+        StoredReference {
+            role,
+            blob: blob.into(),
+            url: url.map(str::to_owned),
+        }
+    }
+
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\nsmall";
+    const MP4: &[u8] = b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isommp41\x00\x00\x00\x08free";
+    const WAV: &[u8] = b"RIFF\x24\x08\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00";
+
+    #[tokio::test]
+    async fn every_stored_reference_goes_with_its_role_in_request_order() {
+        let files: [(&str, &[u8]); 5] = [
+            ("r/first.png", PNG),
+            ("r/image-a.png", PNG),
+            ("r/image-b.jpg", &[0xFF, 0xD8, 0xFF, 0xE0, 0, 0]),
+            ("r/clip.mp4", MP4),
+            ("r/voice.wav", WAV),
+        ];
+        let (ark, dir) = ark_with("ark-refs", &files, 1024);
+        let references = [
+            stored(ReferenceRole::Image, "r/image-a.png", None),
+            stored(ReferenceRole::Video, "r/clip.mp4", None),
+            stored(ReferenceRole::Image, "r/image-b.jpg", None),
+            stored(ReferenceRole::Audio, "r/voice.wav", None),
+        ];
+        let body = ark
+            .body(&job(Some("r/first.png"), None), &references)
+            .await
+            .unwrap();
+        let content = body["content"].as_array().unwrap();
+        let seen: Vec<(&str, &str, &str)> = content[1..]
+            .iter()
+            .map(|item| {
+                let kind = item["type"].as_str().unwrap();
+                let url = item[kind]["url"].as_str().unwrap();
+                let mime = url
+                    .strip_prefix("data:")
+                    .and_then(|u| u.split(';').next())
+                    .unwrap_or(url);
+                (kind, item["role"].as_str().unwrap(), mime)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("image_url", "first_frame", "image/png"),
+                ("image_url", "reference_image", "image/png"),
+                ("video_url", "reference_video", "video/mp4"),
+                ("image_url", "reference_image", "image/jpeg"),
+                ("audio_url", "reference_audio", "audio/wav"),
+            ]
+        );
+        // The bytes themselves, base64 after the media type.
+        let url = content[5]["audio_url"]["url"].as_str().unwrap();
+        let data = url.strip_prefix("data:audio/wav;base64,").unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
+        assert_eq!(decoded, WAV);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn references_over_the_inline_cap_go_as_the_relays_urls_or_fail() {
+        let files: [(&str, &[u8]); 3] = [
+            ("r/clip.mp4", MP4),
+            ("r/voice.wav", WAV),
+            ("r/image.png", PNG),
+        ];
+        // MP4 and WAV are over 20 bytes; the PNG is not.
+        let (ark, dir) = ark_with("ark-refs-cap", &files, 20);
+        let references = [
+            stored(
+                ReferenceRole::Video,
+                "r/clip.mp4",
+                Some("https://relay.example/files/r/clip.mp4?sig=v"),
+            ),
+            stored(
+                ReferenceRole::Audio,
+                "r/voice.wav",
+                Some("https://relay.example/files/r/voice.wav?sig=a"),
+            ),
+            stored(
+                ReferenceRole::Image,
+                "r/image.png",
+                Some("https://relay.example/files/r/image.png?sig=i"),
+            ),
+        ];
+        let body = ark.body(&job(None, None), &references).await.unwrap();
+        assert_eq!(
+            body["content"][1],
+            json!({"type": "video_url", "role": "reference_video",
+                   "video_url": {"url": "https://relay.example/files/r/clip.mp4?sig=v"}})
+        );
+        assert_eq!(
+            body["content"][2],
+            json!({"type": "audio_url", "role": "reference_audio",
+                   "audio_url": {"url": "https://relay.example/files/r/voice.wav?sig=a"}})
+        );
+        // Under the cap: inline, even with a URL.
+        let inline = body["content"][3]["image_url"]["url"].as_str().unwrap();
+        assert!(inline.starts_with("data:image/png;base64,"), "{inline}");
+        assert_eq!(body["content"][3]["role"], "reference_image");
+
+        // Without a public URL, an oversized reference fails the submission, naming the cap.
+        let err = ark
+            .body(
+                &job(None, None),
+                &[stored(ReferenceRole::Video, "r/clip.mp4", None)],
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains("r/clip.mp4") && err.contains("inline cap"),
+            "{err}"
+        );
+        // A reference whose bytes are gone fails it too.
+        let err = ark
+            .body(
+                &job(None, None),
+                &[stored(ReferenceRole::Image, "r/missing.png", None)],
+            )
+            .await
+            .unwrap_err();
+        assert!(err.contains("r/missing.png"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -24,4 +24,7 @@ pub use simulator::{Simulator, SimulatorSettings};
 pub use upstream_http::{
     UpstreamBody, UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts,
 };
-pub use video::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoChannel, VideoJob};
+pub use video::{
+    PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome,
+    VideoChannel, VideoJob,
+};

@@ -13,7 +13,9 @@ use crate::remote::{
     Remote, RemoteSettings, poll_failure, snippet, submit_failure, upstream_failed,
 };
 use crate::upstream_http::{UpstreamError, UpstreamResponse};
-use crate::video::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoJob};
+use crate::video::{
+    PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+};
 
 pub struct OpenaiVideos {
     remote: Remote,
@@ -60,7 +62,11 @@ impl OpenaiVideos {
         field("seconds", &job.duration_secs.to_string());
         field("size", &format!("{}x{}", job.width, job.height));
         if let Some(blob) = &job.first_frame {
-            let (bytes, mime) = self.remote.read_blob(blob).await?;
+            let (bytes, mime) = self
+                .remote
+                .read_blob(blob)
+                .await
+                .map_err(|e| e.to_string())?;
             let ext = mime.rsplit('/').next().unwrap_or("bin");
             out.extend_from_slice(
                 format!(
@@ -75,14 +81,18 @@ impl OpenaiVideos {
         Ok(Bytes::from(out))
     }
 
-    pub async fn submit(&self, job: &VideoJob) -> SubmitOutcome {
+    pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         let name = self.remote.name();
-        if job.audio_url.is_some() || job.reference_video.is_some() || job.last_frame.is_some() {
+        if job.audio_url.is_some()
+            || job.reference_video.is_some()
+            || job.last_frame.is_some()
+            || !references.is_empty()
+        {
             tracing::warn!(
                 channel = name,
                 task = job.task_id,
-                "the upstream's /v1/videos has no field for a last frame, audio or reference \
-                 video; they are left out"
+                "the upstream's /v1/videos has no field for a last frame, reference images, \
+                 audio or a reference video; they are left out"
             );
         }
         let body = match self.body(job).await {

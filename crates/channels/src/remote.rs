@@ -112,43 +112,47 @@ impl Remote {
         }
     }
 
-    /// A stored reference image, when it is at most `max_inline_bytes`. Blocking work runs
-    /// on a blocking thread.
-    pub async fn read_blob(&self, blob_id: &str) -> Result<(Vec<u8>, &'static str), String> {
+    /// A stored reference (image, video or audio) and its media type (sniffed), when it is at
+    /// most `max_inline_bytes`. Blocking work runs on a blocking thread.
+    pub async fn read_blob(&self, blob_id: &str) -> Result<(Vec<u8>, &'static str), ReadBlobError> {
         let blobs = self.blobs.clone();
         let id = blob_id.to_owned();
         let max = self.settings.max_inline_bytes;
+        let failed = |id: &str, e: &dyn std::fmt::Display| ReadBlobError::Failed {
+            id: id.to_owned(),
+            message: e.to_string(),
+        };
         tokio::task::spawn_blocking(move || {
             use std::io::Read;
-            let (file, len) = blobs.open(&id).map_err(|e| format!("reading {id}: {e}"))?;
+            let (file, len) = blobs.open(&id).map_err(|e| failed(&id, &e))?;
             if len > max {
-                return Err(format!(
-                    "reference image {id} is {len} bytes, over the inline cap of {max}"
-                ));
+                return Err(ReadBlobError::OverInlineCap { id, len, max });
             }
             let mut buf = Vec::with_capacity(len as usize);
             file.take(max + 1)
                 .read_to_end(&mut buf)
-                .map_err(|e| format!("reading {id}: {e}"))?;
-            let mime = image_mime(&buf);
+                .map_err(|e| failed(&id, &e))?;
+            let mime = media_mime(&buf);
             Ok((buf, mime))
         })
         .await
-        .map_err(|e| format!("reading a reference: {e}"))?
+        .map_err(|e| failed(blob_id, &e))?
     }
 }
 
-/// The media type of an image by its first bytes.
-pub fn image_mime(bytes: &[u8]) -> &'static str {
-    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        "image/jpeg"
-    } else if bytes.starts_with(b"\x89PNG") {
-        "image/png"
-    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
-        "image/webp"
-    } else {
-        "application/octet-stream"
-    }
+/// Why a stored reference cannot be sent inline.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadBlobError {
+    #[error("reference {id} is {len} bytes, over the inline cap of {max}")]
+    OverInlineCap { id: String, len: u64, max: u64 },
+    #[error("reading reference {id}: {message}")]
+    Failed { id: String, message: String },
+}
+
+/// The media type of a stored reference by its first bytes (images, videos and audio the
+/// relay accepts), `application/octet-stream` when it is none of them.
+pub fn media_mime(bytes: &[u8]) -> &'static str {
+    fetch::sniff(bytes).map_or("application/octet-stream", fetch::Format::mime)
 }
 
 /// A submission's answer by status: 2xx is for the caller to read; connect errors, 408, 429

@@ -45,6 +45,38 @@ pub struct VideoJob {
     pub sim: SimDirectives,
 }
 
+/// What a stored reference is to the upstream (the second format's asset roles beyond the
+/// first and last frames, which [`VideoJob`] carries itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceRole {
+    Image,
+    Video,
+    Audio,
+}
+
+impl ReferenceRole {
+    /// The role as the `ark` protocol names it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReferenceRole::Image => "reference_image",
+            ReferenceRole::Video => "reference_video",
+            ReferenceRole::Audio => "reference_audio",
+        }
+    }
+}
+
+/// A reference the relay keeps in its blob store (an asset's bytes), sent along with a
+/// submission in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredReference {
+    pub role: ReferenceRole,
+    /// Blob id of the relay's copy.
+    pub blob: String,
+    /// The relay's signed URL of that copy, when the internet can reach the relay
+    /// (`public_base_url`): used when the bytes are too large to send inline.
+    pub url: Option<String>,
+}
+
 /// Answer to a submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SubmitOutcome {
@@ -167,11 +199,13 @@ impl VideoChannel {
         }
     }
 
-    pub async fn submit(&self, job: &VideoJob) -> SubmitOutcome {
+    /// Submits `job` with its stored `references` (channels that have no field for them
+    /// leave them out, with a warning).
+    pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         match self {
             VideoChannel::Simulator(sim) => sim.submit(job).await,
-            VideoChannel::OpenaiVideos(c) => c.submit(job).await,
-            VideoChannel::Ark(c) => c.submit(job).await,
+            VideoChannel::OpenaiVideos(c) => c.submit(job, references).await,
+            VideoChannel::Ark(c) => c.submit(job, references).await,
         }
     }
 

@@ -411,8 +411,12 @@ pub async fn channels(app: &Arc<App>) -> Answer {
                     .health(c.name())
                     .map_or(0, |h| pick(h).load(std::sync::atomic::Ordering::Relaxed))
             };
+            let health = app.routing.health(c.name());
             json!({
                 "name": c.name(), "kind": c.kind(), "healthy": app.routing.is_healthy(c.name()),
+                "max_concurrency": health.map(|h| h.max_concurrency),
+                "max_calls_per_sec": health.and_then(|h| h.rate.as_ref()).map(|r| r.per_sec()),
+                "calls_paced": count(|h| &h.calls_paced),
                 "in_flight": in_flight, "calls": calls, "failures": failures,
                 "error_rate": if calls == 0 { 0.0 } else { failures as f64 / calls as f64 },
                 "marked_unhealthy": count(|h| &h.marked_unhealthy),

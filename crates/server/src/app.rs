@@ -40,6 +40,8 @@ pub struct App {
     pub bound: std::sync::OnceLock<std::net::SocketAddr>,
     /// Rate-limit buckets (in memory; shared limits across instances come later).
     pub limiter: crate::limits::Limiter,
+    /// Keys by secret hash, cleared by every key change.
+    pub key_cache: crate::auth::KeyCache,
     /// Chat estimates reserved by the messages under way.
     pub reservations: crate::messages::Reservations,
     /// Video channel choice, health and call caps.
@@ -91,8 +93,9 @@ impl App {
     ) -> anyhow::Result<(Arc<App>, Bootstrap)> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-        let store = SledStore::open(&data_dir.join("store"))
-            .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+        let store =
+            SledStore::open_with_cache(&data_dir.join("store"), config.store.cache_mb << 20)
+                .with_context(|| format!("opening the store in {}", data_dir.display()))?;
         let blobs = LocalBlobs::open(&data_dir.join("files"))
             .with_context(|| format!("opening the blob directory in {}", data_dir.display()))?;
         let store: Arc<dyn Store> = Arc::new(store);
@@ -168,6 +171,7 @@ impl App {
             asset_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: crate::limits::Limiter::default(),
+            key_cache: crate::auth::KeyCache::default(),
             reservations: crate::messages::Reservations::default(),
             bound: std::sync::OnceLock::new(),
             signer,

@@ -1,5 +1,8 @@
 //! API keys and the admin token: generation, hashing, and checking a request's credentials.
 
+use std::collections::HashMap;
+use std::sync::RwLock;
+
 use error_codes::{ApiError, ErrorCode};
 use http::HeaderMap;
 use rand::RngCore;
@@ -13,19 +16,24 @@ pub fn generate_secret(prefix: &str) -> String {
     rand::rng().fill_bytes(&mut bytes);
     let mut out = String::with_capacity(prefix.len() + 64);
     out.push_str(prefix);
-    for b in bytes {
-        out.push_str(&format!("{b:02x}"));
-    }
+    push_hex(&mut out, &bytes);
     out
+}
+
+/// Appends `bytes` as lowercase hex (on every request's path: no formatting machinery).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
 }
 
 /// Lowercase hex SHA-256: what the store keeps instead of a secret.
 pub fn hash_secret(secret: &str) -> String {
     let digest = Sha256::digest(secret.as_bytes());
     let mut out = String::with_capacity(64);
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
+    push_hex(&mut out, &digest);
     out
 }
 
@@ -49,9 +57,51 @@ pub fn presented_secret(headers: &HeaderMap, allow_x_api_key: bool) -> Option<&s
     None
 }
 
+/// Keys by secret hash as last read from the store, so that a request is authenticated without
+/// a store read. Every change to a key goes through the admin API of this process (the embedded
+/// store belongs to one process), which clears the cache; a key's balance is never read from
+/// here (the store checks it inside its own transactions).
+#[derive(Debug, Default)]
+pub struct KeyCache {
+    /// The keys, and how many times the cache was cleared (a key read from the store before a
+    /// clear is not put in after it).
+    keys: RwLock<(HashMap<String, Key>, u64)>,
+}
+
+/// Past this many cached keys the cache starts afresh.
+const KEY_CACHE_MAX: usize = 10_000;
+
+impl KeyCache {
+    /// Forgets every key (after any key change).
+    pub fn clear(&self) {
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        keys.0.clear();
+        keys.1 += 1;
+    }
+
+    /// The cached key, or the cache's generation to hand to [`KeyCache::put`].
+    fn get(&self, hash: &str) -> Result<Key, u64> {
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        keys.0.get(hash).cloned().ok_or(keys.1)
+    }
+
+    /// Caches a key read from the store, unless the cache was cleared since `generation`.
+    fn put(&self, generation: u64, hash: String, key: Key) {
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        if keys.1 != generation {
+            return;
+        }
+        if keys.0.len() >= KEY_CACHE_MAX {
+            keys.0.clear();
+        }
+        keys.0.insert(hash, key);
+    }
+}
+
 /// Checks the request's key: known, active, not expired. Any fault is `401 unauthorized`.
 pub fn authenticate(
     store: &dyn Store,
+    cache: &KeyCache,
     headers: &HeaderMap,
     allow_x_api_key: bool,
     now: u64,
@@ -62,13 +112,20 @@ pub fn authenticate(
         return Err(unauthorized("the API key is not valid"));
     }
     let hash = hash_secret(secret);
-    let key = store
-        .key_by_hash(&hash)
-        .map_err(|e| {
-            tracing::error!("key lookup: {e}");
-            ApiError::new(ErrorCode::Unavailable, "the key store is not available")
-        })?
-        .ok_or_else(|| unauthorized("the API key is not valid"))?;
+    let key = match cache.get(&hash) {
+        Ok(key) => key,
+        Err(generation) => {
+            let key = store
+                .key_by_hash(&hash)
+                .map_err(|e| {
+                    tracing::error!("key lookup: {e}");
+                    ApiError::new(ErrorCode::Unavailable, "the key store is not available")
+                })?
+                .ok_or_else(|| unauthorized("the API key is not valid"))?;
+            cache.put(generation, hash.clone(), key.clone());
+            key
+        }
+    };
     if !bool::from(key.hash.as_bytes().ct_eq(hash.as_bytes())) {
         return Err(unauthorized("the API key is not valid"));
     }
@@ -113,7 +170,10 @@ mod tests {
         assert!(a.starts_with("sk-relay-"));
         assert_eq!(a.len(), "sk-relay-".len() + 64);
         assert_eq!(hash_secret("x"), hash_secret("x"));
-        assert_eq!(hash_secret("x").len(), 64);
+        assert_eq!(
+            hash_secret("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

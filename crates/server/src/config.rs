@@ -31,6 +31,7 @@ pub struct Config {
     pub security: SecurityConfig,
     pub limits: LimitsConfig,
     pub simulator: SimulatorConfig,
+    pub store: StoreConfig,
     /// group -> channel family.
     pub groups: BTreeMap<String, String>,
     pub models: BTreeMap<String, ModelConfig>,
@@ -73,6 +74,13 @@ pub struct TasksConfig {
     pub channel_failure_threshold: u32,
     /// How long an unhealthy channel is skipped before one probe goes through.
     pub channel_cooldown_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Memory the embedded store may use to cache its pages, in MiB.
+    pub cache_mb: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -174,6 +182,8 @@ pub struct ChannelConfig {
     pub idle_timeout_secs: Option<u64>,
     /// Video channels: upstream calls at once (default 16).
     pub max_concurrency: Option<u32>,
+    /// Video channels: upstream calls per second (default: no cap).
+    pub max_calls_per_sec: Option<f64>,
     /// Video channels: reference images up to this size are sent inline (default 10 MiB).
     pub max_inline_bytes: Option<u64>,
 }
@@ -297,6 +307,23 @@ impl Config {
             if matches!(channel.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
                 check_video_channel(self, channel)?;
             }
+            if let Some(rate) = channel.max_calls_per_sec {
+                if matches!(
+                    channel.kind,
+                    ChannelKind::Anthropic | ChannelKind::OpenaiChat
+                ) {
+                    return Err(format!(
+                        "channels.{}: max_calls_per_sec applies to video channels only",
+                        channel.name
+                    ));
+                }
+                if !(MIN_CALLS_PER_SEC..=MAX_CALLS_PER_SEC).contains(&rate) {
+                    return Err(format!(
+                        "channels.{}: max_calls_per_sec must be from {MIN_CALLS_PER_SEC} to {MAX_CALLS_PER_SEC}, got {rate}",
+                        channel.name
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -306,6 +333,10 @@ impl Config {
         self.models.get(name)
     }
 }
+
+/// Bounds of a channel's `max_calls_per_sec` (one call in 100 s at the least).
+const MIN_CALLS_PER_SEC: f64 = 0.01;
+const MAX_CALLS_PER_SEC: f64 = 100_000.0;
 
 /// A chat channel (`anthropic`, `openai-chat`) needs an http(s) `base_url` and serves chat
 /// models only.
@@ -457,6 +488,44 @@ mod tests {
         let ok = with("[[channels]]\nname = \"u\"\nkind = \"openai-chat\"\nbase_url = \"http://h/v1\"\nmodels = [\"c\"]\nidle_timeout_secs = 5\n")
             .unwrap();
         assert_eq!(ok.channels[0].idle_timeout_secs, Some(5));
+    }
+
+    #[test]
+    fn a_channel_call_rate_is_checked() {
+        let channel = |kind: &str, rate: &str| {
+            let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
+            Config::from_toml(
+                Some(&format!(
+                    "{chat}[[channels]]\nname = \"u\"\nkind = \"{kind}\"\nbase_url = \"http://h/v1\"\nmodels = [\"{}\"]\nmax_calls_per_sec = {rate}\n",
+                    if kind == "openai-chat" {
+                        "c"
+                    } else {
+                        "model_h3"
+                    }
+                )),
+                "t.toml",
+            )
+        };
+        let ok = channel("ark", "5").unwrap();
+        assert_eq!(ok.channels[0].max_calls_per_sec, Some(5.0));
+        assert_eq!(
+            channel("openai-videos", "0.5").unwrap().channels[0].max_calls_per_sec,
+            Some(0.5)
+        );
+        for bad in ["0", "-1", "nan", "inf"] {
+            let err = channel("ark", bad).unwrap_err().to_string();
+            assert!(
+                err.contains("channels.u: max_calls_per_sec"),
+                "{bad}: {err}"
+            );
+        }
+        let err = channel("openai-chat", "5").unwrap_err().to_string();
+        assert!(err.contains("video channels only"), "{err}");
+        assert!(
+            Config::embedded().unwrap().channels[0]
+                .max_calls_per_sec
+                .is_none()
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use channels::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoChannel, VideoJob};
+use channels::{
+    PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoChannel, VideoJob,
+};
 use store::{LedgerDraft, LedgerKind, Outputs, StoreError, Task, TaskKind, TaskStatus};
 use tokio::sync::{Semaphore, watch};
 
@@ -21,6 +23,14 @@ const CONCURRENCY: usize = 64;
 const BATCH: usize = 256;
 /// How often the engine looks for due tasks when nothing wakes it.
 const TICK: Duration = Duration::from_millis(100);
+/// The longest a submission waits for a call of its channel's `max_calls_per_sec`; past it
+/// the next channel is tried, or the task comes back at its turn.
+const SUBMIT_CALL_WAIT: Duration = Duration::from_secs(1);
+/// The same for each download of a result; past it what was downloaded is given up and the
+/// task is polled again at its turn.
+const DOWNLOAD_CALL_WAIT: Duration = Duration::from_secs(5);
+/// The same for a cancel, which runs in the background; past it the cancel is left out.
+const CANCEL_CALL_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs until `shutdown` turns true, then waits (bounded) for the steps under way.
 pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
@@ -145,6 +155,23 @@ fn job_for(app: &App, task: &Task, channel: &VideoChannel) -> Result<VideoJob, S
     Ok(job)
 }
 
+/// The stored references of a task beyond its frames (the second format's reference images,
+/// video and audio), with the relay's signed URLs when the internet can reach it.
+fn references_for(app: &App, task: &Task) -> Result<Vec<StoredReference>, String> {
+    let mut references = match task.kind {
+        TaskKind::Video => Vec::new(),
+        TaskKind::Generation => crate::generations::references(task).map_err(|e| e.detail)?,
+    };
+    if is_public(&app.config.server.public_base_url) {
+        let base = &app.config.server.public_base_url;
+        let expires = now_secs() + app.config.server.signed_url_ttl_secs.max(3600);
+        for r in &mut references {
+            r.url = Some(app.signer.url(base, &r.blob, expires));
+        }
+    }
+    Ok(references)
+}
+
 /// Whether a base URL names a host other machines can reach: not empty, not localhost, not a
 /// loopback, private or link-local address.
 fn is_public(base: &str) -> bool {
@@ -213,7 +240,16 @@ async fn submit(app: &Arc<App>, task: Task) {
     // The channel whose submission just failed, when the loop moves on from it.
     let mut moved_from: Option<String> = None;
     let mut counted = false;
+    // Channels passed over because their call rate had no call to spare soon enough.
+    let mut paced: Vec<String> = Vec::new();
     let mut base = Duration::from_millis(app.config.tasks.poll_interval_min_ms.clamp(1, 1000));
+    let references = match references_for(app, &task) {
+        Ok(references) => references,
+        Err(message) => {
+            let _ = blocking(app, move |s| fail(s, &task, "upstream_error", &message)).await;
+            return;
+        }
+    };
     while let Some(channel) = app.routing.pick(&app.video_channels, &task.model, &tried) {
         if let Some(previous) = moved_from.take() {
             app.routing.failed_over(&previous);
@@ -235,7 +271,18 @@ async fn submit(app: &Arc<App>, task: Task) {
             tried.push(channel.name().to_owned());
             continue;
         };
-        let outcome = channel.submit(&job).await;
+        match app.routing.reserve_call(channel.name(), SUBMIT_CALL_WAIT) {
+            Some(wait) if wait.is_zero() => {}
+            // One wait for the call booked, not a loop.
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => {
+                // Over its call rate for longer than a submission waits.
+                tried.push(channel.name().to_owned());
+                paced.push(channel.name().to_owned());
+                continue;
+            }
+        }
+        let outcome = channel.submit(&job, &references).await;
         drop(permit);
         record(
             app,
@@ -293,8 +340,11 @@ async fn submit(app: &Arc<App>, task: Task) {
         return;
     }
     if !counted {
-        // Only 429s: not the task's fault; try again once the channels have rested.
-        reschedule(app, &task, now + base.as_millis() as u64, false).await;
+        // Only 429s and call rates: not the task's fault; try again once the channels have
+        // rested, or at the task's turn on the channel with the soonest one.
+        let turn = paced.iter().map(|name| app.routing.call_turn(name)).min();
+        let wait = turn.map_or(base, |turn| turn.max(Duration::from_millis(1)));
+        reschedule(app, &task, now + wait.as_millis() as u64, false).await;
         return;
     }
     let attempts = task.attempts + 1;
@@ -342,7 +392,9 @@ async fn accept(app: &Arc<App>, task: Task, channel: &Arc<VideoChannel>, upstrea
     match result {
         Ok(_) => {}
         // Cancelled (or timed out) while submitting: stop the upstream work too.
-        Err(StoreError::WrongStatus { .. }) => channel.cancel(&accepted_id).await,
+        Err(StoreError::WrongStatus { .. }) => {
+            cancel_upstream(app, channel.clone(), accepted_id);
+        }
         Err(e) => {
             tracing::error!("engine: task {}: recording the submission: {e}", task.id)
         }
@@ -363,6 +415,13 @@ async fn poll(
         reschedule(app, &task, next, false).await;
         return;
     };
+    if let Err(turn) = app.routing.take_call(channel.name()) {
+        // Over the channel's call rate: put off to the task's turn, holding nothing meanwhile.
+        drop(permit);
+        let next = now_ms() + (turn.as_millis() as u64).max(1);
+        reschedule(app, &task, next, false).await;
+        return;
+    }
     let outcome = channel.poll(job, upstream_id, submitted, now_ms()).await;
     drop(permit);
     let answered = !matches!(outcome, PollOutcome::Transient(_));
@@ -455,6 +514,14 @@ async fn succeed(
 ) {
     let files = match download_results(app, &task, channel, files).await {
         Ok(files) => files,
+        Err(failure) if failure.paced => {
+            // The channel's call rate could not spare a download soon: poll again at the
+            // task's turn (for a fresh URL, too), without counting it against the task.
+            let turn = app.routing.call_turn(channel.name());
+            let next = now_ms() + (turn.as_millis() as u64).max(1);
+            reschedule(app, &task, next, false).await;
+            return;
+        }
         Err(failure) => {
             tracing::warn!(
                 "engine: task {}: channel {}: downloading the result: {}",
@@ -497,16 +564,21 @@ async fn succeed(
                 )),
             }
         };
+        // Images are named by their sniffed type (an upstream's last frame may be a JPEG or
+        // WebP): `/files/...` serves a blob with the type its name ends in.
+        let keep_image = |source: &ResultSource, stem: &str| {
+            keep(source, &format!("{stem}.{}", image_extension(source)?)).map(|k| k.0)
+        };
         let (video, video_bytes) = keep(&files.video, "video.mp4")?;
         let thumbnail = files
             .thumbnail
             .as_ref()
-            .map(|s| keep(s, "thumbnail.png").map(|k| k.0))
+            .map(|s| keep_image(s, "thumbnail"))
             .transpose()?;
         let last_frame = files
             .last_frame
             .as_ref()
-            .map(|s| keep(s, "last_frame.png").map(|k| k.0))
+            .map(|s| keep_image(s, "last_frame"))
             .transpose()?;
         Ok(Outputs {
             video: Some(video),
@@ -573,6 +645,24 @@ async fn succeed(
     }
 }
 
+/// The file name ending of a result image by its first bytes (`png` when it is no image
+/// format we know; downloads were checked to be one). Blocking.
+fn image_extension(source: &ResultSource) -> std::io::Result<&'static str> {
+    use std::io::Read;
+    let ResultSource::LocalFile(path) = source else {
+        return Err(std::io::Error::other(
+            "a result URL was not downloaded first",
+        ));
+    };
+    let mut head = Vec::with_capacity(64);
+    std::fs::File::open(path)?.take(64).read_to_end(&mut head)?;
+    Ok(match fetch::sniff(&head) {
+        Some(fetch::Format::Jpeg) => "jpg",
+        Some(fetch::Format::Webp) => "webp",
+        _ => "png",
+    })
+}
+
 /// Fails a task past its deadline with `timeout`, refunding it, and stops the upstream work.
 async fn time_out(app: &Arc<App>, task: Task) {
     let owned = task.clone();
@@ -584,7 +674,7 @@ async fn time_out(app: &Arc<App>, task: Task) {
                 (task.channel.as_deref(), task.upstream_id.as_deref())
                 && let Some(channel) = app.video_channel_named(name)
             {
-                channel.cancel(upstream_id).await;
+                cancel_upstream(app, channel.clone(), upstream_id.to_owned());
             }
         }
         Ok(None) => {}
@@ -629,43 +719,85 @@ enum Expect {
 }
 
 /// Turns the URL results into local files: the video must download whole; a thumbnail or
-/// last frame that cannot be had is left out (with a warning).
+/// last frame that cannot be had is left out (with a warning). A download the channel's call
+/// rate cannot spare soon puts off the whole result: what was downloaded is removed.
 async fn download_results(
     app: &Arc<App>,
     task: &Task,
     channel: &Arc<VideoChannel>,
     files: ResultFiles,
 ) -> Result<ResultFiles, DownloadFailure> {
-    let video = localize(app, channel, files.video, Expect::Video).await?;
-    let optional = |source: Option<ResultSource>| {
-        let task_id = task.id.clone();
-        async move {
-            let source = source?;
-            match localize(app, channel, source, Expect::Image).await {
-                Ok(local) => Some(local),
-                Err(failure) => {
-                    tracing::warn!(
-                        "engine: task {task_id}: channel {}: an image result left out: {}",
-                        channel.name(),
-                        failure.reason
-                    );
-                    None
-                }
-            }
+    // The temp files downloaded so far, removed if the result is put off.
+    let mut temps: Vec<std::path::PathBuf> = Vec::new();
+    let mut note = |was_url: bool, local: &ResultSource| {
+        if let (true, ResultSource::LocalFile(path)) = (was_url, local) {
+            temps.push(path.clone());
         }
     };
-    let thumbnail = optional(files.thumbnail).await;
-    let last_frame = optional(files.last_frame).await;
+    let was_url = matches!(files.video, ResultSource::Url(_));
+    let video = localize(app, channel, files.video, Expect::Video).await?;
+    note(was_url, &video);
+    let mut images = Vec::with_capacity(2);
+    for source in [files.thumbnail, files.last_frame] {
+        let Some(source) = source else {
+            images.push(None);
+            continue;
+        };
+        let was_url = matches!(source, ResultSource::Url(_));
+        match localize(app, channel, source, Expect::Image).await {
+            Ok(local) => {
+                note(was_url, &local);
+                images.push(Some(local));
+            }
+            Err(failure) if failure.paced => {
+                for path in &temps {
+                    let _ = tokio::fs::remove_file(path).await;
+                }
+                return Err(failure);
+            }
+            Err(failure) => {
+                tracing::warn!(
+                    "engine: task {}: channel {}: an image result left out: {}",
+                    task.id,
+                    channel.name(),
+                    failure.reason
+                );
+                images.push(None);
+            }
+        }
+    }
+    let mut images = images.into_iter();
     Ok(ResultFiles {
         video,
-        thumbnail,
-        last_frame,
+        thumbnail: images.next().flatten(),
+        last_frame: images.next().flatten(),
     })
+}
+
+/// Asks the upstream to stop a task, in the background: within the channel's caps (a call
+/// permit, and a call of its rate within [`CANCEL_CALL_WAIT`], else the cancel is left out).
+pub fn cancel_upstream(app: &Arc<App>, channel: Arc<VideoChannel>, upstream_id: String) {
+    let app = app.clone();
+    tokio::spawn(async move {
+        let _permit = call_permit(&app, &channel).await;
+        match app.routing.reserve_call(channel.name(), CANCEL_CALL_WAIT) {
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => {
+                tracing::warn!(
+                    "engine: channel {}: an upstream cancel left out: over the channel's call rate",
+                    channel.name()
+                );
+                return;
+            }
+        }
+        channel.cancel(&upstream_id).await;
+    });
 }
 
 /// Downloads a URL result to a temp file of the blob store: streamed (memory stays flat),
 /// at most `max_result_bytes`, whole (the declared length, if any, is checked) and of the
-/// expected type (sniffed from its first bytes). A local file is returned as it is.
+/// expected type (sniffed from its first bytes), as a call within the channel's caps. A local
+/// file is returned as it is.
 async fn localize(
     app: &Arc<App>,
     channel: &Arc<VideoChannel>,
@@ -680,11 +812,24 @@ async fn localize(
     let max = app.config.tasks.max_result_bytes;
     let final_failure = |reason: String| DownloadFailure {
         retry: false,
+        paced: false,
         reason,
     };
     let permit = call_permit(app, channel).await;
+    match app.routing.reserve_call(channel.name(), DOWNLOAD_CALL_WAIT) {
+        Some(wait) if wait.is_zero() => {}
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => {
+            return Err(DownloadFailure {
+                retry: true,
+                paced: true,
+                reason: "over the channel's call rate".into(),
+            });
+        }
+    }
     let res = channel.download(&url).await.map_err(|e| DownloadFailure {
         retry: !matches!(e, channels::UpstreamError::Build(_)),
+        paced: false,
         reason: e.to_string(),
     })?;
     let status = res.status;
@@ -693,6 +838,7 @@ async fn localize(
             retry: status.is_server_error()
                 || status == http::StatusCode::TOO_MANY_REQUESTS
                 || status == http::StatusCode::REQUEST_TIMEOUT,
+            paced: false,
             reason: format!("the result URL answered {status}"),
         });
     }
@@ -763,10 +909,12 @@ async fn localize(
 
 /// Why a result could not be downloaded, and whether asking again may work (connect errors,
 /// timeouts before the answer, 408, 429, 5xx). A truncated body, a wrong type or size, or
-/// another status fails the task.
+/// another status fails the task. `paced`: the download was not made, the channel's call
+/// rate having no call to spare soon; the task is polled again at its turn.
 #[derive(Debug)]
 struct DownloadFailure {
     retry: bool,
+    paced: bool,
     reason: String,
 }
 

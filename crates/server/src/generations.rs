@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use channels::{SimDirectives, VideoJob};
+use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
 use error_codes::{ApiError, ErrorCode};
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
@@ -176,6 +176,29 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
         seed: i64::try_from(p.seed).ok(),
         sim: p.sim,
     })
+}
+
+/// The stored references of a second-format task beyond its frames: its `reference_image`,
+/// `reference_video` and `reference_audio` assets, in request order (the relay's copies; the
+/// engine adds their signed URLs).
+pub fn references(task: &Task) -> Result<Vec<StoredReference>, ApiError> {
+    let p = params(task)?;
+    Ok(p.assets
+        .iter()
+        .filter_map(|a| {
+            let role = match a.role {
+                Role::FirstFrame | Role::LastFrame => return None,
+                Role::ReferenceImage => ReferenceRole::Image,
+                Role::ReferenceVideo => ReferenceRole::Video,
+                Role::ReferenceAudio => ReferenceRole::Audio,
+            };
+            Some(StoredReference {
+                role,
+                blob: a.blob.clone()?,
+                url: None,
+            })
+        })
+        .collect())
 }
 
 fn answer(app: &App, task: &Task) -> Answer {

@@ -163,7 +163,14 @@ pub struct Refused {
 /// Auth (x-api-key or Bearer), then the rate limit; refusals in the vendor's shape.
 pub fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
     let rid = || request_id(parts);
-    let key = authenticate(&*app.store, &parts.headers, true, now_secs()).map_err(|e| {
+    let key = authenticate(
+        &*app.store,
+        &app.key_cache,
+        &parts.headers,
+        true,
+        now_secs(),
+    )
+    .map_err(|e| {
         Box::new(Refused {
             answer: vendor_error(&e, &rid()),
             key: None,

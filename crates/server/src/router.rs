@@ -243,6 +243,16 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             if let Err(e) = authenticate_admin(headers, &app.admin_hash) {
                 return error(&e);
             }
+            if matches!(route, Route::RevokeKey(_) | Route::PatchKey(_)) {
+                // Whatever the outcome, no request is authenticated by the key as it was.
+                let res = match route {
+                    Route::RevokeKey(id) => admin::revoke_key(app, id).await,
+                    Route::PatchKey(id) => admin::patch_key(app, id, body).await,
+                    _ => error(&ErrorCode::NotFound.into()),
+                };
+                app.key_cache.clear();
+                return res;
+            }
             match route {
                 Route::CreateKey => admin::create_key(app, body).await,
                 Route::ListKeys => admin::list_keys(app).await,
@@ -256,7 +266,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             }
         }
         _ => {
-            let key = match authenticate(&*app.store, headers, false, now_secs()) {
+            let key = match authenticate(&*app.store, &app.key_cache, headers, false, now_secs()) {
                 Ok(key) => key,
                 Err(e) => return error(&e),
             };

@@ -3,11 +3,14 @@
 //! it. A channel is unavailable while it is unhealthy (after `channel_failure_threshold`
 //! failed upstream calls in a row; one probe goes through every `channel_cooldown_ms`, and a
 //! success restores it) or resting after a 429. The in-process simulator is always healthy.
+//!
+//! Each channel's upstream calls are capped twice: `max_concurrency` at once (a semaphore) and,
+//! when configured, `max_calls_per_sec` (a [`CallRate`] token bucket).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use channels::VideoChannel;
 use rand::Rng;
@@ -32,6 +35,12 @@ pub struct Health {
     busy_until_ms: AtomicU64,
     /// Caps this channel's upstream calls at once.
     pub permits: Arc<Semaphore>,
+    /// The configured `max_concurrency` (or its default).
+    pub max_concurrency: u32,
+    /// Caps this channel's upstream calls per second, when configured.
+    pub rate: Option<CallRate>,
+    /// Calls that waited for a token of `rate`, or were put off until one was free.
+    pub calls_paced: AtomicU64,
     /// Times the channel was marked unhealthy, and restored.
     pub marked_unhealthy: AtomicU64,
     pub restored: AtomicU64,
@@ -62,6 +71,11 @@ impl Routing {
                         probe_at_ms: AtomicU64::new(0),
                         busy_until_ms: AtomicU64::new(0),
                         permits: Arc::new(Semaphore::new(concurrency as usize)),
+                        max_concurrency: concurrency,
+                        rate: c
+                            .max_calls_per_sec
+                            .map(|r| CallRate::new(r, Instant::now())),
+                        calls_paced: AtomicU64::new(0),
                         marked_unhealthy: AtomicU64::new(0),
                         restored: AtomicU64::new(0),
                         failovers: AtomicU64::new(0),
@@ -180,6 +194,149 @@ impl Routing {
     pub fn permits(&self, name: &str) -> Option<Arc<Semaphore>> {
         self.health.get(name).map(|h| h.permits.clone())
     }
+
+    /// Takes a call token of the channel's rate cap now, or books a later turn for the call
+    /// and says how long until it (no cap: always a token).
+    pub fn take_call(&self, name: &str) -> Result<(), Duration> {
+        let Some(h) = self.health.get(name) else {
+            return Ok(());
+        };
+        let Some(rate) = &h.rate else {
+            return Ok(());
+        };
+        rate.take_or_turn(Instant::now()).inspect_err(|_| {
+            h.calls_paced.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Books a call token of the channel's rate cap that is free within `max_wait`: how long
+    /// to wait before calling (zero: at once), or `None` when there is none that soon.
+    pub fn reserve_call(&self, name: &str, max_wait: Duration) -> Option<Duration> {
+        let Some(h) = self.health.get(name) else {
+            return Some(Duration::ZERO);
+        };
+        let Some(rate) = &h.rate else {
+            return Some(Duration::ZERO);
+        };
+        let booked = rate.reserve(Instant::now(), max_wait);
+        if booked != Some(Duration::ZERO) {
+            h.calls_paced.fetch_add(1, Ordering::Relaxed);
+        }
+        booked
+    }
+
+    /// For a call that found no token: how long until its turn, turns being spread at the
+    /// channel's rate so put-off calls do not all come back at once.
+    pub fn call_turn(&self, name: &str) -> Duration {
+        self.health
+            .get(name)
+            .and_then(|h| h.rate.as_ref())
+            .map_or(Duration::ZERO, |rate| rate.turn(Instant::now()))
+    }
+}
+
+/// A token bucket capping one channel's upstream calls per second. It holds up to `burst`
+/// tokens (the rate rounded up, at least 1) and refills continuously. A call takes a token now
+/// ([`CallRate::take_or_turn`]) or books the next free one within a bound
+/// ([`CallRate::reserve`]), the bucket going below zero by what is booked, so a caller waits
+/// once for its own slot instead of trying again and again. Either way, in any window of `t`
+/// seconds the calls made number at most `burst + rate * t`.
+#[derive(Debug)]
+pub struct CallRate {
+    per_sec: f64,
+    burst: f64,
+    state: Mutex<RateState>,
+}
+
+#[derive(Debug)]
+struct RateState {
+    tokens: f64,
+    at: Instant,
+    /// The turn given to the last call put off (see [`CallRate::turn`]).
+    last_turn: Instant,
+}
+
+impl CallRate {
+    /// A full bucket for `per_sec` calls a second (a positive, finite number).
+    pub fn new(per_sec: f64, now: Instant) -> CallRate {
+        let per_sec = if per_sec.is_finite() && per_sec > 0.0 {
+            per_sec
+        } else {
+            f64::MAX
+        };
+        let burst = per_sec.ceil().clamp(1.0, f64::from(u32::MAX));
+        CallRate {
+            per_sec,
+            burst,
+            state: Mutex::new(RateState {
+                tokens: burst,
+                at: now,
+                last_turn: now,
+            }),
+        }
+    }
+
+    pub fn per_sec(&self) -> f64 {
+        self.per_sec
+    }
+
+    pub fn burst(&self) -> u32 {
+        self.burst as u32
+    }
+
+    /// The state refilled up to `now`. A poisoned lock is taken over: the state is plain
+    /// numbers, always consistent.
+    fn refilled(&self, now: Instant) -> std::sync::MutexGuard<'_, RateState> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if now > s.at {
+            let elapsed = now.duration_since(s.at).as_secs_f64();
+            s.tokens = (s.tokens + elapsed * self.per_sec).min(self.burst);
+            s.at = now;
+        }
+        s
+    }
+
+    /// How long until a whole token is there, with `tokens` now.
+    fn until_token(&self, tokens: f64) -> Duration {
+        Duration::from_secs_f64(((1.0 - tokens) / self.per_sec).max(0.0))
+    }
+
+    /// Takes a token now, or gives the call a later turn ([`CallRate::turn`]).
+    pub fn take_or_turn(&self, now: Instant) -> Result<(), Duration> {
+        let mut s = self.refilled(now);
+        if s.tokens >= 1.0 {
+            s.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(self.next_turn(&mut s, now))
+    }
+
+    /// Books the next token if it is free within `max_wait`: how long until it is (the call
+    /// must not go before), or `None` (nothing booked).
+    pub fn reserve(&self, now: Instant, max_wait: Duration) -> Option<Duration> {
+        let mut s = self.refilled(now);
+        let wait = self.until_token(s.tokens);
+        if wait > max_wait {
+            return None;
+        }
+        s.tokens -= 1.0;
+        Some(wait)
+    }
+
+    /// A turn for a call that found no token: when the next token is due, or one interval
+    /// (1 / rate) after the turn given before, whichever is later. A caller that finds no token
+    /// at its turn either (others took it) gets a new turn at the end of the line.
+    pub fn turn(&self, now: Instant) -> Duration {
+        let mut s = self.refilled(now);
+        self.next_turn(&mut s, now)
+    }
+
+    fn next_turn(&self, s: &mut RateState, now: Instant) -> Duration {
+        let interval = Duration::from_secs_f64(1.0 / self.per_sec);
+        let turn = (now + self.until_token(s.tokens)).max(s.last_turn + interval);
+        s.last_turn = turn;
+        turn - now
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +417,68 @@ mod tests {
 
         r.rate_limited("high", Some(Duration::from_secs(60)));
         assert_ne!(pick(&r, &c, &[]).as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn a_call_rate_gives_its_burst_then_spreads_turns_and_books_within_a_bound() {
+        let t0 = Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        let rate = CallRate::new(4.0, t0);
+        assert_eq!(rate.burst(), 4);
+        for _ in 0..4 {
+            assert_eq!(rate.take_or_turn(t0), Ok(()));
+        }
+        // Empty: put-off calls get turns one interval (250 ms) apart.
+        assert_eq!(rate.take_or_turn(t0), Err(ms(250)));
+        assert_eq!(rate.take_or_turn(t0), Err(ms(500)));
+        assert_eq!(rate.turn(t0 + ms(100)), ms(650));
+        // A token refills in 250 ms; a booking takes it, and the next one waits its slot.
+        assert_eq!(rate.reserve(t0 + ms(250), ms(100)), Some(Duration::ZERO));
+        assert_eq!(rate.reserve(t0 + ms(250), ms(100)), None, "250 ms away");
+        assert_eq!(rate.reserve(t0 + ms(250), ms(300)), Some(ms(250)));
+        // That booking is owed: no token at 500 ms, one at 750 ms.
+        assert!(rate.take_or_turn(t0 + ms(500)).is_err());
+        assert_eq!(rate.take_or_turn(t0 + ms(750)), Ok(()));
+        // A slow rate still has a burst of one.
+        assert_eq!(CallRate::new(0.5, t0).burst(), 1);
+    }
+
+    #[test]
+    fn no_window_of_a_second_sees_more_than_burst_plus_rate_calls() {
+        // Three callers every 10 ms for 6 s, taking, booking short and booking long; calls go
+        // at the instant they are granted.
+        let t0 = Instant::now();
+        let rate = CallRate::new(5.0, t0);
+        let mut calls: Vec<Duration> = Vec::new();
+        for step in 0..600u64 {
+            let now = t0 + Duration::from_millis(step * 10);
+            let at = now - t0;
+            if rate.take_or_turn(now).is_ok() {
+                calls.push(at);
+            }
+            if let Some(wait) = rate.reserve(now, Duration::from_millis(300)) {
+                calls.push(at + wait);
+            }
+            if step % 7 == 0
+                && let Some(wait) = rate.reserve(now, Duration::from_secs(2))
+            {
+                calls.push(at + wait);
+            }
+        }
+        calls.sort();
+        let most = calls
+            .iter()
+            .map(|start| {
+                calls
+                    .iter()
+                    .filter(|t| *t >= start && **t < *start + Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(most <= 5 + 5, "{most} calls in one second");
+        // And the cap is used, not starved: about 5 a second after the burst.
+        assert!(calls.len() >= 5 + 5 * 6 - 2, "{} calls", calls.len());
     }
 
     #[test]

@@ -177,8 +177,7 @@ pub async fn cancel(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
                     .and_then(|c| app.video_channel_named(c)),
                 cancelled.upstream_id.clone(),
             ) {
-                let channel = channel.clone();
-                tokio::spawn(async move { channel.cancel(&upstream_id).await });
+                crate::engine::cancel_upstream(app, channel.clone(), upstream_id);
             }
             Ok(cancelled)
         }

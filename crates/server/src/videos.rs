@@ -516,10 +516,12 @@ pub async fn content(
             format!("the content of task {id} has expired"),
         ));
     }
-    let (blob, content_type) = match variant {
-        Variant::Video => (task.outputs.video.as_deref(), "video/mp4"),
-        Variant::Thumbnail => (task.outputs.thumbnail.as_deref(), "image/png"),
+    let blob = match variant {
+        Variant::Video => task.outputs.video.as_deref(),
+        Variant::Thumbnail => task.outputs.thumbnail.as_deref(),
     };
+    // Stored under their sniffed type's extension (a JPEG thumbnail from an upstream is .jpg).
+    let content_type = blob.map_or("application/octet-stream", crate::signed::content_type);
     match blob {
         Some(blob) if app.config.server.content_mode == ContentMode::Redirect => {
             let expires = crate::app::now_secs() + app.config.server.signed_url_ttl_secs;

@@ -55,6 +55,9 @@ const LEDGER: &str = "ledger";
 const LEDGER_BY_TASK: &str = "ledger_by_task";
 const META: &str = "meta";
 
+/// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
+const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+
 /// Largest page `list_tasks` returns.
 const MAX_PAGE: usize = 100;
 
@@ -172,8 +175,15 @@ impl SledStore {
     /// A database sled cannot open (for instance after an abrupt stop) is an error, never a
     /// panic: the caller decides what to do with it.
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database in `dir`, caching at most about `cache_bytes` of its
+    /// pages in memory.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
         let db = sled::Config::new()
             .path(dir)
+            .cache_capacity(cache_bytes.max(1 << 20))
             .open()
             .map_err(|e| StoreError::Backend(format!("open database in {}: {e}", dir.display())))?;
         let tree = |name: &'static str| {
