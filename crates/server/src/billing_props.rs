@@ -46,7 +46,7 @@ fn task(n: u64, price: i64) -> Task {
         expires_at: None,
         deadline_ms: u64::MAX,
         next_poll_ms: Some(0),
-        params: serde_json::Value::Null,
+        params: store::Params::new(&serde_json::Value::Null).expect("params"),
         channel: None,
         upstream_id: None,
         submitted_ms: None,

@@ -29,6 +29,8 @@ const SUBMIT_CALL_WAIT: Duration = Duration::from_secs(1);
 /// The same for each download of a result; past it what was downloaded is given up and the
 /// task is polled again at its turn.
 const DOWNLOAD_CALL_WAIT: Duration = Duration::from_secs(5);
+/// The longest an engine step waits for one of its channel's `max_concurrency` permits.
+const PERMIT_WAIT: Duration = Duration::from_secs(1);
 /// The same for a cancel, which runs in the background; past it the cancel is left out.
 const CANCEL_CALL_WAIT: Duration = Duration::from_secs(10);
 
@@ -220,15 +222,24 @@ async fn call_permit(
     permits.acquire_owned().await.ok()
 }
 
-/// A permit for one upstream call of `channel` if one is free now: `Err` when the channel is
-/// at its cap (so a slow channel never holds the engine's steps waiting).
-fn try_call_permit(
+/// A permit for one upstream call of `channel`, waiting at most [`PERMIT_WAIT`] for one
+/// (first come, first served): `Err` when the channel stayed at its cap that long, so a slow
+/// channel holds an engine step for a bounded time only. Waiting rather than putting the task
+/// off keeps the due order: a channel at its cap serves its tasks in turn instead of polling
+/// some again and again while others wait a whole interval each time.
+async fn call_permit_within(
     app: &App,
     channel: &VideoChannel,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ()> {
-    match app.routing.permits(channel.name()) {
-        None => Ok(None),
-        Some(permits) => permits.try_acquire_owned().map(Some).map_err(|_| ()),
+    let Some(permits) = app.routing.permits(channel.name()) else {
+        return Ok(None);
+    };
+    if let Ok(permit) = permits.clone().try_acquire_owned() {
+        return Ok(Some(permit));
+    }
+    match tokio::time::timeout(PERMIT_WAIT, permits.acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(Some(permit)),
+        _ => Err(()),
     }
 }
 
@@ -266,7 +277,7 @@ async fn submit(app: &Arc<App>, task: Task) {
                 return;
             }
         };
-        let Ok(permit) = try_call_permit(app, &channel) else {
+        let Ok(permit) = call_permit_within(app, &channel).await else {
             // At its cap: try another channel, or this one again soon.
             tried.push(channel.name().to_owned());
             continue;
@@ -409,8 +420,8 @@ async fn poll(
     upstream_id: &str,
 ) {
     let submitted = task.submitted_ms.unwrap_or(task.created_at * 1000);
-    let Ok(permit) = try_call_permit(app, channel) else {
-        // The channel is at its cap: look again after its poll interval.
+    let Ok(permit) = call_permit_within(app, channel).await else {
+        // The channel stayed at its cap: look again after its poll interval.
         let next = now_ms() + channel.min_poll_interval().as_millis() as u64;
         reschedule(app, &task, next, false).await;
         return;

@@ -71,7 +71,7 @@ pub struct GenParams {
 }
 
 fn params(task: &Task) -> Result<GenParams, ApiError> {
-    serde_json::from_value(task.params.clone()).map_err(|e| {
+    task.params.read().map_err(|e| {
         tracing::error!("task {}: unreadable params: {e}", task.id);
         ApiError::new(ErrorCode::Unavailable, "the task record cannot be read")
     })
@@ -322,7 +322,7 @@ async fn create_inner(
         expires_at: None,
         deadline_ms: now + app.config.tasks.timeout_secs * 1000,
         next_poll_ms: Some(now),
-        params: serde_json::to_value(&gen_params)
+        params: store::Params::new(&gen_params)
             .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("task params: {e}")))?,
         channel: None,
         upstream_id: None,
@@ -385,14 +385,13 @@ pub async fn moderation(app: &Arc<App>, key: &store::Key, body: Incoming) -> Ans
             TaskKind::Video
         };
         let task = tasks::owned(app, key, &request.task_id, kind).await?;
-        let prompt = task
-            .params
+        let params: serde_json::Value = task.params.read().unwrap_or_default();
+        let prompt = params
             .get("prompt")
             .and_then(|p| p.as_str())
             .unwrap_or_default()
             .to_owned();
-        let reject = task
-            .params
+        let reject = params
             .get("sim")
             .and_then(|s| s.get("reject"))
             .and_then(|r| r.as_bool())

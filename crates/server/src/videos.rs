@@ -42,7 +42,7 @@ pub struct V1Params {
 }
 
 pub fn params(task: &Task) -> Result<V1Params, ApiError> {
-    serde_json::from_value(task.params.clone()).map_err(|e| {
+    task.params.read().map_err(|e| {
         tracing::error!("task {}: unreadable params: {e}", task.id);
         ApiError::new(ErrorCode::Unavailable, "the task record cannot be read")
     })
@@ -283,7 +283,7 @@ fn new_task(
     sim: SimDirectives,
 ) -> Result<Task, ApiError> {
     let now = now_ms();
-    let params = serde_json::to_value(&params)
+    let params = store::Params::new(&params)
         .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("task params: {e}")))?;
     Ok(Task {
         id: id.to_owned(),

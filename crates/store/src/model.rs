@@ -51,6 +51,36 @@ pub struct Outputs {
     pub video_bytes: Option<u64>,
 }
 
+/// A task's request parameters, kept as the JSON text they were written as: each format
+/// reads its own shape from them when it needs them, without a generic JSON tree in between
+/// (a status poll reads every task it answers).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Params(Box<serde_json::value::RawValue>);
+
+impl Params {
+    /// `value` written as JSON.
+    pub fn new<T: Serialize>(value: &T) -> Result<Params, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Params)
+    }
+
+    /// The parameters read as `T`.
+    pub fn read<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Params {
+    fn eq(&self, other: &Params) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
 /// One video task, of either format.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
@@ -74,7 +104,7 @@ pub struct Task {
     /// Unix milliseconds when the engine should look at the task next; `None` once final.
     pub next_poll_ms: Option<u64>,
     /// The normalised request, as the task's format keeps it.
-    pub params: serde_json::Value,
+    pub params: Params,
     /// Channel that runs the task, once chosen.
     pub channel: Option<String>,
     /// The upstream's own id; never shown to clients.

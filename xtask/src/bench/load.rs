@@ -72,6 +72,8 @@ pub struct Load {
     pub errors: u64,
     pub secs: f64,
     pub latencies_us: Vec<u64>,
+    /// Time from sending each request to its answer's first body byte.
+    pub first_byte_us: Vec<u64>,
 }
 
 impl Load {
@@ -79,13 +81,22 @@ impl Load {
         self.ok as f64 / self.secs
     }
     pub fn pct(&self, p: f64) -> u64 {
-        if self.latencies_us.is_empty() {
-            return 0;
-        }
-        let mut v = self.latencies_us.clone();
-        v.sort_unstable();
-        v[((v.len() - 1) as f64 * p) as usize]
+        percentile(&self.latencies_us, p)
     }
+
+    /// A percentile of the time to the first body byte.
+    pub fn first_byte_pct(&self, p: f64) -> u64 {
+        percentile(&self.first_byte_us, p)
+    }
+}
+
+fn percentile(values: &[u64], p: f64) -> u64 {
+    if values.is_empty() {
+        return 0;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p) as usize]
 }
 
 /// `conns` connections, each sending `call` back to back for `duration` (bounded).
@@ -147,10 +158,15 @@ pub async fn load_paths(
                 match send.send_request(req).await {
                     Ok(res) => {
                         let status = res.status().as_u16();
-                        let done = res.into_body().collect().await.is_ok();
+                        let mut body = res.into_body();
+                        let first = body.frame().await;
+                        let first_byte = t.elapsed();
+                        let done =
+                            matches!(first, None | Some(Ok(_))) && body.collect().await.is_ok();
                         if status == expect && done {
                             out.ok += 1;
                             out.latencies_us.push(t.elapsed().as_micros() as u64);
+                            out.first_byte_us.push(first_byte.as_micros() as u64);
                         } else {
                             out.errors += 1;
                         }
@@ -170,6 +186,7 @@ pub async fn load_paths(
             total.ok += l.ok;
             total.errors += l.errors;
             total.latencies_us.extend(l.latencies_us);
+            total.first_byte_us.extend(l.first_byte_us);
         }
     }
     total.secs = started.elapsed().as_secs_f64();

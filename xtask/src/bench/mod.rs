@@ -262,5 +262,11 @@ fn render(report: &Report, secs: Duration) -> String {
             if *met { "yes" } else { "**no**" }
         ));
     }
+    out.push('\n');
+    out.push_str(NOTES);
     out
 }
+
+/// What the table cannot say (the targets not met and why, profiling before and after),
+/// kept by hand in `bench/NOTES.md` and appended to every report.
+const NOTES: &str = include_str!("NOTES.md");

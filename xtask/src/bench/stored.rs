@@ -60,12 +60,13 @@ fn finished_task(owner: &str, i: usize, now: u64) -> Task {
         expires_at: Some(now + 365 * 86_400),
         deadline_ms: now * 1000 + 600_000,
         next_poll_ms: None,
-        params: serde_json::json!({
+        params: store::Params::new(&serde_json::json!({
             "prompt": format!("stored task {i}: a paper boat drifting on a pond at dawn"),
             "width": 1280, "height": 720, "aspect_ratio": "16:9", "duration": 8,
             "first_frame": null, "last_frame": null, "audio": null, "reference_video": null,
             "reference_video_audio": false, "sim": {}
-        }),
+        }))
+        .expect("a JSON value always serializes"),
         channel: Some("simulator".into()),
         upstream_id: None,
         submitted_ms: Some(now * 1000),

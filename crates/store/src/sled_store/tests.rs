@@ -53,7 +53,7 @@ fn task(id: &str, owner: &str, status: TaskStatus, next_poll_ms: Option<u64>) ->
         expires_at: None,
         deadline_ms: 10_000_000,
         next_poll_ms,
-        params: serde_json::json!({"prompt": "a cat"}),
+        params: crate::Params::new(&serde_json::json!({"prompt": "a cat"})).unwrap(),
         channel: None,
         upstream_id: None,
         submitted_ms: None,
