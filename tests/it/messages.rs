@@ -1112,3 +1112,27 @@ async fn reservations_hold_the_estimate_while_a_message_runs() {
     assert_eq!(kinds(&entries).len(), 1, "{entries:?}");
     assert_eq!(entries[0]["kind"], "charge");
 }
+
+/// Charges are written in batches after their messages end, without a flush of their own; a
+/// clean stop right after a run of answered messages still leaves every charge in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answered_message_is_charged_even_when_the_relay_stops_at_once() {
+    let relay = Relay::start("").await;
+    let key = relay.key.clone();
+    // Streamed: the charge is queued by the relaying task after the last byte went out.
+    let body = json!({"model": "sim-chat", "max_tokens": 16, "stream": true,
+        "messages": [{"role": "user", "content": "count me"}]});
+    for _ in 0..24 {
+        let res = message(&relay, body.clone()).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    let dir = relay.stop().await;
+    let relay = Relay::start_in(dir, Some(key), "").await;
+    let k = kinds(&ledger(&relay).await);
+    assert_eq!(k.len(), 24, "{k:?}");
+    assert!(
+        k.iter()
+            .all(|(kind, amount)| kind == "charge" && *amount < 0),
+        "{k:?}"
+    );
+}

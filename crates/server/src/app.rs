@@ -44,6 +44,8 @@ pub struct App {
     pub key_cache: crate::auth::KeyCache,
     /// Chat estimates reserved by the messages under way.
     pub reservations: crate::messages::Reservations,
+    /// Chat charges on their way to the store.
+    pub charges: crate::messages::ChargeQueue,
     /// Video channel choice, health and call caps.
     pub routing: crate::routing::Routing,
 }
@@ -173,6 +175,7 @@ impl App {
             limiter: crate::limits::Limiter::default(),
             key_cache: crate::auth::KeyCache::default(),
             reservations: crate::messages::Reservations::default(),
+            charges: crate::messages::ChargeQueue::default(),
             bound: std::sync::OnceLock::new(),
             signer,
             catalog,

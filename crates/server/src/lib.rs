@@ -57,6 +57,7 @@ pub async fn serve(
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
+    let charge_writer = tokio::spawn(messages::write_charges(app.clone()));
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -98,6 +99,12 @@ pub async fn serve(
     let _ = stop_engine.send(true);
     let _ = engine.await;
     let _ = asset_work.await;
+    if !app.charges.drained(GRACE).await {
+        tracing::warn!("chat charges still unwritten after {GRACE:?}");
+    }
+    // The writer holds the app (and so the store) until it has stopped.
+    charge_writer.abort();
+    let _ = charge_writer.await;
     let store = app.store.clone();
     tokio::task::spawn_blocking(move || store.flush()).await??;
     tracing::info!("stopped");

@@ -9,8 +9,10 @@
 //! cost under the message id (nothing when the upstream failed). The request path does no
 //! store write before the upstream call.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use hyper::body::{Frame, Incoming};
 use messages::{
     CountTokensResponse, Endpoint, MessagesRequest, ModelInfo, ModelList, StreamEvent, Usage,
 };
-use store::Key;
+use store::{Charge, Key};
 use tokio::sync::mpsc;
 
 use crate::app::{App, now_secs};
@@ -285,11 +287,11 @@ fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
 /// either still reserved, or already charged.
 #[derive(Debug, Default)]
 pub struct Reservations {
-    held: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    held: std::sync::Mutex<HashMap<String, i64>>,
 }
 
 impl Reservations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -367,6 +369,8 @@ impl Bill {
 
     /// Charges the real usage's cost (at most what the key has left) and releases the
     /// reservation.
+    /// Queues the charge of the real usage's cost (at most what the key has left); the
+    /// reservation goes with it and is released when the charge is written.
     fn charge(mut self, usage: Usage) {
         let cost = cost(
             &self.app,
@@ -377,28 +381,121 @@ impl Bill {
         if cost <= 0 {
             return;
         }
-        let app = self.app.clone();
-        // Under the lock only when something is reserved: unlimited keys never wait.
-        let mut held = (self.reserved > 0).then(|| app.reservations.lock());
-        if let Err(e) = app.store.charge(&self.key_id, &self.id, cost) {
-            tracing::error!("message {}: charge {cost}: {e}", self.id);
+        let reserved = std::mem::take(&mut self.reserved);
+        self.app.charges.push(
+            Charge {
+                key_id: self.key_id.clone(),
+                task_id: self.id.clone(),
+                amount: cost,
+            },
+            reserved,
+        );
+    }
+
+    fn release(&mut self, held: &mut HashMap<String, i64>) {
+        release(held, &self.key_id, std::mem::take(&mut self.reserved));
+    }
+}
+
+fn release(held: &mut HashMap<String, i64>, key_id: &str, amount: i64) {
+    if amount == 0 {
+        return;
+    }
+    if let Some(mine) = held.get_mut(key_id) {
+        *mine -= amount;
+        if *mine <= 0 {
+            held.remove(key_id);
         }
-        if let Some(held) = held.as_mut() {
-            self.release(held);
+    }
+}
+
+/// The most charges one store transaction writes.
+const CHARGE_BATCH: usize = 1024;
+
+/// Chat charges on their way to the store. Messages queue them as they end; one writer
+/// ([`write_charges`], run by `serve`) writes whatever has queued in one transaction, so
+/// under load a store step is shared by many messages instead of costing each its own.
+#[derive(Debug)]
+pub struct ChargeQueue {
+    tx: mpsc::UnboundedSender<(Charge, i64)>,
+    rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<(Charge, i64)>>>,
+    /// Queued and not yet written.
+    pending: AtomicUsize,
+    written: tokio::sync::Notify,
+}
+
+impl Default for ChargeQueue {
+    fn default() -> ChargeQueue {
+        let (tx, rx) = mpsc::unbounded_channel();
+        ChargeQueue {
+            tx,
+            rx: std::sync::Mutex::new(Some(rx)),
+            pending: AtomicUsize::new(0),
+            written: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl ChargeQueue {
+    /// Queues a charge with the credits its message reserved.
+    fn push(&self, charge: Charge, reserved: i64) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send((charge, reserved)).is_err() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    fn release(&mut self, held: &mut std::collections::HashMap<String, i64>) {
-        if self.reserved == 0 {
-            return;
-        }
-        if let Some(mine) = held.get_mut(&self.key_id) {
-            *mine -= self.reserved;
-            if *mine <= 0 {
-                held.remove(&self.key_id);
+    /// Waits until every charge queued so far is written, at most `limit`; whether it was.
+    pub async fn drained(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.pending.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, written).await.is_err() {
+                return false;
             }
         }
-        self.reserved = 0;
+    }
+}
+
+/// Writes queued chat charges in batches until the queue closes with the app; releases each
+/// message's reservation once its charge is in the store (under the reservations' lock, so
+/// admissions see a message either reserved or charged).
+pub async fn write_charges(app: Arc<App>) {
+    let Some(mut rx) = app
+        .charges
+        .rx
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    else {
+        return;
+    };
+    let mut batch = Vec::with_capacity(CHARGE_BATCH);
+    while rx.recv_many(&mut batch, CHARGE_BATCH).await > 0 {
+        let items = std::mem::take(&mut batch);
+        let n = items.len();
+        let writer = app.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let (charges, reserved): (Vec<Charge>, Vec<i64>) = items.into_iter().unzip();
+            let mut held = writer.reservations.lock();
+            if let Err(e) = writer.store.charges(&charges) {
+                tracing::error!("writing {} chat charges: {e}", charges.len());
+            }
+            for (charge, amount) in charges.iter().zip(reserved) {
+                release(&mut held, &charge.key_id, amount);
+            }
+        })
+        .await;
+        if let Err(e) = done {
+            tracing::error!("writing chat charges: {e}");
+        }
+        app.charges.pending.fetch_sub(n, Ordering::SeqCst);
+        app.charges.written.notify_waiters();
     }
 }
 
@@ -441,7 +538,7 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
                 ..Usage::default()
             });
             // Charged off the answer's path; the reservation stands until the charge is written.
-            tokio::spawn(async move { bill.charge(usage) });
+            bill.charge(usage);
             let mut res = Response::new(crate::http::full(body));
             res.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -121,13 +121,15 @@ pub trait Store: Send + Sync + 'static {
     /// Applies `update` to a key atomically, flushed, and returns it as written.
     fn update_key(&self, id: &str, update: &dyn Fn(&mut Key)) -> Result<Key, StoreError>;
 
-    /// Writes the one `charge` entry of work that has no task (a chat message, billed when it
-    /// ends): takes `amount` credits (`amount` >= 0) from the key, or what the key has left when
-    /// that is less, atomically. `(task_id, charge)` is unique. Returns the amount taken.
+    /// Writes the `charge` entries of work that has no task (chat messages, billed when they
+    /// end), all in one transaction: each takes its `amount` credits (`amount` >= 0) from its
+    /// key, or what the key has left when that is less. A charge whose `(task_id, charge)`
+    /// entry exists already, or whose key is unknown, takes nothing and writes nothing. Returns
+    /// the amount each took, in order.
     ///
     /// Not flushed: a charge lost in a crash costs the operator, never the client, and the next
     /// flush (the store's own, at most a moment later, or any durable step) takes it to disk.
-    fn charge(&self, key_id: &str, task_id: &str, amount: i64) -> Result<i64, StoreError>;
+    fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError>;
 
     /// A key's ledger, oldest first.
     fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError>;

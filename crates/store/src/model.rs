@@ -189,6 +189,16 @@ pub struct LedgerDraft {
     pub amount: i64,
 }
 
+/// A charge of work that has no task (a chat message), for [`crate::Store::charges`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub key_id: String,
+    /// The message id, the ledger entry's `task_id`.
+    pub task_id: String,
+    /// Credits to take, at least 0.
+    pub amount: i64,
+}
+
 /// A credit movement as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerEntry {

@@ -27,6 +27,8 @@
 //! sled 0.34 runs transactions under one process-wide lock, so they are serialised; closures
 //! only use the transactional trees (a plain tree call inside one would deadlock).
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
@@ -40,8 +42,8 @@ use sled::transaction::{
 use sled::{Db, IVec, Tree};
 
 use crate::{
-    AssetQuery, AssetRecord, AssetStatus, Key, LedgerDraft, LedgerEntry, LedgerKind, Library,
-    Order, Page, Store, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
+    AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry, LedgerKind,
+    Library, Order, Page, Store, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
 };
 
 mod assets;
@@ -598,27 +600,52 @@ impl Store for SledStore {
         Ok(key)
     }
 
-    fn charge(&self, key_id: &str, task_id: &str, amount: i64) -> Result<i64, StoreError> {
-        check_id("charge id", task_id)?;
+    fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
         let at = unix_secs();
-        let what = format!("charge {task_id}");
-        self.ledger_tx(&what, |tx| {
-            let Some(bytes) = tx.keys.get(key_id.as_bytes())? else {
-                return abort(StoreError::KeyNotFound(key_id.to_owned()));
-            };
-            let key: Key = decode(KEYS, &bytes).map_err(ConflictableTransactionError::Abort)?;
-            let take = match key.quota {
-                Some(remaining) => amount.clamp(0, remaining.max(0)),
-                None => amount.max(0),
-            };
-            let draft = LedgerDraft {
-                key_id: key_id.to_owned(),
-                task_id: task_id.to_owned(),
-                kind: LedgerKind::Charge,
-                amount: -take,
-            };
-            apply_ledger(tx, std::slice::from_ref(&draft), at)?;
-            Ok(take)
+        self.ledger_tx("charges", |tx| {
+            // Each key is read and written once, however many of its charges the batch holds.
+            let mut keys: HashMap<&str, Key> = HashMap::new();
+            let mut taken = Vec::with_capacity(charges.len());
+            for charge in charges {
+                let by_task = by_task_key(&charge.task_id, LedgerKind::Charge);
+                if check_id("charge id", &charge.task_id).is_err()
+                    || tx.ledger_by_task.get(by_task.as_slice())?.is_some()
+                {
+                    taken.push(0);
+                    continue;
+                }
+                let key = match keys.entry(charge.key_id.as_str()) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => match tx.keys.get(charge.key_id.as_bytes())? {
+                        Some(bytes) => e.insert(
+                            decode(KEYS, &bytes).map_err(ConflictableTransactionError::Abort)?,
+                        ),
+                        None => {
+                            taken.push(0);
+                            continue;
+                        }
+                    },
+                };
+                let take = match key.quota {
+                    Some(remaining) => charge.amount.clamp(0, remaining.max(0)),
+                    None => charge.amount.max(0),
+                };
+                key.quota = key.quota.map(|q| q - take);
+                key.quota_used = key.quota_used.saturating_add(take);
+                let draft = LedgerDraft {
+                    key_id: charge.key_id.clone(),
+                    task_id: charge.task_id.clone(),
+                    kind: LedgerKind::Charge,
+                    amount: -take,
+                };
+                write_entry(tx, &draft, by_task, key.quota, at)?;
+                taken.push(take);
+            }
+            for (id, key) in &keys {
+                let bytes = encode("key", key).map_err(ConflictableTransactionError::Abort)?;
+                tx.keys.insert(id.as_bytes(), bytes)?;
+            }
+            Ok(taken)
         })
     }
 
@@ -739,12 +766,7 @@ impl Store for SledStore {
 /// key's quota, writes the entries.
 fn apply_ledger(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<()> {
     for draft in drafts {
-        let by_task = [
-            draft.task_id.as_bytes(),
-            &[0],
-            draft.kind.as_str().as_bytes(),
-        ]
-        .concat();
+        let by_task = by_task_key(&draft.task_id, draft.kind);
         if tx.ledger_by_task.get(by_task.as_slice())?.is_some() {
             return abort(StoreError::DuplicateLedger {
                 task_id: draft.task_id.clone(),
@@ -785,22 +807,40 @@ fn apply_ledger(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<
         let key_bytes = encode("key", &key).map_err(ConflictableTransactionError::Abort)?;
         tx.keys.insert(draft.key_id.as_bytes(), key_bytes)?;
 
-        let entry = LedgerEntry {
-            id: format!("led_{}", ulid::Ulid::new()),
-            key_id: draft.key_id.clone(),
-            task_id: draft.task_id.clone(),
-            kind: draft.kind,
-            amount: draft.amount,
-            balance_after,
-            at,
-        };
-        let seq = tx.ledger.generate_id()?;
-        let ledger_key = [draft.key_id.as_bytes(), &[0], seq.to_be_bytes().as_slice()].concat();
-        let entry_bytes =
-            encode("ledger entry", &entry).map_err(ConflictableTransactionError::Abort)?;
-        tx.ledger.insert(ledger_key, entry_bytes)?;
-        tx.ledger_by_task.insert(by_task, entry.id.as_bytes())?;
+        write_entry(tx, draft, by_task, balance_after, at)?;
     }
+    Ok(())
+}
+
+/// The `ledger_by_task` key of a task's entry of one kind.
+fn by_task_key(task_id: &str, kind: LedgerKind) -> Vec<u8> {
+    [task_id.as_bytes(), &[0], kind.as_str().as_bytes()].concat()
+}
+
+/// Writes one ledger entry and its `ledger_by_task` index entry (the key record is the
+/// caller's).
+fn write_entry(
+    tx: &LedgerTx<'_>,
+    draft: &LedgerDraft,
+    by_task: Vec<u8>,
+    balance_after: Option<i64>,
+    at: u64,
+) -> TxResult<()> {
+    let entry = LedgerEntry {
+        id: format!("led_{}", ulid::Ulid::new()),
+        key_id: draft.key_id.clone(),
+        task_id: draft.task_id.clone(),
+        kind: draft.kind,
+        amount: draft.amount,
+        balance_after,
+        at,
+    };
+    let seq = tx.ledger.generate_id()?;
+    let ledger_key = [draft.key_id.as_bytes(), &[0], seq.to_be_bytes().as_slice()].concat();
+    let entry_bytes =
+        encode("ledger entry", &entry).map_err(ConflictableTransactionError::Abort)?;
+    tx.ledger.insert(ledger_key, entry_bytes)?;
+    tx.ledger_by_task.insert(by_task, entry.id.as_bytes())?;
     Ok(())
 }
 

@@ -878,41 +878,54 @@ fn opening_something_that_is_not_a_database_is_an_error() {
     assert!(matches!(err, StoreError::Backend(_)), "{err}");
 }
 
+fn charge(key_id: &str, task_id: &str, amount: i64) -> crate::Charge {
+    crate::Charge {
+        key_id: key_id.into(),
+        task_id: task_id.into(),
+        amount,
+    }
+}
+
 #[test]
 fn charges_without_a_task_take_at_most_what_is_left() {
     let (_dir, store) = open();
     store.create_key(&key("key_c", "hc", Some(100))).unwrap();
-    assert_eq!(store.charge("key_c", "msg_1", 30).unwrap(), 30);
-    assert!(matches!(
-        store.charge("key_c", "msg_1", 5),
-        Err(StoreError::DuplicateLedger { .. })
-    ));
-    // More than is left: what is left.
-    assert_eq!(store.charge("key_c", "msg_2", 500).unwrap(), 70);
-    assert_eq!(store.charge("key_c", "msg_3", 1).unwrap(), 0);
+    store.create_key(&key("key_u", "hu", None)).unwrap();
+    assert_eq!(
+        store.charges(&[charge("key_c", "msg_1", 30)]).unwrap(),
+        vec![30]
+    );
+    // One batch: a repeated id and an unknown key take nothing; two charges of one key see
+    // each other; more than is left takes what is left; unlimited keys pay in full.
+    let taken = store
+        .charges(&[
+            charge("key_c", "msg_1", 5),
+            charge("key_nope", "msg_2", 1),
+            charge("key_c", "msg_3", 50),
+            charge("key_u", "msg_4", 12),
+            charge("key_c", "msg_5", 500),
+            charge("key_c", "msg_6", 1),
+        ])
+        .unwrap();
+    assert_eq!(taken, vec![0, 0, 50, 12, 20, 0]);
     let k = store.key("key_c").unwrap().unwrap();
     assert_eq!((k.quota, k.quota_used), (Some(0), 100));
-    let ledger = store.ledger("key_c").unwrap();
-    let amounts: Vec<(LedgerKind, i64, Option<i64>)> = ledger
+    let amounts: Vec<(String, LedgerKind, i64, Option<i64>)> = store
+        .ledger("key_c")
+        .unwrap()
         .iter()
-        .map(|e| (e.kind, e.amount, e.balance_after))
+        .map(|e| (e.task_id.clone(), e.kind, e.amount, e.balance_after))
         .collect();
     assert_eq!(
         amounts,
         vec![
-            (LedgerKind::Charge, -30, Some(70)),
-            (LedgerKind::Charge, -70, Some(0)),
-            (LedgerKind::Charge, 0, Some(0)),
+            ("msg_1".into(), LedgerKind::Charge, -30, Some(70)),
+            ("msg_3".into(), LedgerKind::Charge, -50, Some(20)),
+            ("msg_5".into(), LedgerKind::Charge, -20, Some(0)),
+            ("msg_6".into(), LedgerKind::Charge, 0, Some(0)),
         ]
     );
-    // Unlimited keys are charged in full and count usage.
-    store.create_key(&key("key_u", "hu", None)).unwrap();
-    assert_eq!(store.charge("key_u", "msg_4", 12).unwrap(), 12);
     assert_eq!(store.key("key_u").unwrap().unwrap().quota_used, 12);
-    assert!(matches!(
-        store.charge("key_nope", "msg_5", 1),
-        Err(StoreError::KeyNotFound(_))
-    ));
 }
 
 #[test]
