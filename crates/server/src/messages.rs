@@ -382,14 +382,15 @@ impl Bill {
             return;
         }
         let reserved = std::mem::take(&mut self.reserved);
-        self.app.charges.push(
-            Charge {
-                key_id: self.key_id.clone(),
-                task_id: self.id.clone(),
-                amount: cost,
-            },
-            reserved,
-        );
+        let charge = Charge {
+            key_id: self.key_id.clone(),
+            task_id: self.id.clone(),
+            amount: cost,
+        };
+        if let Some((charge, reserved)) = self.app.charges.push(charge, reserved) {
+            // The queue is full (the store is behind): this message writes its own charge.
+            write_batch(&self.app, vec![(charge, reserved)]);
+        }
     }
 
     fn release(&mut self, held: &mut HashMap<String, i64>) {
@@ -411,14 +412,16 @@ fn release(held: &mut HashMap<String, i64>, key_id: &str, amount: i64) {
 
 /// The most charges one store transaction writes.
 const CHARGE_BATCH: usize = 1024;
+/// The most charges queued; past it messages write their own (backpressure, bounded memory).
+const CHARGE_QUEUE: usize = 16 * CHARGE_BATCH;
 
 /// Chat charges on their way to the store. Messages queue them as they end; one writer
 /// ([`write_charges`], run by `serve`) writes whatever has queued in one transaction, so
 /// under load a store step is shared by many messages instead of costing each its own.
 #[derive(Debug)]
 pub struct ChargeQueue {
-    tx: mpsc::UnboundedSender<(Charge, i64)>,
-    rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<(Charge, i64)>>>,
+    tx: mpsc::Sender<(Charge, i64)>,
+    rx: std::sync::Mutex<Option<mpsc::Receiver<(Charge, i64)>>>,
     /// Queued and not yet written.
     pending: AtomicUsize,
     written: tokio::sync::Notify,
@@ -426,7 +429,7 @@ pub struct ChargeQueue {
 
 impl Default for ChargeQueue {
     fn default() -> ChargeQueue {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(CHARGE_QUEUE);
         ChargeQueue {
             tx,
             rx: std::sync::Mutex::new(Some(rx)),
@@ -437,11 +440,16 @@ impl Default for ChargeQueue {
 }
 
 impl ChargeQueue {
-    /// Queues a charge with the credits its message reserved.
-    fn push(&self, charge: Charge, reserved: i64) {
+    /// Queues a charge with the credits its message reserved; gives it back when the queue
+    /// is full or closed.
+    fn push(&self, charge: Charge, reserved: i64) -> Option<(Charge, i64)> {
         self.pending.fetch_add(1, Ordering::SeqCst);
-        if self.tx.send((charge, reserved)).is_err() {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
+        match self.tx.try_send((charge, reserved)) {
+            Ok(()) => None,
+            Err(e) => {
+                self.pending.fetch_sub(1, Ordering::SeqCst);
+                Some(e.into_inner())
+            }
         }
     }
 
@@ -459,6 +467,19 @@ impl ChargeQueue {
                 return false;
             }
         }
+    }
+}
+
+/// Writes charges in one store transaction, then releases their reservations, all under the
+/// reservations' lock.
+fn write_batch(app: &App, items: Vec<(Charge, i64)>) {
+    let (charges, reserved): (Vec<Charge>, Vec<i64>) = items.into_iter().unzip();
+    let mut held = app.reservations.lock();
+    if let Err(e) = app.store.charges(&charges) {
+        tracing::error!("writing {} chat charges: {e}", charges.len());
+    }
+    for (charge, amount) in charges.iter().zip(reserved) {
+        release(&mut held, &charge.key_id, amount);
     }
 }
 
@@ -480,17 +501,7 @@ pub async fn write_charges(app: Arc<App>) {
         let items = std::mem::take(&mut batch);
         let n = items.len();
         let writer = app.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            let (charges, reserved): (Vec<Charge>, Vec<i64>) = items.into_iter().unzip();
-            let mut held = writer.reservations.lock();
-            if let Err(e) = writer.store.charges(&charges) {
-                tracing::error!("writing {} chat charges: {e}", charges.len());
-            }
-            for (charge, amount) in charges.iter().zip(reserved) {
-                release(&mut held, &charge.key_id, amount);
-            }
-        })
-        .await;
+        let done = tokio::task::spawn_blocking(move || write_batch(&writer, items)).await;
         if let Err(e) = done {
             tracing::error!("writing chat charges: {e}");
         }
