@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use channels::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, SimDirectives,
-    UpstreamFailure, UpstreamTimeouts,
+    StreamFailure, UpstreamFailure, UpstreamTimeouts,
 };
 use error_codes::{ApiError, ErrorCode};
 use http::header::{self, HeaderValue};
@@ -567,30 +567,37 @@ fn record_call(app: &App, channel: &str, ok: bool) {
     }
 }
 
-/// How a relayed stream ended.
-enum Ended {
-    Completed,
-    Failed,
-    /// The client went away; the upstream request was dropped with the stream.
-    Disconnected,
+/// What the relayed body waits on: the upstream's next bytes, or a `ping` after
+/// [`PING_EVERY`] of silence. The future owns the stream and hands it back with the outcome.
+type Next = Pin<
+    Box<
+        dyn std::future::Future<
+                Output = (
+                    Box<ChatEventStream>,
+                    Result<Result<Option<Bytes>, StreamFailure>, tokio::time::error::Elapsed>,
+                ),
+            > + Send,
+    >,
+>;
+
+fn next_of(mut stream: Box<ChatEventStream>) -> Next {
+    Box::pin(async move {
+        let next = tokio::time::timeout(PING_EVERY, stream.next()).await;
+        (stream, next)
+    })
 }
 
-/// Answers `200 text/event-stream` at once and relays the stream from a task, which also
-/// charges the message when it ends.
-fn stream_answer(mut stream: Box<ChatEventStream>, bill: Bill, rid: String) -> Answer {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    tokio::spawn(async move {
-        let ended = pump(&mut stream, &tx, &rid).await;
-        let usage = stream.usage();
-        // Dropping the stream closes the upstream connection now, before the store step.
-        drop(stream);
-        drop(tx);
-        match ended {
-            Ended::Completed | Ended::Disconnected => bill.charge(usage),
-            Ended::Failed => drop(bill),
-        }
-    });
-    let mut res = Response::new(BodyExt::boxed_unsync(StreamBody { rx }));
+/// Answers `200 text/event-stream` at once; the body pulls the upstream's stream itself (no
+/// task or queue in between) and bills the message when the stream ends: charged when it
+/// completed or the client went away (from the usage seen so far), nothing when it failed.
+fn stream_answer(stream: Box<ChatEventStream>, bill: Bill, rid: String) -> Answer {
+    let body = RelayedStream {
+        usage: stream.usage(),
+        next: Some(next_of(stream)),
+        bill: Some(bill),
+        rid,
+    };
+    let mut res = Response::new(BodyExt::boxed_unsync(body));
     let headers = res.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -600,40 +607,39 @@ fn stream_answer(mut stream: Box<ChatEventStream>, bill: Bill, rid: String) -> A
     res
 }
 
-async fn pump(stream: &mut ChatEventStream, tx: &mpsc::Sender<Bytes>, rid: &str) -> Ended {
-    loop {
-        let next = tokio::select! {
-            biased;
-            () = tx.closed() => return Ended::Disconnected,
-            next = tokio::time::timeout(PING_EVERY, stream.next()) => next,
-        };
-        let bytes = match next {
-            Err(_silent) if stream.at_boundary() => Bytes::from(StreamEvent::Ping.to_sse()),
-            Err(_silent) => continue,
-            Ok(Ok(Some(bytes))) => bytes,
-            Ok(Ok(None)) => return Ended::Completed,
-            Ok(Err(failure)) => {
-                tracing::warn!("messages {rid}: stream failed: {}", failure.detail);
-                if !failure.reported {
-                    let event = StreamEvent::error(failure.kind, failure.message);
-                    let _ = tx.send(Bytes::from(event.to_sse())).await;
-                }
-                return Ended::Failed;
-            }
-        };
-        if tx.send(bytes).await.is_err() {
-            return Ended::Disconnected;
+/// The body of a relayed stream. Dropped by hyper when the client goes away, which drops the
+/// upstream request with it and charges what was relayed.
+struct RelayedStream {
+    /// The pending read of the upstream; `None` once the stream ended.
+    next: Option<Next>,
+    /// The usage as of the last bytes read.
+    usage: Usage,
+    /// `None` once billed.
+    bill: Option<Bill>,
+    rid: String,
+}
+
+impl RelayedStream {
+    /// Ends the stream: dropping the upstream first (closing its connection), then billing.
+    fn end(&mut self, charge: bool) {
+        self.next = None;
+        // Taken either way: a bill dropped uncharged releases its reservation.
+        if let Some(bill) = self.bill.take()
+            && charge
+        {
+            bill.charge(self.usage);
         }
     }
 }
 
-/// A response body fed by a channel; dropped by hyper when the client goes away, which the
-/// relaying task notices.
-struct StreamBody {
-    rx: mpsc::Receiver<Bytes>,
+impl Drop for RelayedStream {
+    fn drop(&mut self) {
+        // The client went away (or hyper is done): what was relayed is charged.
+        self.end(true);
+    }
 }
 
-impl hyper::body::Body for StreamBody {
+impl hyper::body::Body for RelayedStream {
     type Data = Bytes;
     type Error = std::io::Error;
 
@@ -641,9 +647,38 @@ impl hyper::body::Body for StreamBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|bytes| bytes.map(|b| Ok(Frame::data(b))))
+        loop {
+            let Some(next) = self.next.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let (stream, outcome) = std::task::ready!(next.as_mut().poll(cx));
+            self.usage = stream.usage();
+            let bytes = match outcome {
+                Err(_silent) if stream.at_boundary() => Bytes::from(StreamEvent::Ping.to_sse()),
+                Err(_silent) => {
+                    self.next = Some(next_of(stream));
+                    continue;
+                }
+                Ok(Ok(Some(bytes))) => bytes,
+                Ok(Ok(None)) => {
+                    drop(stream);
+                    self.end(true);
+                    return Poll::Ready(None);
+                }
+                Ok(Err(failure)) => {
+                    tracing::warn!("messages {}: stream failed: {}", self.rid, failure.detail);
+                    drop(stream);
+                    self.end(false);
+                    if failure.reported {
+                        return Poll::Ready(None);
+                    }
+                    let event = StreamEvent::error(failure.kind, failure.message);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(event.to_sse())))));
+                }
+            };
+            self.next = Some(next_of(stream));
+            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+        }
     }
 }
 

@@ -163,7 +163,7 @@ impl ChatEventStream {
     /// The next bytes for the client; `Ok(None)` when the stream ended as it should.
     /// Cancel-safe: dropping the future loses nothing.
     pub async fn next(&mut self) -> Result<Option<Bytes>, StreamFailure> {
-        let channel = self.channel.clone();
+        let channel = self.channel.as_str();
         match &mut self.inner {
             Inner::Prepared {
                 events,
@@ -179,7 +179,7 @@ impl ChatEventStream {
                 }
                 if fail_after.is_some_and(|n| *sent >= n) {
                     events.clear();
-                    return Err(StreamFailure::broken(&channel, "simulated failure"));
+                    return Err(StreamFailure::broken(channel, "simulated failure"));
                 }
                 *sent += 1;
                 Ok(events.pop_front())
@@ -196,23 +196,35 @@ impl ChatEventStream {
                     Ok(None) => {
                         if *upstream_error {
                             let mut failure =
-                                StreamFailure::broken(&channel, "the upstream sent an error event");
+                                StreamFailure::broken(channel, "the upstream sent an error event");
                             failure.reported = true;
                             return Err(failure);
                         }
                         if !*finished {
                             return Err(StreamFailure::broken(
-                                &channel,
+                                channel,
                                 "the upstream stream ended before message_stop",
                             ));
                         }
                         return Ok(None);
                     }
-                    Err(e) => return Err(StreamFailure::transport(&channel, &e)),
+                    Err(e) => return Err(StreamFailure::transport(channel, &e)),
                 };
                 held.extend_from_slice(&chunk);
                 for event in decoder.feed(&chunk) {
-                    read_native_event(&event.data, &mut self.usage, finished, upstream_error);
+                    // Content events carry no usage and no end: most of a stream is not parsed.
+                    let content = matches!(
+                        event.event.as_deref(),
+                        Some(
+                            "content_block_start"
+                                | "content_block_delta"
+                                | "content_block_stop"
+                                | "ping"
+                        )
+                    );
+                    if !content {
+                        read_native_event(&event.data, &mut self.usage, finished, upstream_error);
+                    }
                 }
                 let ready = held.len().saturating_sub(decoder.pending_bytes());
                 if ready > 0 {
@@ -237,19 +249,19 @@ impl ChatEventStream {
                     Ok(None) => {
                         let events = convert
                             .finish()
-                            .map_err(|e| StreamFailure::broken(&channel, e))?;
+                            .map_err(|e| StreamFailure::broken(channel, e))?;
                         self.usage = convert.usage();
                         queue.extend(events.iter().map(|e| Bytes::from(e.to_sse())));
                         *ended = true;
                         continue;
                     }
-                    Err(e) => return Err(StreamFailure::transport(&channel, &e)),
+                    Err(e) => return Err(StreamFailure::transport(channel, &e)),
                 };
                 let mut out = String::new();
                 for event in decoder.feed(&chunk) {
                     let events = convert
                         .data(&event.data)
-                        .map_err(|e| StreamFailure::broken(&channel, e))?;
+                        .map_err(|e| StreamFailure::broken(channel, e))?;
                     for e in &events {
                         out.push_str(&e.to_sse());
                     }
@@ -258,7 +270,7 @@ impl ChatEventStream {
                 if convert.is_done() {
                     let events = convert
                         .finish()
-                        .map_err(|e| StreamFailure::broken(&channel, e))?;
+                        .map_err(|e| StreamFailure::broken(channel, e))?;
                     self.usage = convert.usage();
                     for e in &events {
                         out.push_str(&e.to_sse());
