@@ -1136,3 +1136,45 @@ async fn every_answered_message_is_charged_even_when_the_relay_stops_at_once() {
         "{k:?}"
     );
 }
+
+/// An upstream that pauses between events longer than `server.stream_ping_ms`: the client gets
+/// `ping` events in the gaps, each whole and between two events, and the stream is otherwise
+/// the upstream's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_upstream_gets_pings_in_between_its_events() {
+    let fake = FakeChat::start(Switches {
+        event_pause: Duration::from_millis(150),
+        ..Switches::default()
+    })
+    .await;
+    let config = format!(
+        "[server]\nstream_ping_ms = 50\n{}",
+        chat_config(&fake.base, &fake.base, TIMEOUTS)
+    );
+    let relay = Relay::start(&config).await;
+    let body = json!({"model": "native-chat", "max_tokens": 64, "stream": true,
+        "messages": [{"role": "user", "content": "take your time"}]});
+    let res = message(&relay, body).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let evs = events(&res.body);
+    let pings = evs.iter().filter(|(name, _)| name == "ping").count();
+    assert!(pings >= 2, "no pings in the gaps: {}", res.text());
+    for (name, data) in evs.iter().filter(|(name, _)| name == "ping") {
+        assert_eq!(data, &json!({"type": "ping"}), "{name}");
+    }
+    assert_eq!(evs.first().unwrap().0, "message_start");
+    assert_eq!(evs.last().unwrap().0, "message_stop");
+    // Without the pings, the bytes are the upstream's.
+    let direct = raw_stream(
+        &format!("{}/v1/messages", fake.base),
+        &json!({"model": "native-chat", "max_tokens": 64, "stream": true,
+            "messages": [{"role": "user", "content": "take your time"}]}),
+        &[VERSION],
+    )
+    .await;
+    let ping = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
+    assert_eq!(
+        res.text().replace(ping, ""),
+        String::from_utf8_lossy(&direct.1)
+    );
+}

@@ -55,6 +55,8 @@ pub struct ServerConfig {
     pub max_upload_bytes: u64,
     pub content_mode: ContentMode,
     pub signed_url_ttl_secs: u64,
+    /// `/v1/messages` streams: a `ping` after this long without upstream bytes.
+    pub stream_ping_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -235,6 +237,9 @@ impl Config {
                 "server.listen: {:?} is not an address like 127.0.0.1:8080",
                 self.server.listen
             ));
+        }
+        if self.server.stream_ping_ms == 0 {
+            return Err("server.stream_ping_ms must be above 0".into());
         }
         if self.server.max_body_bytes == 0 || self.server.max_upload_bytes == 0 {
             return Err("server.max_body_bytes and server.max_upload_bytes must be above 0".into());
@@ -471,6 +476,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("models.x"), "{err}");
+    }
+
+    #[test]
+    fn zero_intervals_and_sizes_are_refused() {
+        for (text, named) in [
+            ("[server]\nstream_ping_ms = 0\n", "server.stream_ping_ms"),
+            ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
+        ] {
+            let err = Config::from_toml(Some(text), "relay.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{err}");
+        }
+        let ok = Config::from_toml(Some("[server]\nstream_ping_ms = 250\n"), "relay.toml").unwrap();
+        assert_eq!(ok.server.stream_ping_ms, 250);
     }
 
     #[test]

@@ -43,9 +43,6 @@ use crate::http::{Answer, json, read_body, retry_headers};
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
-/// A `ping` goes out when the upstream has been silent this long.
-const PING_EVERY: Duration = Duration::from_secs(15);
-
 /// Builds the chat channels of a configuration: every `anthropic` and `openai-chat` channel,
 /// and every `simulator` channel that lists a chat model.
 pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
@@ -367,8 +364,6 @@ impl Bill {
         Ok(bill)
     }
 
-    /// Charges the real usage's cost (at most what the key has left) and releases the
-    /// reservation.
     /// Queues the charge of the real usage's cost (at most what the key has left); the
     /// reservation goes with it and is released when the charge is written.
     fn charge(mut self, usage: Usage) {
@@ -557,7 +552,10 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
             );
             res
         }
-        Ok(ChatAnswer::Stream(stream)) => stream_answer(stream, bill, rid),
+        Ok(ChatAnswer::Stream(stream)) => {
+            let ping = Duration::from_millis(app.config.server.stream_ping_ms);
+            stream_answer(stream, bill, rid, ping)
+        }
     }
 }
 
@@ -568,7 +566,7 @@ fn record_call(app: &App, channel: &str, ok: bool) {
 }
 
 /// What the relayed body waits on: the upstream's next bytes, or a `ping` after
-/// [`PING_EVERY`] of silence. The future owns the stream and hands it back with the outcome.
+/// `server.stream_ping_ms` of silence. The future owns the stream and hands it back with the outcome.
 type Next = Pin<
     Box<
         dyn std::future::Future<
@@ -580,9 +578,9 @@ type Next = Pin<
     >,
 >;
 
-fn next_of(mut stream: Box<ChatEventStream>) -> Next {
+fn next_of(mut stream: Box<ChatEventStream>, ping: Duration) -> Next {
     Box::pin(async move {
-        let next = tokio::time::timeout(PING_EVERY, stream.next()).await;
+        let next = tokio::time::timeout(ping, stream.next()).await;
         (stream, next)
     })
 }
@@ -590,10 +588,11 @@ fn next_of(mut stream: Box<ChatEventStream>) -> Next {
 /// Answers `200 text/event-stream` at once; the body pulls the upstream's stream itself (no
 /// task or queue in between) and bills the message when the stream ends: charged when it
 /// completed or the client went away (from the usage seen so far), nothing when it failed.
-fn stream_answer(stream: Box<ChatEventStream>, bill: Bill, rid: String) -> Answer {
+fn stream_answer(stream: Box<ChatEventStream>, bill: Bill, rid: String, ping: Duration) -> Answer {
     let body = RelayedStream {
         usage: stream.usage(),
-        next: Some(next_of(stream)),
+        next: Some(next_of(stream, ping)),
+        ping,
         bill: Some(bill),
         rid,
     };
@@ -617,6 +616,8 @@ struct RelayedStream {
     /// `None` once billed.
     bill: Option<Bill>,
     rid: String,
+    /// Upstream silence after which a `ping` goes out.
+    ping: Duration,
 }
 
 impl RelayedStream {
@@ -656,7 +657,7 @@ impl hyper::body::Body for RelayedStream {
             let bytes = match outcome {
                 Err(_silent) if stream.at_boundary() => Bytes::from(StreamEvent::Ping.to_sse()),
                 Err(_silent) => {
-                    self.next = Some(next_of(stream));
+                    self.next = Some(next_of(stream, self.ping));
                     continue;
                 }
                 Ok(Ok(Some(bytes))) => bytes,
@@ -676,7 +677,7 @@ impl hyper::body::Body for RelayedStream {
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from(event.to_sse())))));
                 }
             };
-            self.next = Some(next_of(stream));
+            self.next = Some(next_of(stream, self.ping));
             return Poll::Ready(Some(Ok(Frame::data(bytes))));
         }
     }
