@@ -73,23 +73,6 @@ async fn generate(relay: &Relay, key: &str, body: Value, sim: &str) -> crate::ha
         .await
 }
 
-async fn wait_generation(relay: &Relay, key: &str, id: &str) -> Value {
-    let path = format!("/v1/video/generations/{id}");
-    poll_until(WAIT, || async {
-        let v = relay
-            .call_as(key, Method::GET, &path, Body::Empty, &[])
-            .await
-            .json();
-        matches!(
-            v["status"].as_str(),
-            Some("succeeded" | "failed" | "cancelled")
-        )
-        .then_some(v)
-    })
-    .await
-    .unwrap_or_else(|| panic!("generation {id} did not end"))
-}
-
 /// The path and query of a signed URL the relay handed out.
 fn local(url: &str) -> &str {
     &url[url.find("/files/").expect("a signed /files/ URL")..]
@@ -120,7 +103,7 @@ async fn the_whole_second_format_flow() {
     assert_eq!(v["seed"], 42);
     assert_eq!(v["video_url"], Value::Null);
 
-    let done = wait_generation(&relay, &key, &id).await;
+    let done = relay.wait_generation_as(&key, &id, WAIT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["usage"]["duration_seconds"], 2);
     let video_url = done["video_url"].as_str().expect("video_url on success");
@@ -183,7 +166,9 @@ async fn the_whole_second_format_flow() {
         (v["resolution"].as_str(), v["ratio"].as_str()),
         (Some("480p"), Some("16:9"))
     );
-    let done = wait_generation(&relay, &key, v["task_id"].as_str().unwrap()).await;
+    let done = relay
+        .wait_generation_as(&key, v["task_id"].as_str().unwrap(), WAIT)
+        .await;
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["last_frame_url"], Value::Null);
 }
@@ -204,7 +189,7 @@ async fn moderation_rejects_blocked_words_and_the_reject_directive() {
         .json();
     for v in [&a, &b] {
         let id = v["task_id"].as_str().unwrap();
-        wait_generation(&relay, &key, id).await;
+        relay.wait_generation_as(&key, id, WAIT).await;
         let m = relay
             .post_json(
                 "/api/generation/video/moderation-result",

@@ -174,6 +174,27 @@ impl Relay {
         .await
         .unwrap_or_else(|| panic!("task {id} did not end within {deadline:?}"))
     }
+
+    /// Polls a second-format task until it is final, as `key`.
+    pub async fn wait_generation_as(&self, key: &str, id: &str, deadline: Duration) -> Value {
+        let path = format!("/v1/video/generations/{id}");
+        poll_until(deadline, || async {
+            let res = self
+                .call_as(key, Method::GET, &path, Body::Empty, &[])
+                .await;
+            assert_eq!(res.status, 200, "{}", res.text());
+            let v = res.json();
+            let status = v["status"].as_str().unwrap_or_default().to_owned();
+            matches!(status.as_str(), "succeeded" | "failed" | "cancelled").then_some(v)
+        })
+        .await
+        .unwrap_or_else(|| panic!("generation {id} did not end within {deadline:?}"))
+    }
+
+    pub async fn wait_generation(&self, id: &str, deadline: Duration) -> Value {
+        self.wait_generation_as(&self.key.clone(), id, deadline)
+            .await
+    }
 }
 
 impl Drop for Relay {
@@ -214,6 +235,30 @@ mod toml_edit_free {
     pub fn render(table: &Table) -> String {
         toml::to_string(table).expect("render TOML")
     }
+}
+
+/// Sends `POST /v1/messages` with `body` on a raw connection and returns the connection
+/// without reading the answer: the message stays under way until the connection is dropped.
+pub async fn message_held_open(
+    base: &str,
+    secret: &str,
+    body: &serde_json::Value,
+) -> tokio::net::TcpStream {
+    let text = body.to_string();
+    let host = base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(host)
+        .await
+        .expect("connect to the relay");
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {secret}\r\n\
+         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{text}",
+        text.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut conn, request.as_bytes())
+        .await
+        .expect("send the message");
+    conn
 }
 
 /// Polls `f` until it yields a value or `deadline` passes (no sleeps as synchronisation:

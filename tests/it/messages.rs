@@ -196,6 +196,23 @@ async fn ledger(relay: &Relay) -> Vec<Value> {
     res.json()["data"].as_array().cloned().unwrap_or_default()
 }
 
+/// Sends one good message with the fake switched back to normal, waits for its charge, and
+/// asserts it is the ledger's only entry: nothing before it was charged (charges are written
+/// in order, so one that was coming would be there by then).
+async fn assert_only_a_good_message_is_charged(relay: &Relay, fake: &FakeChat) {
+    fake.set(Switches::default());
+    let res = message(relay, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let k = poll_until(Duration::from_secs(5), || async move {
+        let k = kinds(&ledger(relay).await);
+        (!k.is_empty()).then_some(k)
+    })
+    .await
+    .expect("the good message's charge");
+    assert_eq!(k.len(), 1, "{k:?}");
+    assert_eq!(k[0].0, "charge", "{k:?}");
+}
+
 fn kinds(entries: &[Value]) -> Vec<(String, i64)> {
     entries
         .iter()
@@ -744,20 +761,8 @@ async fn upstream_failures_before_the_first_byte() {
     .await;
     let res = message(&relay2, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_vendor(&res, 500, "api_error", "upstream error");
-    // No failure is charged: once a last, good message's charge is written, it is the only
-    // entry.
-    fake.set(Switches::default());
-    let res = message(&relay, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let relay_ref = &relay;
-    let k = poll_until(Duration::from_secs(5), || async move {
-        let k = kinds(&ledger(relay_ref).await);
-        (!k.is_empty()).then_some(k)
-    })
-    .await
-    .expect("the good message's charge");
-    assert_eq!(k.len(), 1, "{k:?}");
-    assert_eq!(k[0].0, "charge", "{k:?}");
+    // No failure is charged.
+    assert_only_a_good_message_is_charged(&relay, &fake).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -809,19 +814,8 @@ async fn a_mid_stream_disconnect_becomes_an_error_event_and_no_charge() {
         assert!(!evs.iter().any(|(n, _)| n == "message_stop"));
         assert!(!res.text().contains(SECRET_HOST));
     }
-    // Neither broken stream is charged: once a last, good message's charge is written, it is
-    // the only entry.
-    fake.set(Switches::default());
-    let res = message(&relay, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let relay_ref = &relay;
-    let k = poll_until(Duration::from_secs(5), || async move {
-        let k = kinds(&ledger(relay_ref).await);
-        (!k.is_empty()).then_some(k)
-    })
-    .await
-    .expect("the good message's charge");
-    assert_eq!(k.len(), 1, "{k:?}");
+    // Neither broken stream is charged.
+    assert_only_a_good_message_is_charged(&relay, &fake).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1047,18 +1041,7 @@ async fn reservations_hold_the_estimate_while_a_message_runs() {
     let (key_id, secret) = relay.new_key("chat", Some(30)).await;
     let body = json!({"model": "native-chat", "max_tokens": 64,
         "messages": [{"role": "user", "content": "anyone there"}]});
-    let text = body.to_string();
-    let host = relay.base.trim_start_matches("http://").to_owned();
-    let mut conn = tokio::net::TcpStream::connect(&host).await.unwrap();
-    let request = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {secret}\r\n\
-         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{text}",
-        text.len()
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut conn, request.as_bytes())
-        .await
-        .unwrap();
+    let conn = crate::harness::message_held_open(&relay.base, &secret, &body).await;
     let fake_ref = &fake;
     poll_until(Duration::from_secs(10), || async move {
         (!fake_ref.received().is_empty()).then_some(())

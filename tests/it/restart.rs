@@ -442,19 +442,8 @@ async fn a_message_cut_off_by_a_crash_costs_nothing() {
     let body = json!({
         "model": "native-chat", "max_tokens": 100,
         "messages": [{"role": "user", "content": "hello"}]
-    })
-    .to_string();
-    let host = first.base.trim_start_matches("http://").to_owned();
-    let mut message = tokio::net::TcpStream::connect(&host).await.unwrap();
-    let request = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {secret}\r\n\
-         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut message, request.as_bytes())
-        .await
-        .unwrap();
+    });
+    let message = crate::harness::message_held_open(&first.base, &secret, &body).await;
     poll_until(Duration::from_secs(20), || async {
         (!fake.received().is_empty()).then_some(())
     })

@@ -158,15 +158,7 @@ async fn second_format_over_ark_keeps_video_and_last_frame() {
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
     let id = res.json()["task_id"].as_str().unwrap().to_owned();
-    let done = poll_until(WAIT, || async {
-        let v = relay
-            .get(&format!("/v1/video/generations/{id}"))
-            .await
-            .json();
-        matches!(v["status"].as_str(), Some("succeeded" | "failed")).then_some(v)
-    })
-    .await
-    .expect("the generation ends");
+    let done = relay.wait_generation(&id, WAIT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_clean(&done.to_string(), &fake);
 
@@ -575,15 +567,7 @@ async fn every_reference_asset_reaches_ark_with_its_role() {
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
     let id = res.json()["task_id"].as_str().unwrap().to_owned();
-    let done = poll_until(WAIT, || async {
-        let v = relay
-            .get(&format!("/v1/video/generations/{id}"))
-            .await
-            .json();
-        matches!(v["status"].as_str(), Some("succeeded" | "failed")).then_some(v)
-    })
-    .await
-    .expect("the generation ends");
+    let done = relay.wait_generation(&id, WAIT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
 
     // What the fake received: the prompt, the first frame, then the references in request
@@ -653,15 +637,7 @@ async fn a_jpeg_last_frame_is_kept_and_served_as_a_jpeg() {
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
     let id = res.json()["task_id"].as_str().unwrap().to_owned();
-    let done = poll_until(WAIT, || async {
-        let v = relay
-            .get(&format!("/v1/video/generations/{id}"))
-            .await
-            .json();
-        matches!(v["status"].as_str(), Some("succeeded" | "failed")).then_some(v)
-    })
-    .await
-    .expect("the generation ends");
+    let done = relay.wait_generation(&id, WAIT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     let url = done["last_frame_url"].as_str().expect("last_frame_url");
     let frame = relay.get(&url[url.find("/files/").unwrap()..]).await;

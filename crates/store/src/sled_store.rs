@@ -237,11 +237,7 @@ impl SledStore {
                 })
             },
         );
-        match result {
-            Ok(a) => Ok(a),
-            Err(TransactionError::Abort(e)) => Err(e),
-            Err(TransactionError::Storage(e)) => Err(backend(what, e)),
-        }
+        tx_outcome(what, result)
     }
 
     fn flush_after(&self, what: &str) -> Result<(), StoreError> {
@@ -264,11 +260,7 @@ impl SledStore {
                 ledger_by_task,
             })
         });
-        match result {
-            Ok(a) => Ok(a),
-            Err(TransactionError::Abort(e)) => Err(e),
-            Err(TransactionError::Storage(e)) => Err(backend(what, e)),
-        }
+        tx_outcome(what, result)
     }
 
     fn get_task_by_bytes(&self, id: &[u8]) -> Result<Option<Task>, StoreError> {
@@ -842,6 +834,18 @@ fn write_entry(
     tx.ledger.insert(ledger_key, entry_bytes)?;
     tx.ledger_by_task.insert(by_task, entry.id.as_bytes())?;
     Ok(())
+}
+
+/// A transaction's outcome as the store's: its own abort, or sled's error.
+fn tx_outcome<A>(
+    what: &str,
+    result: Result<A, TransactionError<StoreError>>,
+) -> Result<A, StoreError> {
+    match result {
+        Ok(a) => Ok(a),
+        Err(TransactionError::Abort(e)) => Err(e),
+        Err(TransactionError::Storage(e)) => Err(backend(what, e)),
+    }
 }
 
 fn backend(what: &str, e: sled::Error) -> StoreError {
