@@ -43,9 +43,9 @@ pub struct App {
     /// Keys by secret hash, cleared by every key change.
     pub key_cache: crate::auth::KeyCache,
     /// Chat estimates reserved by the messages under way.
-    pub reservations: crate::messages::Reservations,
+    pub reservations: crate::chat_billing::Reservations,
     /// Chat charges on their way to the store.
-    pub charges: crate::messages::ChargeQueue,
+    pub charges: crate::chat_billing::ChargeQueue,
     /// Video channel choice, health and call caps.
     pub routing: crate::routing::Routing,
 }
@@ -174,8 +174,8 @@ impl App {
             shutting_down: AtomicBool::new(false),
             limiter: crate::limits::Limiter::default(),
             key_cache: crate::auth::KeyCache::default(),
-            reservations: crate::messages::Reservations::default(),
-            charges: crate::messages::ChargeQueue::default(),
+            reservations: crate::chat_billing::Reservations::default(),
+            charges: crate::chat_billing::ChargeQueue::default(),
             bound: std::sync::OnceLock::new(),
             signer,
             catalog,

@@ -10,6 +10,7 @@ pub mod assets;
 pub mod auth;
 #[cfg(test)]
 mod billing_props;
+pub mod chat_billing;
 pub mod config;
 pub mod content;
 pub mod engine;
@@ -57,7 +58,7 @@ pub async fn serve(
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
-    let charge_writer = tokio::spawn(messages::write_charges(app.clone()));
+    let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
