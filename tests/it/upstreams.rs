@@ -252,28 +252,20 @@ async fn unknown_statuses_then_truncated_downloads_fail_and_refund() {
     let relay = Relay::start(&config(&openai_channel("up", &fake, 0))).await;
     let (key_id, key) = relay.new_key("billed", Some(1000)).await;
 
-    fake.set(&fake.switches.unknown_status, true);
-    let id = create_video(&relay, &key, "never known").await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "upstream_error");
-    assert_clean(&done.to_string(), &fake);
-    fake.set(&fake.switches.unknown_status, false);
-
-    fake.set(&fake.switches.truncate, true);
-    let id = create_video(&relay, &key, "cut short").await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "upstream_error");
-    assert_clean(&done.to_string(), &fake);
-
-    fake.set(&fake.switches.truncate, false);
-
-    fake.set(&fake.switches.expire_results, true);
-    let id = create_video(&relay, &key, "gone too soon").await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "upstream_error");
+    let switches = &fake.switches;
+    for (switch, prompt) in [
+        (&switches.unknown_status, "never known"),
+        (&switches.truncate, "cut short"),
+        (&switches.expire_results, "gone too soon"),
+    ] {
+        fake.set(switch, true);
+        let id = create_video(&relay, &key, prompt).await;
+        let done = relay.wait_video_as(&key, &id, WAIT).await;
+        assert_eq!(done["status"], "failed", "{prompt}: {done}");
+        assert_eq!(done["error"]["code"], "upstream_error", "{prompt}");
+        assert_clean(&done.to_string(), &fake);
+        fake.set(switch, false);
+    }
 
     let k = quota(&relay, &key_id).await;
     assert_eq!(k["quota_remaining"], 1000, "{k}");

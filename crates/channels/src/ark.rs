@@ -14,7 +14,7 @@ use store::BlobStore;
 
 use crate::openai_videos::path_part;
 use crate::remote::{
-    ReadBlobError, Remote, RemoteSettings, poll_failure, snippet, submit_failure, upstream_failed,
+    ReadBlobError, Remote, RemoteSettings, snippet, submit_failure, upstream_failed,
 };
 use crate::upstream_http::{UpstreamError, UpstreamResponse};
 use crate::video::{
@@ -177,25 +177,9 @@ impl Ark {
 
     pub async fn poll(&self, upstream_id: &str) -> PollOutcome {
         let name = self.remote.name();
-        let req = self
-            .remote
-            .request(Method::GET, &self.task_url(upstream_id), true)
-            .body(Bytes::new());
-        let result = self.remote.exchange(req).await;
-        if let Some(outcome) = poll_failure(name, &result) {
-            return outcome;
-        }
-        let Ok((_, _, body)) = result else {
-            return PollOutcome::Transient(format!("channel {name}: no answer"));
-        };
-        let task: ArkTask = match serde_json::from_slice(&body) {
+        let task: ArkTask = match self.remote.poll_json(&self.task_url(upstream_id)).await {
             Ok(t) => t,
-            Err(_) => {
-                return PollOutcome::Unknown(format!(
-                    "channel {name}: unreadable poll answer: {}",
-                    snippet(&body)
-                ));
-            }
+            Err(outcome) => return outcome,
         };
         match task.status.as_deref().unwrap_or_default() {
             "queued" => PollOutcome::Running {

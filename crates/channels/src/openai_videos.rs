@@ -9,9 +9,7 @@ use http::Method;
 use serde::Deserialize;
 use store::BlobStore;
 
-use crate::remote::{
-    Remote, RemoteSettings, poll_failure, snippet, submit_failure, upstream_failed,
-};
+use crate::remote::{Remote, RemoteSettings, snippet, submit_failure, upstream_failed};
 use crate::upstream_http::{UpstreamError, UpstreamResponse};
 use crate::video::{
     PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
@@ -134,25 +132,9 @@ impl OpenaiVideos {
 
     pub async fn poll(&self, upstream_id: &str) -> PollOutcome {
         let name = self.remote.name();
-        let req = self
-            .remote
-            .request(Method::GET, &self.video_url(upstream_id), true)
-            .body(Bytes::new());
-        let result = self.remote.exchange(req).await;
-        if let Some(outcome) = poll_failure(name, &result) {
-            return outcome;
-        }
-        let Ok((_, _, body)) = result else {
-            return PollOutcome::Transient(format!("channel {name}: no answer"));
-        };
-        let video: Video = match serde_json::from_slice(&body) {
+        let video: Video = match self.remote.poll_json(&self.video_url(upstream_id)).await {
             Ok(v) => v,
-            Err(_) => {
-                return PollOutcome::Unknown(format!(
-                    "channel {name}: unreadable poll answer: {}",
-                    snippet(&body)
-                ));
-            }
+            Err(outcome) => return outcome,
         };
         let progress = video.progress.unwrap_or(0.0).clamp(0.0, 99.0) as u8;
         match video.status.as_deref().unwrap_or_default() {

@@ -90,6 +90,29 @@ impl Remote {
         Ok((status, headers, body))
     }
 
+    /// GETs a task's status at `url` and reads it as `T`; a failed call, a status that is not a
+    /// success, or an answer that is not a `T` comes back as the poll's outcome.
+    pub async fn poll_json<T: serde::de::DeserializeOwned>(
+        &self,
+        url: &str,
+    ) -> Result<T, PollOutcome> {
+        let name = self.name();
+        let req = self.request(Method::GET, url, true).body(Bytes::new());
+        let result = self.exchange(req).await;
+        if let Some(outcome) = poll_failure(name, &result) {
+            return Err(outcome);
+        }
+        let Ok((_, _, body)) = result else {
+            return Err(PollOutcome::Transient(format!("channel {name}: no answer")));
+        };
+        serde_json::from_slice(&body).map_err(|_| {
+            PollOutcome::Unknown(format!(
+                "channel {name}: unreadable poll answer: {}",
+                snippet(&body)
+            ))
+        })
+    }
+
     /// Starts a download of a result URL; the key goes along only to the channel's own host.
     pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
         let req = self
