@@ -122,6 +122,13 @@ fn field_cases(media: &MediaServer) -> Vec<(&'static str, Value, u16, &'static s
             "duration",
         ),
         (
+            "duration as a JSON string",
+            json!({"model": "model_h3", "prompt": "p", "duration": "8"}),
+            400,
+            "invalid duration",
+            "duration",
+        ),
+        (
             "duration fraction",
             json!({"model": "model_h3", "prompt": "p", "duration": 5.5}),
             400,

@@ -8,6 +8,7 @@ mod errors;
 mod fake_chat;
 mod fake_video;
 mod generations;
+mod hardening;
 mod harness;
 mod limits;
 mod messages;

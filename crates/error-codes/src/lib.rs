@@ -44,11 +44,12 @@ pub enum ErrorCode {
     Unavailable,
     Timeout,
     Overloaded,
+    RequestTimeout,
 }
 
 impl ErrorCode {
     /// Every code, for tests and documentation.
-    pub const ALL: [ErrorCode; 30] = [
+    pub const ALL: [ErrorCode; 31] = [
         ErrorCode::Unauthorized,
         ErrorCode::InvalidModel,
         ErrorCode::GroupMismatch,
@@ -79,6 +80,7 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::Timeout,
         ErrorCode::Overloaded,
+        ErrorCode::RequestTimeout,
     ];
 
     /// HTTP status code.
@@ -104,6 +106,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::TaskNotCompleted | ErrorCode::TaskNotCancellable => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::RangeNotSatisfiable => 416,
@@ -149,6 +152,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Timeout => "timeout",
             ErrorCode::Overloaded => "overloaded",
+            ErrorCode::RequestTimeout => "request timeout",
         }
     }
 
@@ -185,6 +189,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Timeout => "timeout",
             ErrorCode::Overloaded => "overloaded",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 
@@ -207,6 +212,7 @@ impl ErrorCode {
             402 => "billing_error",
             403 => "permission_error",
             404 => "not_found_error",
+            408 => "timeout_error",
             409 => "conflict_error",
             413 => "request_too_large",
             429 => "rate_limit_error",

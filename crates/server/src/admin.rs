@@ -56,7 +56,7 @@ fn invalid(param: &str, detail: impl Into<String>) -> ApiError {
 /// `POST /admin/keys`.
 pub async fn create_key(app: &Arc<App>, body: Incoming) -> Answer {
     let result = async {
-        let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+        let bytes = read_body(body, app.config.server.json_limit()).await?;
         let value = parse_json(&bytes)?;
         let req: CreateKey = serde_json::from_value(value)
             .map_err(|e| invalid("body", format!("the key request is not valid: {e}")))?;
@@ -289,7 +289,7 @@ fn parse_patch(value: Value) -> Result<KeyPatch, ApiError> {
 /// concurrent settlement or refund (those move the same record inside their own steps).
 pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
     let result = async {
-        let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+        let bytes = read_body(body, app.config.server.json_limit()).await?;
         let patch = parse_patch(parse_json(&bytes)?)?;
         let owned = id.to_owned();
         blocking(app, move |s| {

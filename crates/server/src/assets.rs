@@ -259,7 +259,7 @@ async fn create_library_inner(
     body: Incoming,
 ) -> Result<LibraryObject, ApiError> {
     require_json(headers, "POST /v1/asset-libraries")?;
-    let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+    let bytes = read_body(body, app.config.server.json_limit()).await?;
     let create = assets::parse_create_library(&parse_json(&bytes)?)?;
     let family = app.config.groups.get(&key.group).cloned().ok_or_else(|| {
         ApiError::new(
@@ -360,7 +360,7 @@ async fn upload_inner(
     let now = now_secs();
     let (valid, uploads) = match media_type(headers).as_deref() {
         Some("application/json") => {
-            let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+            let bytes = read_body(body, app.config.server.json_limit()).await?;
             (assets::parse_json_upload(&parse_json(&bytes)?)?, None)
         }
         Some("multipart/form-data") => {
@@ -371,7 +371,7 @@ async fn upload_inner(
             let (fields, uploads) = multipart::read(
                 body,
                 content_type,
-                app.config.server.max_upload_bytes,
+                app.config.server.upload_limit(),
                 &app.blobs,
             )
             .await?;

@@ -57,6 +57,33 @@ pub struct ServerConfig {
     pub signed_url_ttl_secs: u64,
     /// `/v1/messages` streams: a `ping` after this long without upstream bytes.
     pub stream_ping_ms: u64,
+    /// A request head must arrive within this, and a new connection's first request too.
+    pub header_read_timeout_secs: u64,
+    /// The longest silence between two pieces of a request body.
+    pub body_read_timeout_secs: u64,
+    /// Open connections in all; 0: as many as the descriptor limit allows (see
+    /// [`crate::conns`]). Always capped so that descriptors stay in reserve.
+    pub max_connections: u32,
+    /// Open connections from one client address; 0: no cap.
+    pub max_connections_per_client: u32,
+}
+
+impl ServerConfig {
+    /// The limit of a JSON body.
+    pub fn json_limit(&self) -> crate::http::Limit {
+        crate::http::Limit {
+            bytes: self.max_body_bytes,
+            idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
+        }
+    }
+
+    /// The limit of a multipart body.
+    pub fn upload_limit(&self) -> crate::http::Limit {
+        crate::http::Limit {
+            bytes: self.max_upload_bytes,
+            idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -240,6 +267,12 @@ impl Config {
         }
         if self.server.stream_ping_ms == 0 {
             return Err("server.stream_ping_ms must be above 0".into());
+        }
+        if self.server.header_read_timeout_secs == 0 || self.server.body_read_timeout_secs == 0 {
+            return Err(
+                "server.header_read_timeout_secs and server.body_read_timeout_secs must be above 0"
+                    .into(),
+            );
         }
         if self.server.max_body_bytes == 0 || self.server.max_upload_bytes == 0 {
             return Err("server.max_body_bytes and server.max_upload_bytes must be above 0".into());

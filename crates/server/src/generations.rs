@@ -240,7 +240,7 @@ async fn create_inner(
         }
     }
     // The body size check comes last in this format (SPEC §7): read up to 4x the limit.
-    let (bytes, over_limit) = read_body_lenient(body, app.config.server.max_body_bytes).await?;
+    let (bytes, over_limit) = read_body_lenient(body, app.config.server.json_limit()).await?;
     let value = parse_json(&bytes)?;
     let family = app.config.groups.get(&key.group).map(String::as_str);
     let valid = video_generations::validate(&value, &app.catalog, family)?;
@@ -377,7 +377,7 @@ pub async fn cancel(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
 /// `POST /api/generation/video/moderation-result`: for a task of either format.
 pub async fn moderation(app: &Arc<App>, key: &store::Key, body: Incoming) -> Answer {
     let result = async {
-        let bytes = crate::http::read_body(body, app.config.server.max_body_bytes).await?;
+        let bytes = crate::http::read_body(body, app.config.server.json_limit()).await?;
         let request = video_generations::parse_moderation_request(&parse_json(&bytes)?)?;
         let kind = if request.task_id.starts_with("gen_") {
             TaskKind::Generation

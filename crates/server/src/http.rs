@@ -1,6 +1,7 @@
 //! Bodies, answers and body reading: the small HTTP toolkit every handler uses.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use error_codes::{ApiError, ErrorCode};
@@ -85,18 +86,75 @@ pub fn too_large() -> ApiError {
     )
 }
 
-/// Reads a whole body of at most `limit` bytes. A declared or streamed length over 4x the
+/// How much of a request body a path reads, and how long it waits for each piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// The body limit of CONTRACT §4.3; bodies over 4x it are refused before they are read.
+    pub bytes: u64,
+    /// The longest silence between two pieces of the body: past it, `408 request timeout`.
+    pub idle: Duration,
+}
+
+impl Limit {
+    /// The hard cap: 4x the limit (CONTRACT §4.3).
+    pub fn hard(self) -> u64 {
+        self.bytes.saturating_mul(4)
+    }
+}
+
+/// A body that stalled for longer than its [`Limit::idle`].
+pub fn body_stalled(idle: Duration) -> ApiError {
+    ApiError::field(
+        ErrorCode::RequestTimeout,
+        "body",
+        format!(
+            "no part of the request body arrived for {} s",
+            idle.as_secs_f64()
+        ),
+    )
+}
+
+/// The next frame of `body`, waiting at most `idle` for it.
+pub async fn next_frame(
+    body: &mut Incoming,
+    idle: Duration,
+) -> Result<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>, ApiError> {
+    tokio::time::timeout(idle, body.frame())
+        .await
+        .map_err(|_| body_stalled(idle))
+}
+
+/// Reads a whole body of at most `limit.bytes`. A declared or streamed length over 4x the
 /// limit is refused without reading the rest; a body between the limit and 4x is read to the
-/// end and then refused (CONTRACT §4.3).
-pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, ApiError> {
-    let hard = limit.saturating_mul(4);
+/// end (and dropped as it comes) and then refused (CONTRACT §4.3).
+pub async fn read_body(body: Incoming, limit: Limit) -> Result<Bytes, ApiError> {
+    let (bytes, total) = read_capped(body, limit.bytes, limit).await?;
+    if total > limit.bytes {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// Reads a whole body for a path that checks its size last (the second format, SPEC §7): a
+/// declared or streamed length over 4x `limit` is refused at once; otherwise the body is read
+/// and returned with whether it is over `limit`, for the caller to refuse after its other checks.
+pub async fn read_body_lenient(body: Incoming, limit: Limit) -> Result<(Bytes, bool), ApiError> {
+    let (bytes, total) = read_capped(body, limit.hard(), limit).await?;
+    Ok((bytes, total > limit.bytes))
+}
+
+/// Reads `body` to its end, keeping its first `keep` bytes, and answers them with the whole
+/// length; a declared length over the hard cap is refused before any byte is read, a streamed
+/// one as soon as it passes the cap.
+async fn read_capped(body: Incoming, keep: u64, limit: Limit) -> Result<(Bytes, u64), ApiError> {
+    let hard = limit.hard();
     if body.size_hint().lower() > hard {
         return Err(too_large());
     }
     let mut body = body;
     let mut buf = BytesMut::new();
     let mut total: u64 = 0;
-    while let Some(frame) = body.frame().await {
+    while let Some(frame) = next_frame(&mut body, limit.idle).await? {
         let frame = frame.map_err(|e| {
             ApiError::field(
                 ErrorCode::InvalidRequest,
@@ -109,31 +167,12 @@ pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, ApiError> {
             if total > hard {
                 return Err(too_large());
             }
-            if total <= limit {
+            if total <= keep {
                 buf.extend_from_slice(&data);
             }
         }
     }
-    if total > limit {
-        return Err(too_large());
-    }
-    Ok(buf.freeze())
-}
-
-/// Reads a whole body for a path that checks its size last (the second format, SPEC §7): a
-/// declared or streamed length over 4x `limit` is refused at once; otherwise the body is read
-/// and returned with whether it is over `limit`, for the caller to refuse after its other checks.
-pub async fn read_body_lenient(body: Incoming, limit: u64) -> Result<(Bytes, bool), ApiError> {
-    let hard = limit.saturating_mul(4);
-    let bytes = read_body(body, hard).await.map_err(|e| {
-        if e.code == ErrorCode::PayloadTooLarge {
-            too_large()
-        } else {
-            e
-        }
-    })?;
-    let over = bytes.len() as u64 > limit;
-    Ok((bytes, over))
+    Ok((buf.freeze(), total))
 }
 
 /// Parses a JSON body; a body that is not JSON is `400 invalid request`.

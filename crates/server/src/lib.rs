@@ -12,6 +12,7 @@ pub mod auth;
 mod billing_props;
 pub mod chat_billing;
 pub mod config;
+pub mod conns;
 pub mod content;
 pub mod engine;
 pub mod generations;
@@ -29,11 +30,11 @@ pub mod videos;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -59,7 +60,24 @@ pub async fn serve(
     let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
     let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let server = &app.config.server;
+    let head_timeout = Duration::from_secs(server.header_read_timeout_secs);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(head_timeout)
+        .keep_alive_timeout(head_timeout);
+    let gate = Arc::new(conns::Gate::new(server));
+    tracing::info!(
+        "connections: at most {} open, {} per client address (0: no cap)",
+        gate.max(),
+        gate.per_client()
+    );
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -74,12 +92,44 @@ pub async fn serve(
                         continue;
                     }
                 };
+                let slot = match gate.admit(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        tracing::debug!("connection from {peer} refused: {why:?}");
+                        // A fresh socket's send buffer is empty: this never blocks.
+                        let _ = stream.try_write(gate.refusal());
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |req| router::handle(app.clone(), req));
+                // Set once the connection's first request has arrived (see below).
+                let started = Arc::new(AtomicBool::new(false));
+                let seen = started.clone();
+                let service = service_fn(move |req| {
+                    seen.store(true, Ordering::Relaxed);
+                    router::handle(app.clone(), req)
+                });
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
+                    let _slot = slot;
+                    tokio::pin!(conn);
+                    // hyper's header timeout covers HTTP/1 heads; this also covers a client
+                    // that sends nothing, or a partial HTTP/2 preface, on a new connection.
+                    tokio::select! {
+                        done = &mut conn => {
+                            if let Err(e) = done {
+                                tracing::debug!("connection from {peer}: {e}");
+                            }
+                            return;
+                        }
+                        () = tokio::time::sleep(head_timeout) => {}
+                    }
+                    if !started.load(Ordering::Relaxed) {
+                        tracing::debug!("connection from {peer}: no request within {head_timeout:?}");
+                        return;
+                    }
                     if let Err(e) = conn.await {
                         tracing::debug!("connection from {peer}: {e}");
                     }

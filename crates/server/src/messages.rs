@@ -212,7 +212,7 @@ async fn check(
     body: Incoming,
     endpoint: Endpoint,
 ) -> Result<Checked, ApiError> {
-    let body = read_body(body, app.config.server.max_body_bytes).await?;
+    let body = read_body(body, app.config.server.json_limit()).await?;
     let version = version(parts)?;
     let value: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| invalid("body", format_args!("not valid JSON: {e}")))?;

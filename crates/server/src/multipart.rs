@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use error_codes::{ApiError, ErrorCode};
@@ -14,7 +14,7 @@ use store::BlobStore;
 use tokio::io::AsyncWriteExt;
 use videos_v1::{FieldValue, FilePart};
 
-use crate::http::too_large;
+use crate::http::{Limit, body_stalled, too_large};
 
 /// First bytes of an uploaded file kept in memory, enough to sniff it.
 pub const PREFIX_BYTES: usize = 64 * 1024;
@@ -75,22 +75,31 @@ fn bad_multipart(e: impl std::fmt::Display) -> ApiError {
 pub async fn read(
     body: Incoming,
     content_type: &str,
-    limit: u64,
+    limit: Limit,
     blobs: &Arc<dyn BlobStore>,
 ) -> Result<(Vec<(String, FieldValue)>, Uploads), ApiError> {
     let boundary = multer::parse_boundary(content_type).map_err(bad_multipart)?;
-    let hard = limit.saturating_mul(4);
+    let idle = limit.idle;
+    let hard = limit.hard();
+    let limit = limit.bytes;
     if body.size_hint().lower() > hard {
         return Err(too_large());
     }
     let total = Arc::new(AtomicU64::new(0));
+    let stalled = Arc::new(AtomicBool::new(false));
     let counted = total.clone();
+    let stall_seen = stalled.clone();
     let body_stream = stream::unfold(Some(body), move |state| {
         let counted = counted.clone();
+        let stall_seen = stall_seen.clone();
         async move {
             let mut body = state?;
             loop {
-                match body.frame().await {
+                let Ok(frame) = tokio::time::timeout(idle, body.frame()).await else {
+                    stall_seen.store(true, Ordering::Relaxed);
+                    return Some((Err(std::io::Error::other("stalled")), None));
+                };
+                match frame {
                     None => return None,
                     Some(Err(e)) => return Some((Err(std::io::Error::other(e)), None)),
                     Some(Ok(frame)) => {
@@ -111,12 +120,21 @@ pub async fn read(
     let mut fields = Vec::new();
     let mut uploads = Uploads::default();
     let over = |total: &AtomicU64| total.load(Ordering::Relaxed) > hard;
+    // What a body error means: the body stalled, grew past the cap, or is malformed.
+    let fault = |e: multer::Error| {
+        if stalled.load(Ordering::Relaxed) {
+            body_stalled(idle)
+        } else if over(&total) {
+            too_large()
+        } else {
+            bad_multipart(e)
+        }
+    };
     loop {
         let field = match multipart.next_field().await {
             Ok(Some(field)) => field,
             Ok(None) => break,
-            Err(_) if over(&total) => return Err(too_large()),
-            Err(e) => return Err(bad_multipart(e)),
+            Err(e) => return Err(fault(e)),
         };
         let name = field.name().unwrap_or_default().to_owned();
         let filename = field.file_name().map(str::to_owned);
@@ -144,8 +162,7 @@ pub async fn read(
                 let chunk = match field.chunk().await {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => break,
-                    Err(_) if over(&total) => return Err(too_large()),
-                    Err(e) => return Err(bad_multipart(e)),
+                    Err(e) => return Err(fault(e)),
                 };
                 if prefix.len() < PREFIX_BYTES {
                     let take = (PREFIX_BYTES - prefix.len()).min(chunk.len());
@@ -179,8 +196,7 @@ pub async fn read(
                 let chunk = match field.chunk().await {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => break,
-                    Err(_) if over(&total) => return Err(too_large()),
-                    Err(e) => return Err(bad_multipart(e)),
+                    Err(e) => return Err(fault(e)),
                 };
                 text.extend_from_slice(&chunk);
                 if text.len() > MAX_TEXT_PART {

@@ -139,7 +139,7 @@ async fn create_inner(
     // Parse: JSON or multipart (the OpenAI SDK always sends multipart).
     let (raw, mut uploads) = match media_type(headers).as_deref() {
         Some("application/json") => {
-            let bytes = read_body(body, app.config.server.max_body_bytes).await?;
+            let bytes = read_body(body, app.config.server.json_limit()).await?;
             (
                 RawCreate::from_json(parse_json(&bytes)?)?,
                 Uploads::default(),
@@ -153,7 +153,7 @@ async fn create_inner(
             let (fields, uploads) = multipart::read(
                 body,
                 content_type,
-                app.config.server.max_upload_bytes,
+                app.config.server.upload_limit(),
                 &app.blobs,
             )
             .await?;

@@ -9,8 +9,10 @@
 //! - Every reference field (`first_frame`, `input_reference`, `last_frame`, `audio_url`,
 //!   `reference_video`) may be a JSON array: its items count as references, so an array of one
 //!   is fine and an empty array is the same as leaving the field out.
-//! - `duration`, `seconds`: JSON integers, JSON numbers with a zero fraction (`8.0`) and strings
-//!   holding either (`"8"`, `"8.0"`).
+//! - `duration`: a JSON integer or a JSON number with a zero fraction (`8.0`); a JSON string is
+//!   the wrong type (`invalid duration`, CONTRACT §0). `seconds` (the OpenAI SDK's name, which it
+//!   sends as a string) also takes strings holding either (`"8"`, `"8.0"`). Multipart text parts
+//!   are strings by nature, so both fields take them there.
 //! - `reference_video_audio`: JSON `true`/`false`, or the strings `"true"`/`"false"`.
 //! - A file part of zero bytes is not an image, audio or video.
 
@@ -270,8 +272,8 @@ fn check_aspect_ratio(raw: &RawCreate) -> Result<Option<Ratio>, ApiError> {
 }
 
 fn check_duration(raw: &RawCreate) -> Result<u32, ApiError> {
-    let duration = seconds_field(raw, "duration")?;
-    let seconds = seconds_field(raw, "seconds")?;
+    let duration = seconds_field(raw, "duration", false)?;
+    let seconds = seconds_field(raw, "seconds", true)?;
     match (duration, seconds) {
         (Some(d), Some(s)) if d != s => Err(ApiError::field(
             ErrorCode::InvalidDuration,
@@ -283,13 +285,17 @@ fn check_duration(raw: &RawCreate) -> Result<u32, ApiError> {
     }
 }
 
-/// `duration` or `seconds`: a whole number of seconds from 5 to 15.
-fn seconds_field(raw: &RawCreate, name: &str) -> Result<Option<u32>, ApiError> {
+/// `duration` or `seconds`: a whole number of seconds from 5 to 15; a JSON string holding one
+/// only where `json_strings` allows it.
+fn seconds_field(raw: &RawCreate, name: &str, json_strings: bool) -> Result<Option<u32>, ApiError> {
     let code = ErrorCode::InvalidDuration;
     let Some(value) = single(raw, name, code)? else {
         return Ok(None);
     };
-    let in_range = whole_number(value)
+    let typed = json_strings || !matches!(value, FieldValue::Json(Value::String(_)));
+    let in_range = Some(value)
+        .filter(|_| typed)
+        .and_then(whole_number)
         .filter(|n| (i64::from(MIN_DURATION)..=i64::from(MAX_DURATION)).contains(n))
         .and_then(|n| u32::try_from(n).ok());
     match in_range {
@@ -298,7 +304,12 @@ fn seconds_field(raw: &RawCreate, name: &str) -> Result<Option<u32>, ApiError> {
             code,
             name,
             format!(
-                "{name} must be an integer from {MIN_DURATION} to {MAX_DURATION}, got {}",
+                "{name} must be {} from {MIN_DURATION} to {MAX_DURATION}, got {}",
+                if json_strings {
+                    "an integer"
+                } else {
+                    "a JSON integer (not a string)"
+                },
                 describe(value.into())
             ),
         )),

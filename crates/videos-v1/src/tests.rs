@@ -310,7 +310,7 @@ fn details_name_the_field_and_the_accepted_values() {
         ),
         (
             json!({"model": MODEL, "prompt": "p", "duration": "abc"}),
-            r#"duration must be an integer from 5 to 15, got "abc""#,
+            r#"duration must be a JSON integer (not a string) from 5 to 15, got "abc""#,
         ),
         (
             json!({"model": MODEL, "prompt": "p", "seconds": 4}),
