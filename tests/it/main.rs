@@ -11,6 +11,7 @@ mod generations;
 mod harness;
 mod limits;
 mod messages;
+mod references;
 mod restart;
 mod upstreams;
 mod videos;
