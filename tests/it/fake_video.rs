@@ -200,6 +200,14 @@ impl FakeVideo {
             .collect()
     }
 
+    /// The `content` array of the accepted `ark` submission with this prompt.
+    pub fn ark_content_of(&self, prompt: &str) -> Option<Vec<Value>> {
+        self.ark_contents()
+            .into_iter()
+            .find(|c| c[0]["text"] == prompt)
+            .and_then(|c| c.as_array().cloned())
+    }
+
     /// When each request arrived (submissions, polls, downloads, cancels), oldest first.
     pub fn arrivals(&self) -> Vec<Instant> {
         self.state.lock().expect("fake state").arrivals.clone()

@@ -12,6 +12,7 @@ mod hardening;
 mod harness;
 mod limits;
 mod messages;
+mod references;
 mod restart;
 mod upstreams;
 mod videos;

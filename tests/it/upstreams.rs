@@ -9,7 +9,7 @@ use http::Method;
 use serde_json::{Value, json};
 
 use crate::fake_video::{FAKE_KEY, FakeVideo, JPEG_HEAD, fake_mp4};
-use crate::harness::{Body, Multipart, Relay, mp4_head, png, poll_until, wav};
+use crate::harness::{Body, Multipart, Relay, base64, mp4_head, png, poll_until, wav};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -477,26 +477,6 @@ async fn a_channel_never_gets_more_calls_a_second_than_its_rate() {
     let view = channel_view(&relay, "up").await;
     assert_eq!(view["max_calls_per_sec"], RATE as f64, "{view}");
     assert!(view["calls_paced"].as_u64() > Some(0), "{view}");
-}
-
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// Uploads `bytes` as an asset of `kind` into library `lib` and waits until it is active.

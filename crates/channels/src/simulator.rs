@@ -7,7 +7,9 @@ use store::BlobStore;
 
 use crate::sim::picture::{self, Picture};
 use crate::sim::render::{RenderSpec, render};
-use crate::video::{PollOutcome, ResultFiles, ResultSource, SubmitOutcome, VideoJob};
+use crate::video::{
+    PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+};
 
 /// Settings of one simulator channel.
 #[derive(Debug, Clone)]
@@ -60,9 +62,43 @@ impl Simulator {
                 .any(|w| !w.is_empty() && prompt.contains(&w.to_lowercase()))
     }
 
-    pub async fn submit(&self, job: &VideoJob) -> SubmitOutcome {
+    /// Accepts `job` with its stored `references`. It renders from the prompt, the framing and
+    /// the first frame only, but it looks at every reference as an upstream would: each
+    /// stored one is opened, and what it got is logged (a stored reference whose bytes are
+    /// gone is logged as such, and the task still runs).
+    pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         if let Some(status) = job.sim.error {
             return SubmitOutcome::Retry(format!("simulated upstream status {status}"));
+        }
+        for (role, url) in [
+            ("reference_video", &job.reference_video),
+            ("reference_audio", &job.audio_url),
+        ] {
+            if url.is_some() {
+                tracing::debug!(task = job.task_id, role, "simulator: a reference URL");
+            }
+        }
+        for r in references {
+            let (blobs, blob) = (Arc::clone(&self.blobs), r.blob.clone());
+            let opened = tokio::task::spawn_blocking(move || blobs.open(&blob).map(|(_, len)| len))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|len| len);
+            let role = r.role.as_str();
+            match opened {
+                Ok(bytes) => {
+                    tracing::debug!(
+                        task = job.task_id,
+                        role,
+                        blob = r.blob,
+                        bytes,
+                        "simulator: a stored reference"
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(task = job.task_id, role, blob = r.blob, error = %e, "simulator: a stored reference cannot be read")
+                }
+            }
         }
         SubmitOutcome::Accepted {
             upstream_id: format!("sim-{}", job.task_id),
@@ -315,6 +351,48 @@ mod tests {
         for id in ["asset_2/image.png", "asset_3/missing.png", "../escape.png"] {
             assert_eq!(thumbnail_pixel(&sim, &job(Some(id))).await, plain, "{id}");
         }
+    }
+
+    #[tokio::test]
+    async fn takes_jobs_with_references_even_when_their_bytes_are_gone() {
+        use crate::video::ReferenceRole;
+        let dir = Scratch::new();
+        let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir.0).unwrap());
+        blobs
+            .put_bytes("video_1/audio.wav", b"RIFF....WAVE")
+            .unwrap();
+        let sim = Simulator::new(
+            SimulatorSettings {
+                name: "sim".into(),
+                models: vec!["sim-video".into()],
+                task_ms: 0,
+                fps: 8,
+                scenarios: true,
+                blocked_words: vec![],
+            },
+            blobs,
+        );
+        let mut with_urls = job(None);
+        with_urls.audio_url = Some("https://media.example/a.mp3".into());
+        with_urls.reference_video = Some("https://media.example/v.mp4".into());
+        let references = [
+            StoredReference {
+                role: ReferenceRole::Audio,
+                blob: "video_1/audio.wav".into(),
+                url: None,
+            },
+            StoredReference {
+                role: ReferenceRole::Video,
+                blob: "video_1/gone.mp4".into(),
+                url: None,
+            },
+        ];
+        assert_eq!(
+            sim.submit(&with_urls, &references).await,
+            SubmitOutcome::Accepted {
+                upstream_id: "sim-gen_1".into()
+            }
+        );
     }
 
     #[test]

@@ -200,10 +200,10 @@ impl VideoChannel {
     }
 
     /// Submits `job` with its stored `references` (channels that have no field for them
-    /// leave them out, with a warning).
+    /// leave them out, with a warning; the simulator looks at them and renders without them).
     pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         match self {
-            VideoChannel::Simulator(sim) => sim.submit(job).await,
+            VideoChannel::Simulator(sim) => sim.submit(job, references).await,
             VideoChannel::OpenaiVideos(c) => c.submit(job, references).await,
             VideoChannel::Ark(c) => c.submit(job, references).await,
         }

@@ -14,7 +14,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::data_uri::{decode_data_uri, is_data_uri};
+use crate::data_uri::{DataUriDecoder, decode_data_uri, is_data_uri};
 use crate::guard::{BlockedError, GuardedConnector, Policy, literal_ip};
 
 /// The `User-Agent` of every fetch.
@@ -166,7 +166,14 @@ impl Fetcher {
     /// error (enough to sniff a large video); a shorter body is returned whole.
     pub async fn fetch_prefix(&self, url: &str, n: usize) -> Result<Bytes, FetchError> {
         if is_data_uri(url) {
-            let mut bytes = decode_data_uri(url, u64::MAX)?;
+            // Only as much decoded as the prefix needs.
+            let mut decoder = DataUriDecoder::new(url, u64::MAX)?;
+            let mut bytes = Vec::new();
+            while bytes.len() < n
+                && let Some(chunk) = decoder.next_chunk()?
+            {
+                bytes.extend_from_slice(&chunk);
+            }
             bytes.truncate(n);
             return Ok(Bytes::from(bytes));
         }

@@ -4,7 +4,8 @@
 //! - [`sniff`] / [`image_dimensions`]: pure functions over the first bytes of a file.
 //! - [`Fetcher`]: http(s) GET with a whole-fetch timeout, a size limit, redirects and the
 //!   guard ([`is_refused`]) applied at connect time, to every hop.
-//! - [`decode_data_uri`]: `data:` URIs, base64 or percent-encoded.
+//! - [`decode_data_uri`]: `data:` URIs, base64 or percent-encoded; [`DataUriDecoder`] the same
+//!   a chunk at a time, for payloads written out rather than kept.
 //!
 //! Errors ([`FetchError`]) are safe to show a client; the server maps them, with the
 //! reference's [`MediaKind`], to `invalid image` / `invalid audio` / `invalid video`
@@ -16,7 +17,7 @@ mod fetch;
 mod guard;
 mod sniff;
 
-pub use data_uri::{decode_data_uri, is_data_uri};
+pub use data_uri::{DataUriDecoder, decode_data_uri, is_data_uri};
 pub use fetch::{FETCH_USER_AGENT, FetchConfig, FetchError, Fetcher};
 pub use guard::is_refused;
 pub use sniff::{Format, MediaKind, SNIFF_LEN, image_dimensions, sniff};

@@ -368,13 +368,12 @@ async fn upload_inner(
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
-            let (fields, uploads) = multipart::read(
-                body,
-                content_type,
-                app.config.server.upload_limit(),
-                &app.blobs,
-            )
-            .await?;
+            let limits = multipart::Limits {
+                body: app.config.server.upload_limit(),
+                text: app.config.server.max_body_bytes,
+                long_text: &[],
+            };
+            let (fields, uploads) = multipart::read(body, content_type, limits, &app.blobs).await?;
             let parts: Vec<(String, Part)> = fields
                 .into_iter()
                 .map(|(name, value)| {

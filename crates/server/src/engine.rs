@@ -157,11 +157,12 @@ fn job_for(app: &App, task: &Task, channel: &VideoChannel) -> Result<VideoJob, S
     Ok(job)
 }
 
-/// The stored references of a task beyond its frames (the second format's reference images,
-/// video and audio), with the relay's signed URLs when the internet can reach it.
+/// The stored references of a task beyond its frames (the first format's audio and video
+/// given as a file part or a `data:` URI; the second format's reference images, video and
+/// audio), with the relay's signed URLs when the internet can reach it.
 fn references_for(app: &App, task: &Task) -> Result<Vec<StoredReference>, String> {
     let mut references = match task.kind {
-        TaskKind::Video => Vec::new(),
+        TaskKind::Video => crate::videos::references(task).map_err(|e| e.detail)?,
         TaskKind::Generation => crate::generations::references(task).map_err(|e| e.detail)?,
     };
     if is_public(&app.config.server.public_base_url) {

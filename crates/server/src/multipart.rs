@@ -1,5 +1,7 @@
 //! Streaming `multipart/form-data` reading: text parts in memory, file parts to temporary
-//! files (never a whole upload in memory), with the body limits of CONTRACT §4.3.
+//! files (never a whole upload in memory), with the body limits of CONTRACT §4.3. A text part
+//! is at most 1 MiB unless its field may hold a `data:` URI; the text parts together are held
+//! to the JSON body limit, so what a multipart body keeps in memory is what a JSON one may.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,8 +20,20 @@ use crate::http::{Limit, body_stalled, too_large};
 
 /// First bytes of an uploaded file kept in memory, enough to sniff it.
 pub const PREFIX_BYTES: usize = 64 * 1024;
-/// A text part larger than this is refused (prompts are at most 10,000 characters).
+/// A text part larger than this is refused (prompts are at most 10,000 characters), unless
+/// its field is one of [`Limits::long_text`].
 const MAX_TEXT_PART: usize = 1024 * 1024;
+
+/// The limits of one multipart body.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits<'a> {
+    /// The whole body (`max_upload_bytes`, and how long it may stall).
+    pub body: Limit,
+    /// The text parts together (`max_body_bytes`): more is `413`.
+    pub text: u64,
+    /// Fields whose text parts may be longer than 1 MiB (references given as `data:` URIs).
+    pub long_text: &'a [&'a str],
+}
 
 /// One uploaded file, written to a temporary path.
 #[derive(Debug)]
@@ -36,6 +50,40 @@ pub struct Upload {
 pub struct Uploads(pub Vec<Upload>);
 
 impl Uploads {
+    /// Registers a new temporary file for an upload about to be written (so that it is removed
+    /// on drop, whatever happens next); its index and path.
+    pub fn begin(&mut self, blobs: &dyn BlobStore) -> (usize, PathBuf) {
+        let path = blobs.temp_path();
+        self.0.push(Upload {
+            path: path.clone(),
+            prefix: Bytes::new(),
+            len: 0,
+            committed: false,
+        });
+        (self.0.len() - 1, path)
+    }
+
+    /// Records what was written to upload `index`: its first bytes and its length.
+    pub fn finish(&mut self, index: usize, prefix: Bytes, len: u64) {
+        if let Some(upload) = self.0.get_mut(index) {
+            upload.prefix = prefix;
+            upload.len = len;
+        }
+    }
+
+    /// Syncs upload `index` to disk on a blocking thread, so that committing it afterwards
+    /// (which syncs it too) does not hold an async worker while a large file is written out.
+    pub async fn sync(&self, index: usize) -> std::io::Result<()> {
+        let path = self
+            .0
+            .get(index)
+            .map(|u| u.path.clone())
+            .ok_or_else(|| std::io::Error::other("no such upload"))?;
+        tokio::task::spawn_blocking(move || std::fs::File::open(path)?.sync_all())
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
     /// Commits upload `index` as blob `id`.
     pub fn commit(
         &mut self,
@@ -75,9 +123,10 @@ fn bad_multipart(e: impl std::fmt::Display) -> ApiError {
 pub async fn read(
     body: Incoming,
     content_type: &str,
-    limit: Limit,
+    limits: Limits<'_>,
     blobs: &Arc<dyn BlobStore>,
 ) -> Result<(Vec<(String, FieldValue)>, Uploads), ApiError> {
+    let limit = limits.body;
     let boundary = multer::parse_boundary(content_type).map_err(bad_multipart)?;
     let idle = limit.idle;
     let hard = limit.hard();
@@ -130,6 +179,8 @@ pub async fn read(
             bad_multipart(e)
         }
     };
+    // Text bytes held so far, all parts together.
+    let mut text_total: u64 = 0;
     loop {
         let field = match multipart.next_field().await {
             Ok(Some(field)) => field,
@@ -145,17 +196,11 @@ pub async fn read(
                 .is_some_and(|ct| !ct.starts_with("text/plain"));
         let mut field = field;
         if is_file {
-            let path = blobs.temp_path();
+            // Registered before writing, so an early error still removes the file.
+            let (index, path) = uploads.begin(&**blobs);
             let mut file = tokio::fs::File::create(&path)
                 .await
                 .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("upload: {e}")))?;
-            // Registered before writing, so an early error still removes the file.
-            uploads.0.push(Upload {
-                path: path.clone(),
-                prefix: Bytes::new(),
-                len: 0,
-                committed: false,
-            });
             let mut prefix = Vec::new();
             let mut len: u64 = 0;
             loop {
@@ -176,11 +221,7 @@ pub async fn read(
             file.flush()
                 .await
                 .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("upload: {e}")))?;
-            let index = uploads.0.len() - 1;
-            if let Some(upload) = uploads.0.last_mut() {
-                upload.prefix = Bytes::from(prefix);
-                upload.len = len;
-            }
+            uploads.finish(index, Bytes::from(prefix), len);
             fields.push((
                 name,
                 FieldValue::File(FilePart {
@@ -191,6 +232,7 @@ pub async fn read(
                 }),
             ));
         } else {
+            let long = limits.long_text.contains(&name.as_str());
             let mut text = Vec::new();
             loop {
                 let chunk = match field.chunk().await {
@@ -199,7 +241,11 @@ pub async fn read(
                     Err(e) => return Err(fault(e)),
                 };
                 text.extend_from_slice(&chunk);
-                if text.len() > MAX_TEXT_PART {
+                text_total += chunk.len() as u64;
+                if text_total > limits.text {
+                    return Err(too_large());
+                }
+                if !long && text.len() > MAX_TEXT_PART {
                     return Err(ApiError::field(
                         ErrorCode::InvalidRequest,
                         name,

@@ -3,14 +3,15 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use channels::{SimDirectives, VideoJob};
+use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
 use error_codes::{ApiError, ErrorCode};
-use fetch::{Format, MediaKind};
+use fetch::{FetchError, Format, MediaKind};
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use store::{LedgerDraft, LedgerKind, Outputs, Task, TaskKind, TaskStatus};
+use tokio::io::AsyncWriteExt;
 use videos_v1::{
     Media, Ratio, RawCreate, ValidCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus,
 };
@@ -33,9 +34,16 @@ pub struct V1Params {
     /// Blob ids of the stored frames.
     pub first_frame: Option<String>,
     pub last_frame: Option<String>,
-    /// URL of the audio reference (or `blob:<id>` for an inline one).
+    /// The audio and video references given as URLs: checked by the relay, fetched by the
+    /// upstream itself.
     pub audio: Option<String>,
     pub reference_video: Option<String>,
+    /// Blob ids of the relay's copies of the audio and video references given as a file part
+    /// or a `data:` URI.
+    #[serde(default)]
+    pub audio_blob: Option<String>,
+    #[serde(default)]
+    pub reference_video_blob: Option<String>,
     pub reference_video_audio: bool,
     #[serde(default)]
     pub sim: SimDirectives,
@@ -110,6 +118,27 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
     })
 }
 
+/// The relay's copies of a first-format task's audio and video references, for the channel
+/// (the video first, as the `ark` content array lists URL references too); the engine adds
+/// their signed URLs.
+pub fn references(task: &Task) -> Result<Vec<StoredReference>, ApiError> {
+    let p = params(task)?;
+    let stored = [
+        (p.reference_video_blob, ReferenceRole::Video),
+        (p.audio_blob, ReferenceRole::Audio),
+    ];
+    Ok(stored
+        .into_iter()
+        .filter_map(|(blob, role)| {
+            Some(StoredReference {
+                role,
+                blob: blob?,
+                url: None,
+            })
+        })
+        .collect())
+}
+
 fn answer(task: &Task) -> Answer {
     match record(task) {
         Ok(record) => ok(&record),
@@ -150,13 +179,12 @@ async fn create_inner(
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
-            let (fields, uploads) = multipart::read(
-                body,
-                content_type,
-                app.config.server.upload_limit(),
-                &app.blobs,
-            )
-            .await?;
+            let limits = multipart::Limits {
+                body: app.config.server.upload_limit(),
+                text: app.config.server.max_body_bytes,
+                long_text: &videos_v1::REFERENCE_FIELDS,
+            };
+            let (fields, uploads) = multipart::read(body, content_type, limits, &app.blobs).await?;
             (RawCreate { fields }, uploads)
         }
         other => {
@@ -169,7 +197,10 @@ async fn create_inner(
             ));
         }
     };
-    let valid = videos_v1::validate(&raw)?;
+    let mut valid = videos_v1::validate(&raw)?;
+    let first_frame_param = videos_v1::first_frame_param(&raw);
+    // A `data:` URI is in `valid` now; the request's own copy of it goes.
+    drop(raw);
     if !crate::auth::may_use_model(key, &valid.model) {
         return Err(ApiError::field(
             ErrorCode::InvalidModel,
@@ -188,28 +219,25 @@ async fn create_inner(
 
     // I/O checks, in the contract's order: images, audio, video.
     let first = match &valid.first_frame {
-        Some(m) => Some(
-            media(
-                app,
-                m,
-                MediaKind::Image,
-                videos_v1::first_frame_param(&raw),
-                &uploads,
-            )
-            .await?,
-        ),
+        Some(m) => Some(image(app, m, first_frame_param, &uploads).await?),
         None => None,
     };
     let last = match &valid.last_frame {
-        Some(m) => Some(media(app, m, MediaKind::Image, "last_frame", &uploads).await?),
+        Some(m) => Some(image(app, m, "last_frame", &uploads).await?),
         None => None,
     };
-    if let Some(m) = &valid.audio {
-        media(app, m, MediaKind::Audio, "audio_url", &uploads).await?;
-    }
-    if let Some(m) = &valid.reference_video {
-        media(app, m, MediaKind::Video, "reference_video", &uploads).await?;
-    }
+    // Taken out of `valid`: a `data:` URI's text goes once it is decoded to a file.
+    let audio = match valid.audio.take() {
+        Some(m) => Some(reference(app, m, MediaKind::Audio, "audio_url", &mut uploads).await?),
+        None => None,
+    };
+    let video = match valid.reference_video.take() {
+        Some(m) => {
+            let field = "reference_video";
+            Some(reference(app, m, MediaKind::Video, field, &mut uploads).await?)
+        }
+        None => None,
+    };
 
     let first_dims = first.as_ref().and_then(|f| f.dims);
     let framing = videos_v1::resolve_framing(valid.size, valid.aspect_ratio, first_dims);
@@ -231,8 +259,9 @@ async fn create_inner(
     let price = model.price_per_second(None).unwrap_or(0) as i64 * i64::from(valid.duration);
 
     let id = format!("video_{}", ulid::Ulid::new());
-    // Store the frames under the task before the task exists: a refused creation removes them.
-    let mut stored = StoredFrames::new(app.blobs.clone(), &id);
+    // Store the frames and references under the task before the task exists: a refused creation
+    // removes them.
+    let mut stored = StoredFiles::new(app.blobs.clone(), &id);
     let first_frame = match first {
         Some(f) => Some(stored.keep(f, "first_frame", &valid.first_frame, &mut uploads)?),
         None => None,
@@ -241,6 +270,10 @@ async fn create_inner(
         Some(f) => Some(stored.keep(f, "last_frame", &valid.last_frame, &mut uploads)?),
         None => None,
     };
+    let (audio, audio_blob) = stored.keep_reference(audio, "audio", &mut uploads).await?;
+    let (reference_video, reference_video_blob) = stored
+        .keep_reference(video, "reference_video", &mut uploads)
+        .await?;
     let params = V1Params {
         prompt: valid.prompt.clone(),
         width: framing.width,
@@ -249,8 +282,10 @@ async fn create_inner(
         duration: valid.duration,
         first_frame,
         last_frame,
-        audio: reference_url(&valid.audio),
-        reference_video: reference_url(&valid.reference_video),
+        audio,
+        reference_video,
+        audio_blob,
+        reference_video_blob,
         reference_video_audio: valid.reference_video_audio,
         sim: sim.clone(),
     };
@@ -311,14 +346,6 @@ fn new_task(
     })
 }
 
-/// Only URLs are kept as references; inline ones were checked and are not forwarded.
-fn reference_url(media: &Option<Media>) -> Option<String> {
-    match media {
-        Some(Media::Url(url)) => Some(url.clone()),
-        _ => None,
-    }
-}
-
 /// The `x-relay-sim` header, when the simulator honours it.
 pub fn sim_directives(app: &App, headers: &HeaderMap) -> Result<SimDirectives, ApiError> {
     let Some(value) = headers.get("x-relay-sim") else {
@@ -332,7 +359,7 @@ pub fn sim_directives(app: &App, headers: &HeaderMap) -> Result<SimDirectives, A
         .map_err(|e| ApiError::field(ErrorCode::InvalidRequest, "x-relay-sim", e))
 }
 
-/// A checked reference: its bytes when they are needed (images), its format and size.
+/// A checked image: its bytes, its format and its dimensions.
 pub struct CheckedMedia {
     pub bytes: Option<Bytes>,
     pub format: Format,
@@ -347,28 +374,35 @@ fn kind_error(kind: MediaKind) -> (ErrorCode, &'static str) {
     }
 }
 
-/// Fetches (or reads) a reference and sniffs it (CONTRACT §1.1: unreachable or of the wrong
-/// format is the field's own error).
-pub async fn media(
+/// The field's own error (CONTRACT §1.1), its detail naming the field and what it accepts.
+fn field_error(kind: MediaKind, field: &str, why: &str) -> ApiError {
+    let (code, accepted) = kind_error(kind);
+    ApiError::field(code, field, format!("{field} {why}; accepted: {accepted}"))
+}
+
+/// The format of a reference of `kind` by its first bytes.
+fn sniffed(prefix: &[u8], kind: MediaKind) -> Option<Format> {
+    fetch::sniff(prefix).filter(|f| f.kind() == kind)
+}
+
+/// Fetches (or reads) an image reference and sniffs it (CONTRACT §1.1: unreachable or of the
+/// wrong format is the field's own error). Images are read whole, at most `max_image_bytes`.
+pub async fn image(
     app: &App,
     media: &Media,
-    kind: MediaKind,
     field: &str,
     uploads: &Uploads,
 ) -> Result<CheckedMedia, ApiError> {
-    let (code, accepted) = kind_error(kind);
     let max_image = app.config.security.max_image_bytes;
-    let fail =
-        |why: String| ApiError::field(code, field, format!("{field} {why}; accepted: {accepted}"));
+    let fail = |why: String| field_error(MediaKind::Image, field, &why);
     let (bytes, whole) = match media {
         Media::Url(url) => {
-            let got = if kind == MediaKind::Image {
-                app.fetcher.fetch(url, max_image).await
-            } else {
-                app.fetcher.fetch_prefix(url, multipart::PREFIX_BYTES).await
-            };
-            let bytes = got.map_err(|e| fail(format!("could not be fetched: {e}")))?;
-            (bytes, kind == MediaKind::Image)
+            let bytes = app
+                .fetcher
+                .fetch(url, max_image)
+                .await
+                .map_err(|e| fail(format!("could not be fetched: {e}")))?;
+            (bytes, true)
         }
         Media::DataUri(uri) => {
             let bytes = fetch::decode_data_uri(uri, max_image)
@@ -380,40 +414,121 @@ pub async fn media(
                 .0
                 .get(*index)
                 .ok_or_else(|| fail("upload is missing".into()))?;
-            if kind == MediaKind::Image && upload.len > max_image {
+            if upload.len > max_image {
                 return Err(fail(format!("is larger than {max_image} bytes")));
             }
             (upload.prefix.clone(), false)
         }
     };
-    let format = fetch::sniff(&bytes)
-        .filter(|f| f.kind() == kind)
+    let format = sniffed(&bytes, MediaKind::Image)
         .ok_or_else(|| fail("is not in a supported format".into()))?;
-    let dims = if kind == MediaKind::Image {
-        Some(
-            fetch::image_dimensions(&bytes)
-                .ok_or_else(|| fail("has no readable dimensions".into()))?,
-        )
-    } else {
-        None
-    };
+    let dims =
+        fetch::image_dimensions(&bytes).ok_or_else(|| fail("has no readable dimensions".into()))?;
     Ok(CheckedMedia {
         bytes: whole.then_some(bytes),
         format,
-        dims,
+        dims: Some(dims),
     })
 }
 
-/// Frames written for a task being created; removed again unless the task was stored.
-struct StoredFrames {
+/// A checked audio or video reference: a URL the upstream fetches itself, or an upload (a file
+/// part, or a decoded `data:` URI) that becomes the relay's copy.
+pub enum CheckedReference {
+    Url(String),
+    Upload { index: usize, format: Format },
+}
+
+/// Checks an audio or video reference (CONTRACT §1.1: unreachable or of the wrong format is
+/// the field's own error). A URL's first 64 KiB are fetched to sniff it; a file part is
+/// sniffed from the start it was streamed to disk with (it is at most `max_upload_bytes`,
+/// with the whole body); a `data:` URI (at most `max_body_bytes` decoded, as the body that
+/// carried it) is decoded to a temporary file.
+async fn reference(
+    app: &App,
+    media: Media,
+    kind: MediaKind,
+    field: &str,
+    uploads: &mut Uploads,
+) -> Result<CheckedReference, ApiError> {
+    let fail = |why: String| field_error(kind, field, &why);
+    let index = match media {
+        Media::Url(url) => {
+            let prefix = app
+                .fetcher
+                .fetch_prefix(&url, multipart::PREFIX_BYTES)
+                .await
+                .map_err(|e| fail(format!("could not be fetched: {e}")))?;
+            sniffed(&prefix, kind).ok_or_else(|| fail("is not in a supported format".into()))?;
+            return Ok(CheckedReference::Url(url));
+        }
+        Media::DataUri(uri) => data_uri_upload(app, &uri, kind, field, uploads).await?,
+        Media::File(index) => index,
+    };
+    let upload = uploads
+        .0
+        .get(index)
+        .ok_or_else(|| fail("upload is missing".into()))?;
+    let format =
+        sniffed(&upload.prefix, kind).ok_or_else(|| fail("is not in a supported format".into()))?;
+    Ok(CheckedReference::Upload { index, format })
+}
+
+/// Decodes a `data:` URI reference into a new upload, a chunk at a time: its start is sniffed
+/// before anything is written, and no more than that start and one chunk is held decoded.
+async fn data_uri_upload(
+    app: &App,
+    uri: &str,
+    kind: MediaKind,
+    field: &str,
+    uploads: &mut Uploads,
+) -> Result<usize, ApiError> {
+    let max = app.config.server.max_body_bytes;
+    let unusable = |e: FetchError| match e {
+        FetchError::TooLarge => field_error(kind, field, &format!("is larger than {max} bytes")),
+        e => field_error(kind, field, &format!("is not a usable data: URI: {e}")),
+    };
+    let mut decoder = fetch::DataUriDecoder::new(uri, max).map_err(unusable)?;
+    let mut head = Vec::new();
+    while head.len() < multipart::PREFIX_BYTES
+        && let Some(chunk) = decoder.next_chunk().map_err(unusable)?
+    {
+        head.extend_from_slice(&chunk);
+    }
+    if sniffed(&head, kind).is_none() {
+        return Err(field_error(kind, field, "is not in a supported format"));
+    }
+    let io = |e: std::io::Error| {
+        tracing::error!("writing the {field} reference: {e}");
+        ApiError::new(
+            ErrorCode::Unavailable,
+            format!("the {field} reference could not be stored"),
+        )
+    };
+    let (index, path) = uploads.begin(&*app.blobs);
+    let mut file = tokio::fs::File::create(&path).await.map_err(io)?;
+    file.write_all(&head).await.map_err(io)?;
+    let mut len = head.len() as u64;
+    while let Some(chunk) = decoder.next_chunk().map_err(unusable)? {
+        file.write_all(&chunk).await.map_err(io)?;
+        len += chunk.len() as u64;
+    }
+    file.flush().await.map_err(io)?;
+    head.truncate(multipart::PREFIX_BYTES);
+    uploads.finish(index, Bytes::from(head), len);
+    Ok(index)
+}
+
+/// Files written for a task being created (frames, audio and video references); removed again
+/// unless the task was stored.
+struct StoredFiles {
     blobs: Arc<dyn store::BlobStore>,
     ids: Vec<String>,
     prefix: String,
 }
 
-impl StoredFrames {
-    fn new(blobs: Arc<dyn store::BlobStore>, task_id: &str) -> StoredFrames {
-        StoredFrames {
+impl StoredFiles {
+    fn new(blobs: Arc<dyn store::BlobStore>, task_id: &str) -> StoredFiles {
+        StoredFiles {
             blobs,
             ids: Vec::new(),
             prefix: task_id.to_owned(),
@@ -441,12 +556,43 @@ impl StoredFrames {
         Ok(id)
     }
 
+    /// Keeps a checked audio or video reference: a URL as it is, an upload as the blob
+    /// `<task>/<name>.<format>`. Answers (URL, blob id).
+    async fn keep_reference(
+        &mut self,
+        reference: Option<CheckedReference>,
+        name: &str,
+        uploads: &mut Uploads,
+    ) -> Result<(Option<String>, Option<String>), ApiError> {
+        let (index, format) = match reference {
+            None => return Ok((None, None)),
+            Some(CheckedReference::Url(url)) => return Ok((Some(url), None)),
+            Some(CheckedReference::Upload { index, format }) => (index, format),
+        };
+        let id = format!("{}/{name}.{}", self.prefix, format.as_str());
+        // The long part of storing a large file (syncing it) on a blocking thread; the
+        // commit itself is then a rename.
+        let committed = match uploads.sync(index).await {
+            Ok(()) => uploads.commit(index, &*self.blobs, &id),
+            Err(e) => Err(e),
+        };
+        committed.map_err(|e| {
+            tracing::error!("storing {id}: {e}");
+            ApiError::new(
+                ErrorCode::Unavailable,
+                format!("the {name} reference could not be stored"),
+            )
+        })?;
+        self.ids.push(id);
+        Ok((None, self.ids.last().cloned()))
+    }
+
     fn keep_all(mut self) {
         self.ids.clear();
     }
 }
 
-impl Drop for StoredFrames {
+impl Drop for StoredFiles {
     fn drop(&mut self) {
         for id in &self.ids {
             let _ = self.blobs.delete(id);

@@ -33,6 +33,15 @@ pub const MAX_DURATION: u32 = 15;
 /// Duration when neither `duration` nor `seconds` is given.
 pub const DEFAULT_DURATION: u32 = 5;
 
+/// The fields that take a reference (an http(s) URL, a `data:` URI or a file part).
+pub const REFERENCE_FIELDS: [&str; 5] = [
+    "first_frame",
+    "input_reference",
+    "last_frame",
+    "audio_url",
+    "reference_video",
+];
+
 /// One field of a create request as it arrived: a JSON value, a multipart text part, or a
 /// multipart file part.
 #[derive(Debug, Clone, PartialEq)]

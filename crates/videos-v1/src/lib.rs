@@ -23,7 +23,7 @@ mod tests;
 
 pub use create::{
     DEFAULT_DURATION, FieldValue, FilePart, MAX_DURATION, MAX_PROMPT_CHARS, MIN_DURATION, Media,
-    RawCreate, ValidCreate, first_frame_param, validate,
+    REFERENCE_FIELDS, RawCreate, ValidCreate, first_frame_param, validate,
 };
 pub use framing::{
     Framing, MAX_SIDE, MIN_SIDE, Ratio, Size, frame_ratio_warning, resolve_framing, snap_ratio,
