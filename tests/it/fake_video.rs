@@ -105,6 +105,8 @@ struct State {
     authorized_downloads: Vec<(String, bool)>,
     /// When each request arrived, whatever it was, oldest first.
     arrivals: Vec<Instant>,
+    /// Where result URLs point, when not at the fake's own address.
+    file_base: Option<String>,
 }
 
 pub struct FakeVideo {
@@ -170,6 +172,30 @@ impl FakeVideo {
             state,
             _stop: stop,
         }
+    }
+
+    /// Serves result files on a second address too (a file host of its own, as vendors have)
+    /// and points ark result URLs there; answers that address.
+    pub async fn serve_files_elsewhere(&self) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        self.state.lock().expect("fake state").file_base = Some(base.clone());
+        let (sw, st, b) = (self.switches.clone(), self.state.clone(), base.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
+                        async move { Ok::<_, Infallible>(handle(req, &sw, &st, &b).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        base
     }
 
     /// `base_url` of an `openai-videos` channel.
@@ -432,6 +458,12 @@ async fn handle(
             };
             let progress = (elapsed * 100).checked_div(run).unwrap_or(100).min(100);
             let error = (status == "failed").then(|| json!({"code": "InternalError", "message": format!("secret-host-detail for {}", task.prompt)}));
+            let base = state
+                .lock()
+                .expect("fake state")
+                .file_base
+                .clone()
+                .unwrap_or_else(|| base.to_owned());
             if ark {
                 answer(
                     StatusCode::OK,

@@ -629,3 +629,57 @@ async fn a_jpeg_last_frame_is_kept_and_served_as_a_jpeg() {
     assert_eq!(part.status, 206);
     assert_eq!(part.body.as_ref(), &JPEG_HEAD[..3]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_urls_off_the_channel_go_through_the_address_guard() {
+    // The fake hands out result URLs on a second loopback address: to a relay that does not
+    // allow private URLs, an internal host that an upstream (or whoever controls its answers)
+    // points it at.
+    let fake = FakeVideo::start().await;
+    let files = fake.serve_files_elsewhere().await;
+    let closed = format!(
+        "[security]\nallow_private_urls = false\n{}",
+        config(&ark_channel("ark", &fake))
+    );
+    let relay = Relay::start(&closed).await;
+    let (key_id, key) = relay.new_key("guarded", Some(10_000)).await;
+    let body = json!({"model": "gen2-pro", "prompt": "an internal file", "duration": 5,
+                      "resolution": "720p"});
+    let res = relay
+        .call_as(
+            &key,
+            Method::POST,
+            "/v1/video/generations",
+            Body::Json(body.clone()),
+            &[],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["task_id"].as_str().unwrap().to_owned();
+    let done = relay.wait_generation_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "upstream_error", "{done}");
+    assert_clean(&done.to_string(), &fake);
+    assert!(
+        fake.downloads().is_empty(),
+        "the guarded address was reached: {:?}",
+        fake.downloads()
+    );
+    // Refunded in full.
+    assert_eq!(quota(&relay, &key_id).await["quota_remaining"], 10_000);
+
+    // A host the channel trusts is fetched (closed networks name their file hosts).
+    let authority = files.trim_start_matches("http://").to_owned();
+    let trusting = closed.replace(
+        "family = \"gen2\"\n",
+        &format!("family = \"gen2\"\ntrusted_hosts = [\"{authority}\"]\n"),
+    );
+    assert_ne!(trusting, closed);
+    let relay = Relay::start(&trusting).await;
+    let res = relay.post_json("/v1/video/generations", body).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["task_id"].as_str().unwrap().to_owned();
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(!fake.downloads().is_empty());
+}

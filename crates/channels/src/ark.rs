@@ -281,6 +281,7 @@ mod tests {
                 timeouts: UpstreamTimeouts::default(),
                 min_poll_interval: std::time::Duration::from_secs(2),
                 max_inline_bytes: 32,
+                result_urls: Default::default(),
             },
             blobs,
         );
@@ -342,6 +343,7 @@ mod tests {
             timeouts: UpstreamTimeouts::default(),
             min_poll_interval: std::time::Duration::from_secs(2),
             max_inline_bytes,
+            result_urls: Default::default(),
         };
         (Ark::new(settings, blobs), dir)
     }

@@ -18,7 +18,7 @@ pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
     UpstreamFailure,
 };
-pub use remote::RemoteSettings;
+pub use remote::{RemoteSettings, ResultUrls};
 pub use sim_directives::SimDirectives;
 pub use simulator::{Simulator, SimulatorSettings};
 pub use upstream_http::{

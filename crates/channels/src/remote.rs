@@ -31,23 +31,71 @@ pub struct RemoteSettings {
     pub min_poll_interval: Duration,
     /// Reference images up to this size are sent inline (`data:` URI or file part).
     pub max_inline_bytes: u64,
+    /// How result URLs that do not point at `base_url` are fetched.
+    pub result_urls: ResultUrls,
+}
+
+/// The guard on result URLs an upstream hands over: like a client's reference URLs, they may
+/// not reach private addresses, unless the operator allows private URLs or trusts the host.
+#[derive(Debug, Clone, Default)]
+pub struct ResultUrls {
+    /// `security.allow_private_urls`: every address allowed (tests, closed networks).
+    pub allow_private: bool,
+    /// Hosts (as in the URL, lowercase, `host` or `host:port`) fetched without the guard,
+    /// e.g. the upstream's own file host on a private network.
+    pub trusted_hosts: Vec<String>,
 }
 
 /// The pieces every HTTP video adapter holds.
 pub struct Remote {
     pub settings: RemoteSettings,
+    /// Calls to the channel's own API (`base_url`, configured and trusted).
     pub http: UpstreamHttp,
+    /// Result downloads from anywhere else, through the SSRF guard.
+    pub guarded: UpstreamHttp,
     pub blobs: Arc<dyn BlobStore>,
 }
 
 impl Remote {
     pub fn new(settings: RemoteSettings, blobs: Arc<dyn BlobStore>) -> Remote {
         let http = UpstreamHttp::new(settings.timeouts);
+        let policy = fetch::GuardPolicy::new(settings.result_urls.allow_private);
+        let guarded = UpstreamHttp::guarded(settings.timeouts, policy);
         Remote {
             settings,
             http,
+            guarded,
             blobs,
         }
+    }
+
+    /// Whether `url` may be fetched without the guard: it is on the channel's own origin
+    /// (scheme, host and port of `base_url`, configured by the operator), or on a host the
+    /// operator trusts.
+    pub fn is_trusted(&self, url: &str) -> bool {
+        let Ok(uri) = url.parse::<http::Uri>() else {
+            return false;
+        };
+        let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
+            return false;
+        };
+        let same_origin = self
+            .settings
+            .base_url
+            .parse::<http::Uri>()
+            .is_ok_and(|base| {
+                base.scheme() == uri.scheme()
+                    && base
+                        .authority()
+                        .is_some_and(|a| a.as_str().eq_ignore_ascii_case(authority.as_str()))
+            });
+        same_origin
+            || self
+                .settings
+                .result_urls
+                .trusted_hosts
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(host) || t.eq_ignore_ascii_case(authority.as_str()))
     }
 
     pub fn name(&self) -> &str {
@@ -113,14 +161,19 @@ impl Remote {
         })
     }
 
-    /// Starts a download of a result URL; the key goes along only to the channel's own host.
+    /// Starts a download of a result URL; the key goes along only to the channel's own host,
+    /// and a URL elsewhere that is not trusted goes through the SSRF guard.
     pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
         let req = self
             .request(Method::GET, url, self.is_own(url))
             .header("accept", "application/binary")
             .body(Bytes::new())
             .map_err(|e| UpstreamError::Build(e.to_string()))?;
-        self.http.send(req).await
+        if self.is_trusted(url) {
+            self.http.send(req).await
+        } else {
+            self.guarded.send(req).await
+        }
     }
 
     /// Best effort DELETE; failures are logged.

@@ -12,7 +12,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 
@@ -53,6 +52,9 @@ pub enum UpstreamError {
     TooLarge(usize),
     #[error("upstream request: {0}")]
     Build(String),
+    /// The SSRF guard refused the URL's host: it is, or resolves to, a private address.
+    #[error("upstream request {url}: {host} resolves to an address the relay does not fetch from")]
+    Blocked { url: String, host: String },
 }
 
 impl UpstreamError {
@@ -65,7 +67,7 @@ impl UpstreamError {
     }
 }
 
-type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Inner = Client<HttpsConnector<fetch::GuardedConnector>, Full<Bytes>>;
 
 /// One pooled client with one set of timeouts. Cheap to clone.
 #[derive(Clone)]
@@ -83,8 +85,16 @@ impl std::fmt::Debug for UpstreamHttp {
 }
 
 impl UpstreamHttp {
-    /// Builds the client. Needs a tokio runtime when used, not when built.
+    /// Builds the client for a configured upstream's own API: every address allowed. Needs a
+    /// tokio runtime when used, not when built.
     pub fn new(timeouts: UpstreamTimeouts) -> UpstreamHttp {
+        UpstreamHttp::guarded(timeouts, fetch::GuardPolicy::new(true))
+    }
+
+    /// Builds a client whose every connection goes through the SSRF guard with `policy`: for
+    /// URLs an upstream hands over (result downloads), which are no more trusted than a
+    /// client's.
+    pub fn guarded(timeouts: UpstreamTimeouts, policy: fetch::GuardPolicy) -> UpstreamHttp {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
@@ -95,10 +105,7 @@ impl UpstreamHttp {
             .expect("the ring provider supports TLS 1.2 and 1.3")
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(timeouts.connect));
-        http.set_nodelay(true);
+        let http = fetch::GuardedConnector::new(Arc::new(policy), timeouts.connect);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -131,6 +138,12 @@ impl UpstreamHttp {
                 });
             }
             Ok(Err(e)) => {
+                if let Some(blocked) = find_blocked(&e) {
+                    return Err(UpstreamError::Blocked {
+                        url,
+                        host: blocked.host.clone(),
+                    });
+                }
                 return Err(UpstreamError::Send {
                     url,
                     message: error_chain(&e),
@@ -154,6 +167,18 @@ impl UpstreamHttp {
 /// The URL without its query (which may carry a key).
 fn redact(url: &str) -> String {
     url.split('?').next().unwrap_or(url).to_owned()
+}
+
+/// The guard's refusal in an error's source chain, if it is there.
+fn find_blocked<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e fetch::BlockedError> {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if let Some(blocked) = s.downcast_ref::<fetch::BlockedError>() {
+            return Some(blocked);
+        }
+        source = s.source();
+    }
+    None
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

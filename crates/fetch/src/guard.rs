@@ -25,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
+pub type BoxError = Box<dyn StdError + Send + Sync>;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 
 /// Whether the relay refuses to connect to `ip` when private URLs are not allowed: loopback,
@@ -125,8 +125,8 @@ pub(crate) fn literal_ip(uri: &Uri) -> Option<IpAddr> {
 /// fetch code finds it in the client error's source chain and turns it into
 /// `FetchError::Blocked`.
 #[derive(Debug)]
-pub(crate) struct BlockedError {
-    pub(crate) host: String,
+pub struct BlockedError {
+    pub host: String,
 }
 
 impl fmt::Display for BlockedError {
@@ -139,7 +139,7 @@ impl StdError for BlockedError {}
 
 /// What the guard lets through: everything (`allow_private`), or public addresses only.
 #[derive(Debug, Clone)]
-pub(crate) struct Policy {
+pub struct Policy {
     allow_private: bool,
     /// Addresses let through anyway, so that tests can have a "public" server on loopback.
     #[cfg(test)]
@@ -147,7 +147,7 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    pub(crate) fn new(allow_private: bool) -> Self {
+    pub fn new(allow_private: bool) -> Self {
         Policy {
             allow_private,
             #[cfg(test)]
@@ -161,7 +161,7 @@ impl Policy {
         self
     }
 
-    pub(crate) fn refuses(&self, ip: IpAddr) -> bool {
+    pub fn refuses(&self, ip: IpAddr) -> bool {
         #[cfg(test)]
         if self.exempt.contains(&ip) {
             return false;
@@ -195,7 +195,7 @@ fn filter_addrs(
 /// A DNS resolver for `HttpConnector::new_with_resolver` that drops refused addresses (via
 /// tokio's `lookup_host`, i.e. `getaddrinfo` on the blocking pool).
 #[derive(Debug, Clone)]
-pub(crate) struct GuardedResolver {
+pub struct GuardedResolver {
     policy: Arc<Policy>,
 }
 
@@ -222,13 +222,13 @@ impl Service<Name> for GuardedResolver {
 /// `HttpConnector` with the guard around it: refuses IP-literal hosts and checks the peer
 /// address of each new connection.
 #[derive(Debug, Clone)]
-pub(crate) struct GuardedConnector {
+pub struct GuardedConnector {
     inner: HttpConnector<GuardedResolver>,
     policy: Arc<Policy>,
 }
 
 impl GuardedConnector {
-    pub(crate) fn new(policy: Arc<Policy>, connect_timeout: std::time::Duration) -> Self {
+    pub fn new(policy: Arc<Policy>, connect_timeout: std::time::Duration) -> Self {
         let mut inner = HttpConnector::new_with_resolver(GuardedResolver {
             policy: Arc::clone(&policy),
         });

@@ -7,6 +7,9 @@
 //! - [`decode_data_uri`]: `data:` URIs, base64 or percent-encoded; [`DataUriDecoder`] the same
 //!   a chunk at a time, for payloads written out rather than kept.
 //!
+//! - [`GuardedConnector`]: the guard as a connector, for other clients that fetch URLs they
+//!   were handed (the channels' result downloads).
+//!
 //! Errors ([`FetchError`]) are safe to show a client; the server maps them, with the
 //! reference's [`MediaKind`], to `invalid image` / `invalid audio` / `invalid video`
 //! ([`MediaKind::invalid_code`]).
@@ -19,5 +22,5 @@ mod sniff;
 
 pub use data_uri::{DataUriDecoder, decode_data_uri, is_data_uri};
 pub use fetch::{FETCH_USER_AGENT, FetchConfig, FetchError, Fetcher};
-pub use guard::is_refused;
+pub use guard::{BlockedError, GuardedConnector, Policy as GuardPolicy, is_refused};
 pub use sniff::{Format, MediaKind, SNIFF_LEN, image_dimensions, sniff};

@@ -279,6 +279,10 @@ fn remote_video_channels(
             },
             min_poll_interval: Duration::from_millis(config.tasks.poll_interval_min_ms),
             max_inline_bytes: c.max_inline_bytes.unwrap_or(10 * 1024 * 1024),
+            result_urls: channels::ResultUrls {
+                allow_private: config.security.allow_private_urls,
+                trusted_hosts: c.trusted_hosts.clone(),
+            },
         };
         let channel = if c.kind == ChannelKind::Ark {
             VideoChannel::Ark(channels::ark::Ark::new(settings, blobs.clone()))

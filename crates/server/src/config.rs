@@ -215,6 +215,9 @@ pub struct ChannelConfig {
     pub max_calls_per_sec: Option<f64>,
     /// Video channels: reference images up to this size are sent inline (default 10 MiB).
     pub max_inline_bytes: Option<u64>,
+    /// Video channels: hosts of result URLs fetched without the SSRF guard (`host` or
+    /// `host:port`); the channel's own `base_url` is always trusted.
+    pub trusted_hosts: Vec<String>,
 }
 
 impl Config {

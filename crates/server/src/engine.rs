@@ -840,7 +840,10 @@ async fn localize(
         }
     }
     let res = channel.download(&url).await.map_err(|e| DownloadFailure {
-        retry: !matches!(e, channels::UpstreamError::Build(_)),
+        retry: !matches!(
+            e,
+            channels::UpstreamError::Build(_) | channels::UpstreamError::Blocked { .. }
+        ),
         paced: false,
         reason: e.to_string(),
     })?;

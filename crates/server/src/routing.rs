@@ -367,6 +367,7 @@ mod tests {
                     timeouts: Default::default(),
                     min_poll_interval: Duration::from_secs(2),
                     max_inline_bytes: 1024,
+                    result_urls: Default::default(),
                 };
                 Arc::new(VideoChannel::OpenaiVideos(
                     channels::openai_videos::OpenaiVideos::new(settings, blobs.clone()),
