@@ -14,14 +14,15 @@ mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
 #[allow(dead_code)]
 mod fake_video;
+mod fuzz;
 mod openapi;
 
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
   ci        fmt check, clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
-            and the official SDK checks
+            a short fuzz pass (5 s per target), and the official SDK checks
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
-  --quick   skip the slow tests and the SDK checks
+  --quick   skip the slow tests, the fuzz pass and the SDK checks
   --slow    accepted for clarity: slow tests run by default
   sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)
   conformance   the black-box suite against a running relay (part of ci, which starts one);
@@ -32,8 +33,14 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
                 are downloaded, its poller with 10,000 tasks in flight, reads and start-up over
                 1M stored tasks; writes BENCHMARKS.md. `bench --only SECTION` runs one part
                 (messages, submissions, polling, downloads, poller, stored)
+  fuzz          `fuzz [--secs N] [TARGET ...]`: build the cargo-fuzz targets in fuzz/ and run
+                each for N seconds (default 60); stops at the first crash and prints its input
+                and the command that replays it (installs cargo-fuzz when missing)
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
                 SDK checks)";
+
+/// Seconds each fuzz target runs in `ci` (`cargo xtask fuzz` runs them longer).
+const CI_FUZZ_SECS: &str = "5";
 
 /// The admin token of the relay the SDK checks run against.
 const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
@@ -48,6 +55,7 @@ fn main() -> ExitCode {
         // The Anthropic SDK check alone (it also runs as part of `ci`).
         Some("sdk-messages") => anthropic_sdk_check(),
         Some("openapi") => openapi::validate(),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
         Some("bench") => bench::bench(&root(), &target_dir(), &args[1..]),
         Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
@@ -133,6 +141,9 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         test.env("RUN_SLOW_TESTS", "1");
     }
     run("cargo test", &mut test)?;
+    if !quick {
+        fuzz::fuzz(&["--secs".to_owned(), CI_FUZZ_SECS.to_owned()])?;
+    }
     if sdk {
         sdk_check()?;
     }

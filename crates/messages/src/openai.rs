@@ -571,8 +571,12 @@ impl ChatStream {
         }
     }
 
-    /// One SSE `data:` payload of the upstream stream.
+    /// One SSE `data:` payload of the upstream stream. Nothing after `[DONE]` counts (what a
+    /// consumer that stops reading at `[DONE]` never sees must not change the stream either).
     pub fn data(&mut self, data: &str) -> Result<Vec<StreamEvent>, ConvertError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;

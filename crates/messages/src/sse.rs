@@ -90,7 +90,12 @@ impl SseDecoder {
         if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
-                // The end of the line the previous chunk ended; it belongs to that event.
+                // The end of the line the previous chunk ended; it belongs to that event. Inside
+                // an event it is pending like the rest of it; after an empty line the event was
+                // complete already (and nothing is pending).
+                if self.pending > 0 {
+                    self.pending += 1;
+                }
                 bytes = rest;
             }
         }
@@ -236,6 +241,28 @@ mod tests {
         assert!(d.at_boundary());
         assert!(d.feed(b"data: 2").is_empty());
         assert_eq!(d.pending_bytes(), 7);
+    }
+
+    /// A `\r\n` split after `\r` inside an event: the `\n` is pending like the rest of the
+    /// event, as when the input comes whole (else a consumer cutting at the boundary hands out
+    /// the first byte of an unfinished event).
+    #[test]
+    fn a_line_end_split_inside_an_event_is_pending() {
+        let mut whole = SseDecoder::new();
+        whole.feed(b"data: x\r\n");
+        assert_eq!(whole.pending_bytes(), 9);
+        let mut split = SseDecoder::new();
+        split.feed(b"data: x\r");
+        split.feed(b"\n");
+        assert_eq!(split.pending_bytes(), 9);
+        // After an empty line the event is complete: nothing pending either way.
+        let mut split = SseDecoder::new();
+        assert_eq!(split.feed(b"data: x\r\r").len(), 1);
+        split.feed(b"\n");
+        assert!(split.at_boundary());
+        split.feed(b"data: y\r");
+        split.feed(b"\ndata: z");
+        assert_eq!(split.pending_bytes(), b"data: y\r\ndata: z".len());
     }
 
     #[test]

@@ -676,3 +676,24 @@ fn a_cut_or_failing_stream_is_an_error() {
         Err(ConvertError::Upstream(m)) if m == "boom"
     ));
 }
+
+/// Nothing after `[DONE]` counts: a consumer that stops reading at `[DONE]` and one that gets
+/// more events in the same chunk see the same stream.
+#[test]
+fn nothing_after_done_counts() {
+    let r = req(with(json!({"stream": true})));
+    let mut s = ChatStream::new("msg_1", "conv", &r, 5);
+    s.data(&json!({"choices": [{"delta": {"content": "hi"}}]}).to_string())
+        .unwrap();
+    assert_eq!(s.data("[DONE]"), Ok(Vec::new()));
+    assert_eq!(
+        s.data(&json!({"error": {"message": "boom"}}).to_string()),
+        Ok(Vec::new())
+    );
+    assert_eq!(
+        s.data(&json!({"choices": [{"delta": {"content": "more"}}]}).to_string()),
+        Ok(Vec::new())
+    );
+    assert_eq!(s.data("not json"), Ok(Vec::new()));
+    assert_eq!(s.usage().output_tokens, crate::tokens::count_text("hi"));
+}

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use error_codes::{ApiError, ErrorCode};
 use futures_util::stream;
 use http_body_util::BodyExt;
-use hyper::body::{Body as _, Incoming};
 use store::BlobStore;
 use tokio::io::AsyncWriteExt;
 use videos_v1::{FieldValue, FilePart};
@@ -119,13 +118,18 @@ fn bad_multipart(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
-/// Reads a multipart body into fields (in arrival order) and uploads.
-pub async fn read(
-    body: Incoming,
+/// Reads a multipart body (a request's [`hyper::body::Incoming`] body, or any body of [`Bytes`]) into
+/// fields (in arrival order) and uploads.
+pub async fn read<B>(
+    body: B,
     content_type: &str,
     limits: Limits<'_>,
     blobs: &Arc<dyn BlobStore>,
-) -> Result<(Vec<(String, FieldValue)>, Uploads), ApiError> {
+) -> Result<(Vec<(String, FieldValue)>, Uploads), ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let limit = limits.body;
     let boundary = multer::parse_boundary(content_type).map_err(bad_multipart)?;
     let idle = limit.idle;

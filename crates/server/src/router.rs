@@ -147,6 +147,52 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     }
 }
 
+impl<'a> Route<'a> {
+    /// The path parameter, if the route has one (for `File`, the whole blob path).
+    fn param(&self) -> Option<&'a str> {
+        use Route::*;
+        match *self {
+            File(p) | GetVideo(p) | DeleteVideo(p) | VideoContent(p) | CancelVideo(p)
+            | GetGeneration(p) | CancelGeneration(p) | GetLibrary(p) | DeleteLibrary(p)
+            | UploadAsset(p) | ListAssets(p) | GetAsset(p) | DeleteAsset(p) | GetKey(p)
+            | RevokeKey(p) | PatchKey(p) | KeyLedger(p) | GetModel(p) => Some(p),
+            Healthz | Readyz | OpenApi | CreateVideo | ListVideos | CreateGeneration
+            | ListGenerations | CreateLibrary | ListLibraries | Moderation | CreateKey
+            | ListKeys | AdminTasks | AdminChannels | Messages | CountTokens | ListModels => None,
+        }
+    }
+}
+
+/// Route matching as the fuzz targets see it; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use http::Method;
+
+    /// A matched route: the variant's name and its path parameter.
+    #[derive(Debug, PartialEq, Eq)]
+    pub struct Matched<'a> {
+        pub name: String,
+        pub param: Option<&'a str>,
+    }
+
+    /// [`super::route`]: `Err(None)` for no route, `Err(Some(allow))` for a known path with
+    /// another method.
+    pub fn route<'a>(method: &Method, path: &'a str) -> Result<Matched<'a>, Option<&'static str>> {
+        match super::route(method, path) {
+            Ok(route) => {
+                let debug = format!("{route:?}");
+                let name = debug.split('(').next().unwrap_or_default().to_owned();
+                Ok(Matched {
+                    name,
+                    param: route.param(),
+                })
+            }
+            Err(super::Miss::NotFound) => Err(None),
+            Err(super::Miss::Method(allow)) => Err(Some(allow)),
+        }
+    }
+}
+
 /// A client's `x-request-id` when it is sane, else a new one.
 fn request_id(req: &Request<Incoming>) -> String {
     req.headers()

@@ -64,10 +64,20 @@ impl Signer {
     }
 }
 
+/// Lowercase hex, exactly as [`Signer::path`] writes it: one signature has one spelling
+/// (`u8::from_str_radix` alone would also take `A`-`F` and a leading `+`).
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    s.as_bytes()
+        .chunks(2)
+        .map(|pair| match pair {
+            [hi, lo] => Some(digit(*hi)? << 4 | digit(*lo)?),
+            _ => None,
+        })
         .collect()
 }
 
@@ -106,10 +116,22 @@ mod tests {
             "another expiry"
         );
         assert!(!signer.verify("t/video.mp4", 2000, "zz", 1000));
+        // One spelling only: the signature in capitals is refused.
+        assert_ne!(sig.to_uppercase(), sig);
+        assert!(!signer.verify("t/video.mp4", 2000, &sig.to_uppercase(), 1000));
         let other = Signer::new(b"other".to_vec());
         assert!(
             !other.verify("t/video.mp4", 2000, sig, 1000),
             "another secret"
         );
+    }
+
+    #[test]
+    fn hex_is_lowercase_digits_only() {
+        assert_eq!(decode_hex("00ff7a"), Some(vec![0, 255, 0x7a]));
+        assert_eq!(decode_hex("FF"), None);
+        assert_eq!(decode_hex("+f"), None);
+        assert_eq!(decode_hex("-1"), None);
+        assert_eq!(decode_hex("abc"), None);
     }
 }

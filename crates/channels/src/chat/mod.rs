@@ -21,7 +21,7 @@ use messages::{MessagesRequest, Usage};
 pub use anthropic::AnthropicChat;
 pub use openai_chat::OpenaiChat;
 pub use sim::SimChat;
-pub use stream::{ChatEventStream, StreamFailure};
+pub use stream::{ChatEventStream, Converter, NativeCut, StreamFailure};
 
 use crate::sim_directives::SimDirectives;
 use crate::upstream_http::{UpstreamError, UpstreamTimeouts};

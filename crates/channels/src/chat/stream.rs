@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use messages::openai::ChatStream;
+use messages::openai::{ChatStream, ConvertError};
 use messages::{SseDecoder, StreamEvent, Usage};
 use serde_json::Value;
 
@@ -62,21 +62,134 @@ enum Inner {
         sent: usize,
     },
     /// A native upstream: its bytes, passed on as they come, cut only at event boundaries.
-    Native {
-        body: UpstreamBody,
-        decoder: SseDecoder,
-        held: BytesMut,
-        finished: bool,
-        upstream_error: bool,
-    },
+    Native { body: UpstreamBody, cut: NativeCut },
     /// A chat completions upstream, converted event by event.
     Converted {
         body: UpstreamBody,
-        decoder: SseDecoder,
-        convert: Box<ChatStream>,
+        convert: Converter,
         queue: VecDeque<Bytes>,
         ended: bool,
+        /// A failure reported once the events converted before it were sent.
+        failed: Option<StreamFailure>,
     },
+}
+
+/// The bytes of a native upstream stream, held until an event boundary and read on the way
+/// for usage, the end (`message_stop`) and `error` events. No I/O: [`ChatEventStream`] feeds it
+/// what the upstream sends.
+#[derive(Debug, Default)]
+pub struct NativeCut {
+    decoder: SseDecoder,
+    held: BytesMut,
+    finished: bool,
+    upstream_error: bool,
+}
+
+impl NativeCut {
+    pub fn new() -> NativeCut {
+        NativeCut {
+            decoder: SseDecoder::new(),
+            ..NativeCut::default()
+        }
+    }
+
+    /// Takes the next upstream chunk; returns the bytes that now end at an event boundary
+    /// (none while an event is incomplete). Usage found on the way goes into `usage`.
+    pub fn push(&mut self, chunk: &[u8], usage: &mut Usage) -> Option<Bytes> {
+        self.held.extend_from_slice(chunk);
+        for event in self.decoder.feed(chunk) {
+            // Content events carry no usage and no end: most of a stream is not parsed.
+            let content = matches!(
+                event.event.as_deref(),
+                Some("content_block_start" | "content_block_delta" | "content_block_stop" | "ping")
+            );
+            if !content {
+                read_native_event(
+                    &event.data,
+                    usage,
+                    &mut self.finished,
+                    &mut self.upstream_error,
+                );
+            }
+        }
+        let ready = self.held.len().saturating_sub(self.decoder.pending_bytes());
+        (ready > 0).then(|| self.held.split_to(ready).freeze())
+    }
+
+    /// Whether `message_stop` was seen.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether the upstream sent an `error` event.
+    pub fn upstream_error(&self) -> bool {
+        self.upstream_error
+    }
+}
+
+/// A chat completions stream converted to the vendor's events: SSE decoding and
+/// [`ChatStream`] together. No I/O: [`ChatEventStream`] feeds it what the upstream sends.
+#[derive(Debug)]
+pub struct Converter {
+    decoder: SseDecoder,
+    convert: Box<ChatStream>,
+}
+
+impl Converter {
+    pub fn new(convert: ChatStream) -> Converter {
+        Converter {
+            decoder: SseDecoder::new(),
+            convert: Box::new(convert),
+        }
+    }
+
+    /// The opening events (`message_start`, `ping`), as SSE text.
+    pub fn start(&self) -> Vec<Bytes> {
+        self.convert
+            .start()
+            .iter()
+            .map(|e| Bytes::from(e.to_sse()))
+            .collect()
+    }
+
+    /// Takes the next upstream chunk; returns the converted events as SSE text and whether the
+    /// stream ended (`[DONE]` seen: the closing events are included), or why the conversion
+    /// failed. The text converted before a failure is returned with it, so what reaches the
+    /// client does not depend on how the upstream cut its stream into chunks.
+    pub fn push(&mut self, chunk: &[u8]) -> (String, Result<bool, ConvertError>) {
+        let mut out = String::new();
+        for event in self.decoder.feed(chunk) {
+            match self.convert.data(&event.data) {
+                Ok(events) => out.extend(events.iter().map(StreamEvent::to_sse)),
+                Err(e) => return (out, Err(e)),
+            }
+        }
+        if !self.convert.is_done() {
+            return (out, Ok(false));
+        }
+        match self.convert.finish() {
+            Ok(events) => {
+                out.extend(events.iter().map(StreamEvent::to_sse));
+                (out, Ok(true))
+            }
+            Err(e) => (out, Err(e)),
+        }
+    }
+
+    /// The closing events once the upstream stream ended, as SSE text.
+    pub fn end(&mut self) -> Result<String, ConvertError> {
+        Ok(self
+            .convert
+            .finish()?
+            .iter()
+            .map(StreamEvent::to_sse)
+            .collect())
+    }
+
+    /// Usage so far.
+    pub fn usage(&self) -> Usage {
+        self.convert.usage()
+    }
 }
 
 /// A streamed answer. Call [`ChatEventStream::next`] until it returns `Ok(None)`.
@@ -120,30 +233,24 @@ impl ChatEventStream {
             channel: channel.to_owned(),
             inner: Inner::Native {
                 body,
-                decoder: SseDecoder::new(),
-                held: BytesMut::new(),
-                finished: false,
-                upstream_error: false,
+                cut: NativeCut::new(),
             },
             usage: Usage::default(),
         }
     }
 
     pub(crate) fn converted(channel: &str, body: UpstreamBody, convert: ChatStream) -> Self {
-        let queue = convert
-            .start()
-            .iter()
-            .map(|e| Bytes::from(e.to_sse()))
-            .collect();
+        let convert = Converter::new(convert);
+        let queue = convert.start().into();
         let usage = convert.usage();
         ChatEventStream {
             channel: channel.to_owned(),
             inner: Inner::Converted {
                 body,
-                decoder: SseDecoder::new(),
-                convert: Box::new(convert),
+                convert,
                 queue,
                 ended: false,
+                failed: None,
             },
             usage,
         }
@@ -184,23 +291,17 @@ impl ChatEventStream {
                 *sent += 1;
                 Ok(events.pop_front())
             }
-            Inner::Native {
-                body,
-                decoder,
-                held,
-                finished,
-                upstream_error,
-            } => loop {
+            Inner::Native { body, cut } => loop {
                 let chunk = match body.chunk().await {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => {
-                        if *upstream_error {
+                        if cut.upstream_error() {
                             let mut failure =
                                 StreamFailure::broken(channel, "the upstream sent an error event");
                             failure.reported = true;
                             return Err(failure);
                         }
-                        if !*finished {
+                        if !cut.finished() {
                             return Err(StreamFailure::broken(
                                 channel,
                                 "the upstream stream ended before message_stop",
@@ -210,36 +311,23 @@ impl ChatEventStream {
                     }
                     Err(e) => return Err(StreamFailure::transport(channel, &e)),
                 };
-                held.extend_from_slice(&chunk);
-                for event in decoder.feed(&chunk) {
-                    // Content events carry no usage and no end: most of a stream is not parsed.
-                    let content = matches!(
-                        event.event.as_deref(),
-                        Some(
-                            "content_block_start"
-                                | "content_block_delta"
-                                | "content_block_stop"
-                                | "ping"
-                        )
-                    );
-                    if !content {
-                        read_native_event(&event.data, &mut self.usage, finished, upstream_error);
-                    }
-                }
-                let ready = held.len().saturating_sub(decoder.pending_bytes());
-                if ready > 0 {
-                    return Ok(Some(held.split_to(ready).freeze()));
+                if let Some(ready) = cut.push(&chunk, &mut self.usage) {
+                    return Ok(Some(ready));
                 }
             },
             Inner::Converted {
                 body,
-                decoder,
                 convert,
                 queue,
                 ended,
+                failed,
             } => loop {
                 if let Some(bytes) = queue.pop_front() {
                     return Ok(Some(bytes));
+                }
+                if let Some(failure) = failed.take() {
+                    *ended = true;
+                    return Err(failure);
                 }
                 if *ended {
                     return Ok(None);
@@ -247,38 +335,26 @@ impl ChatEventStream {
                 let chunk = match body.chunk().await {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => {
-                        let events = convert
-                            .finish()
+                        let closing = convert
+                            .end()
                             .map_err(|e| StreamFailure::broken(channel, e))?;
                         self.usage = convert.usage();
-                        queue.extend(events.iter().map(|e| Bytes::from(e.to_sse())));
+                        if !closing.is_empty() {
+                            queue.push_back(Bytes::from(closing));
+                        }
                         *ended = true;
                         continue;
                     }
                     Err(e) => return Err(StreamFailure::transport(channel, &e)),
                 };
-                let mut out = String::new();
-                for event in decoder.feed(&chunk) {
-                    let events = convert
-                        .data(&event.data)
-                        .map_err(|e| StreamFailure::broken(channel, e))?;
-                    for e in &events {
-                        out.push_str(&e.to_sse());
-                    }
-                }
+                let (out, outcome) = convert.push(&chunk);
                 self.usage = convert.usage();
-                if convert.is_done() {
-                    let events = convert
-                        .finish()
-                        .map_err(|e| StreamFailure::broken(channel, e))?;
-                    self.usage = convert.usage();
-                    for e in &events {
-                        out.push_str(&e.to_sse());
-                    }
-                    *ended = true;
-                }
                 if !out.is_empty() {
                     queue.push_back(Bytes::from(out));
+                }
+                match outcome {
+                    Ok(done) => *ended = done,
+                    Err(e) => *failed = Some(StreamFailure::broken(channel, e)),
                 }
             },
         }
@@ -319,5 +395,40 @@ fn read_native_event(data: &str, usage: &mut Usage, finished: &mut bool, error: 
         Some("message_stop") => *finished = true,
         Some("error") => *error = true,
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use messages::MessagesRequest;
+    use serde_json::json;
+
+    use super::*;
+
+    fn converter() -> Converter {
+        let req: MessagesRequest = serde_json::from_value(json!({
+            "model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]
+        }))
+        .unwrap();
+        Converter::new(ChatStream::new("msg_1", "m", &req, 3))
+    }
+
+    const TEXT: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"partial\"}}]}\n\n";
+    const ERROR: &str = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
+
+    /// What converted before a failure is handed out with it, whether it came in the same
+    /// chunk as the failure or in an earlier one.
+    #[test]
+    fn text_before_a_failure_is_kept_whatever_the_chunking() {
+        let mut whole = converter();
+        let (out, outcome) = whole.push(format!("{TEXT}{ERROR}").as_bytes());
+        assert!(outcome.is_err());
+        let mut split = converter();
+        let (first, ok) = split.push(TEXT.as_bytes());
+        assert_eq!(ok, Ok(false));
+        let (second, outcome) = split.push(ERROR.as_bytes());
+        assert!(outcome.is_err());
+        assert!(first.contains("partial"), "{first}");
+        assert_eq!(out, format!("{first}{second}"));
     }
 }

@@ -1,0 +1,37 @@
+//! The `/v1/messages` validator (`crates/messages`) over arbitrary JSON, for both endpoints:
+//! never a panic; an error's detail starts with the path of the field at fault; a valid request
+//! written back as JSON validates to the same request; the relay's token count and the
+//! conversion to a chat completions request never panic, and the conversion is JSON with the
+//! upstream model and a `messages` array.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use messages::openai::to_chat_request;
+use messages::tokens::count_request;
+use messages::{Endpoint, validate};
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(body) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    for endpoint in [Endpoint::Messages, Endpoint::CountTokens] {
+        let request = match validate(&body, endpoint) {
+            Ok(request) => request,
+            Err(e) => {
+                let param = e.param.as_deref().unwrap_or_default();
+                assert!(!param.is_empty() && e.detail.starts_with(param), "{e:?}");
+                continue;
+            }
+        };
+        let again = serde_json::to_value(&request).expect("a valid request serialises");
+        match validate(&again, endpoint) {
+            Ok(back) => assert_eq!(back, request, "{again}"),
+            Err(e) => panic!("{again} does not validate again: {e:?}"),
+        }
+        let _ = count_request(&request);
+        let chat = to_chat_request(&request, "upstream-model");
+        assert_eq!(chat["model"], "upstream-model");
+        assert!(chat["messages"].is_array(), "{chat}");
+    }
+});
