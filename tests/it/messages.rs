@@ -1168,7 +1168,11 @@ async fn a_silent_upstream_gets_pings_in_between_its_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unrouted_messages_paths_answer_in_the_vendor_shape() {
     let relay = Relay::start("").await;
-    for path in ["/v1/models/%F2%83%23", "/v1/messages/nope", "/v1/models/a/b"] {
+    for path in [
+        "/v1/models/%F2%83%23",
+        "/v1/messages/nope",
+        "/v1/models/a/b",
+    ] {
         let res = relay.get(path).await;
         assert_vendor(&res, 404, "not_found_error", "no route GET /v1/");
     }
