@@ -151,7 +151,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     }
     if sdk {
         openapi::validate()?;
-        schemathesis::run(&["--max-examples", "10", "--max-time", "240"].map(String::from))?;
+        schemathesis::run(&["--max-examples", "10", "--max-time", "120"].map(String::from))?;
     }
     if !quick {
         conformance::ci::run()?;
