@@ -172,3 +172,57 @@ async fn patch_keys_tasks_and_channels() {
     assert_eq!(sim["name"], "simulator");
     assert_eq!(sim["healthy"], true);
 }
+
+/// `/admin/tasks` pages: `has_more` is true while more tasks match past `limit`, and `after`
+/// (the last id of a page) continues with the older ones, filters still applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_tasks_page_with_has_more_and_after() {
+    let relay = Relay::start("").await;
+    let (id, secret) = relay.new_key("pages", Some(10_000)).await;
+    let mut created = Vec::new();
+    for i in 0..5 {
+        let res = relay
+            .call_as(
+                &secret,
+                Method::POST,
+                "/v1/videos",
+                Body::Json(
+                    json!({"model": "model_h3", "prompt": format!("p{i}"), "size": "64x64"}),
+                ),
+                &[("x-relay-sim", "stuck")],
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        created.push(res.json()["id"].as_str().unwrap().to_owned());
+    }
+    let newest_first: Vec<String> = created.iter().rev().cloned().collect();
+    let page = |query: String| {
+        let relay = &relay;
+        async move {
+            let res = relay
+                .admin(Method::GET, &format!("/admin/tasks?{query}"), Body::Empty)
+                .await;
+            assert_eq!(res.status, 200, "{}", res.text());
+            let v = res.json();
+            let ids: Vec<String> = v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_owned())
+                .collect();
+            (ids, v["has_more"].as_bool().unwrap())
+        }
+    };
+    let (first, more) = page(format!("key_id={id}&limit=2")).await;
+    assert_eq!((first.as_slice(), more), (&newest_first[..2], true));
+    let (second, more) = page(format!("key_id={id}&limit=2&after={}", first[1])).await;
+    assert_eq!((second.as_slice(), more), (&newest_first[2..4], true));
+    let (last, more) = page(format!("key_id={id}&limit=2&after={}", second[1])).await;
+    assert_eq!((last.as_slice(), more), (&newest_first[4..], false));
+    // Exactly `limit` left: no more.
+    let (all, more) = page(format!("key_id={id}&limit=5")).await;
+    assert_eq!((all, more), (newest_first.clone(), false));
+    // Filters apply to what has_more counts.
+    let (none, more) = page(format!("key_id={id}&limit=1&status=completed")).await;
+    assert_eq!((none.len(), more), (0, false));
+}

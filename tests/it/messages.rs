@@ -1161,3 +1161,21 @@ async fn a_silent_upstream_gets_pings_in_between_its_events() {
         String::from_utf8_lossy(&direct.1)
     );
 }
+
+/// A path under the messages endpoints that routes nowhere (a model id no model can have, a
+/// path below them the relay does not serve) is a 404 in the vendor's shape, like every other
+/// answer there; the video paths keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unrouted_messages_paths_answer_in_the_vendor_shape() {
+    let relay = Relay::start("").await;
+    for path in [
+        "/v1/models/%F2%83%23",
+        "/v1/messages/nope",
+        "/v1/models/a/b",
+    ] {
+        let res = relay.get(path).await;
+        assert_vendor(&res, 404, "not_found_error", "no route GET /v1/");
+    }
+    let res = relay.get("/v1/videos/%23").await;
+    res.assert_error(404, "not found", None);
+}

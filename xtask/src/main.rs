@@ -10,19 +10,22 @@ use anyhow::{Context, bail};
 
 mod bench;
 mod conformance;
+mod crash;
 mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
 #[allow(dead_code)]
 mod fake_video;
 mod fuzz;
 mod openapi;
+mod schemathesis;
 
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
   ci        fmt check, clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
-            a short fuzz pass (5 s per target), and the official SDK checks
+            a short fuzz pass (5 s per target), a short crash run, the official SDK checks
+            and a bounded Schemathesis pass
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
-  --quick   skip the slow tests, the fuzz pass and the SDK checks
+  --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
   sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)
   conformance   the black-box suite against a running relay (part of ci, which starts one);
@@ -36,8 +39,14 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   fuzz          `fuzz [--secs N] [TARGET ...]`: build the cargo-fuzz targets in fuzz/ and run
                 each for N seconds (default 60); stops at the first crash and prints its input
                 and the command that replays it (installs cargo-fuzz when missing)
+  crash         SIGKILL the relay at random moments under load, cycle after cycle over one
+                data directory, then check that no acknowledged task was lost and the ledger
+                balances (`crash --cycles 3 --debug` is part of ci)
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
-                SDK checks)";
+                SDK checks)
+  schemathesis  property-based tests of the running relay against docs/openapi.yaml
+                (Schemathesis from PyPI in target/schemathesis-venv; a bounded pass is part of
+                ci with the SDK checks)";
 
 /// Seconds each fuzz target runs in `ci` (`cargo xtask fuzz` runs them longer).
 const CI_FUZZ_SECS: &str = "5";
@@ -57,6 +66,8 @@ fn main() -> ExitCode {
         Some("openapi") => openapi::validate(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
+        Some("crash") => crash::run(&args[1..]),
+        Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("bench") => bench::bench(&root(), &target_dir(), &args[1..]),
         Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
             conformance::ci::run()
@@ -67,7 +78,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         _ => {
-            eprintln!("{USAGE}\n\n{}", conformance::USAGE);
+            eprintln!("{USAGE}\n\n{}\n\n{}", conformance::USAGE, crash::USAGE);
             return ExitCode::from(2);
         }
     };
@@ -143,12 +154,14 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     run("cargo test", &mut test)?;
     if !quick {
         fuzz::fuzz(&["--secs".to_owned(), CI_FUZZ_SECS.to_owned()])?;
+        crash::run(&["--cycles", "3", "--debug"].map(String::from))?;
     }
     if sdk {
         sdk_check()?;
     }
     if sdk {
         openapi::validate()?;
+        schemathesis::run(&["--max-examples", "10", "--max-time", "120"].map(String::from))?;
     }
     if !quick {
         conformance::ci::run()?;
@@ -384,26 +397,67 @@ pub fn start_relay_keyed(
     log: &str,
     key: Option<&str>,
 ) -> anyhow::Result<StartedRelay> {
-    let mut child = Command::new(binary)
-        .arg("--config")
+    start_relay_logged(binary, config, data, admin_token, log, key, None)
+}
+
+/// [`start_relay_keyed`] with the relay's log (its stderr) appended to `log_file` when given,
+/// so that it can be read afterwards.
+pub fn start_relay_logged(
+    binary: &Path,
+    config: &Path,
+    data: &Path,
+    admin_token: &str,
+    log: &str,
+    key: Option<&str>,
+    log_file: Option<&Path>,
+) -> anyhow::Result<StartedRelay> {
+    let stderr = match log_file {
+        Some(path) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?,
+        ),
+        None => Stdio::inherit(),
+    };
+    let mut child = relay_command(binary, config, data, admin_token, log)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    match read_startup(&mut child, key) {
+        Ok((base, key)) => Ok(StartedRelay { child, base, key }),
+        Err(e) => {
+            let exited = child.try_wait().ok().flatten();
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(match exited {
+                Some(status) => e.context(format!("the relay exited ({status})")),
+                None => e,
+            })
+        }
+    }
+}
+
+/// The command that starts `binary` with `config` over `data`, on 127.0.0.1:0.
+pub fn relay_command(
+    binary: &Path,
+    config: &Path,
+    data: &Path,
+    admin_token: &str,
+    log: &str,
+) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.arg("--config")
         .arg(config)
         .arg("--data-dir")
         .arg(data)
         .arg("--listen")
         .arg("127.0.0.1:0")
         .env("RELAY_LOG", log)
-        .env("RELAY_ADMIN_TOKEN", admin_token)
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    match read_startup(&mut child, key) {
-        Ok((base, key)) => Ok(StartedRelay { child, base, key }),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
+        .env("RELAY_ADMIN_TOKEN", admin_token);
+    cmd
 }
 
 /// Reads the relay's start-up lines: its address and, unless `known` already, the first key.

@@ -330,12 +330,20 @@ pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
     }
 }
 
-/// `GET /admin/tasks?status=&model=&key_id=&limit=`: tasks of both formats, newest first.
+/// The part of a task id that orders tasks by creation: the ULID after the last `_`.
+fn creation_order(id: &str) -> &str {
+    id.rsplit_once('_').map_or(id, |(_, ulid)| ulid)
+}
+
+/// `GET /admin/tasks?status=&model=&key_id=&limit=&after=`: tasks of both formats, newest
+/// first; `has_more` says whether more match past `limit`, and `after` (a task id, the last
+/// one of the page before) continues from there.
 pub async fn tasks(app: &Arc<App>, query: Option<&str>) -> Answer {
     use crate::http::query_param;
     let status = query_param(query, "status");
     let model = query_param(query, "model");
     let key_id = query_param(query, "key_id");
+    let after = query_param(query, "after").filter(|a| !a.is_empty());
     let limit = match query_param(query, "limit").map(|l| l.parse::<usize>()) {
         None => 100,
         Some(Ok(l)) if (1..=1000).contains(&l) => l,
@@ -348,8 +356,13 @@ pub async fn tasks(app: &Arc<App>, query: Option<&str>) -> Answer {
         Ok(all) => all,
         Err(e) => return error(&store_unavailable(e)),
     };
-    let data: Vec<Value> = all
+    let mut matching = all
         .iter()
+        .filter(|t| {
+            after
+                .as_deref()
+                .is_none_or(|a| creation_order(&t.id) < creation_order(a))
+        })
         .filter(|t| {
             status
                 .as_deref()
@@ -357,7 +370,11 @@ pub async fn tasks(app: &Arc<App>, query: Option<&str>) -> Answer {
         })
         .filter(|t| model.as_deref().is_none_or(|m| t.model == m))
         .filter(|t| key_id.as_deref().is_none_or(|k| t.owner == k))
-        .take(limit)
+        .peekable();
+    let page: Vec<&store::Task> = matching.by_ref().take(limit).collect();
+    let has_more = matching.peek().is_some();
+    let data: Vec<Value> = page
+        .into_iter()
         .map(|t| {
             json!({
                 "id": t.id, "kind": match t.kind { store::TaskKind::Video => "video", store::TaskKind::Generation => "video.generation" },
@@ -367,7 +384,7 @@ pub async fn tasks(app: &Arc<App>, query: Option<&str>) -> Answer {
             })
         })
         .collect();
-    ok(&json!({"object": "list", "data": data, "has_more": false}))
+    ok(&json!({"object": "list", "data": data, "has_more": has_more}))
 }
 
 fn status_name(status: store::TaskStatus) -> &'static str {

@@ -67,6 +67,14 @@ enum Miss {
     Method(&'static str),
 }
 
+/// `/v1/messages`, `/v1/models` and the paths under them: the vendor's endpoints.
+fn is_messages_path(path: &str) -> bool {
+    ["/v1/messages", "/v1/models"].iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
 fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(Miss::NotFound);
@@ -226,10 +234,19 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let query = parts.uri.query();
+    // The messages paths answer in the vendor's error shape, even for a path or method they
+    // do not take.
+    let answer = |err: &ApiError| {
+        if is_messages_path(path) {
+            crate::messages::vendor_error(err, &crate::messages::request_id(&parts))
+        } else {
+            error(err)
+        }
+    };
     let route = match route(&parts.method, path) {
         Ok(route) => route,
         Err(Miss::NotFound) => {
-            return error(&ApiError::new(
+            return answer(&ApiError::new(
                 ErrorCode::NotFound,
                 format!("no route {} {}", parts.method, truncate(path, 200)),
             ));
@@ -239,13 +256,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 ErrorCode::MethodNotAllowed,
                 format!("{} is not allowed here; allowed: {allow}", parts.method),
             );
-            // The messages paths answer in the vendor's error shape, even here.
-            let vendor = path.starts_with("/v1/messages") || path.starts_with("/v1/models");
-            let mut res = if vendor {
-                crate::messages::vendor_error(&err, &crate::messages::request_id(&parts))
-            } else {
-                error(&err)
-            };
+            let mut res = answer(&err);
             res.headers_mut()
                 .insert(http::header::ALLOW, HeaderValue::from_static(allow));
             return res;
@@ -499,6 +510,22 @@ mod tests {
         assert_eq!(route(&Method::GET, "/nope"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "//v1/videos"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "/openapi.yaml"), Ok(Route::OpenApi));
+    }
+
+    #[test]
+    fn messages_paths() {
+        for path in [
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/messages/nope",
+            "/v1/models",
+            "/v1/models/%23",
+        ] {
+            assert!(is_messages_path(path), "{path}");
+        }
+        for path in ["/v1/messagesx", "/v1/modelsx/a", "/v1/videos", "/v1"] {
+            assert!(!is_messages_path(path), "{path}");
+        }
     }
 
     /// Every entry of `route_table` routes, every route has an entry, and the methods a path

@@ -4,7 +4,7 @@
 
 mod checks;
 pub mod ci;
-mod client;
+pub mod client;
 mod flows;
 
 use std::time::Duration;
