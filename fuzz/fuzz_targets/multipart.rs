@@ -15,13 +15,22 @@ use http_body::Frame;
 use http_body_util::StreamBody;
 use libfuzzer_sys::fuzz_target;
 use relay_fuzz::chunkings;
-use server::multipart::{PREFIX_BYTES, read};
+use server::http::Limit;
+use server::multipart::{Limits, PREFIX_BYTES, read};
 use store::{BlobStore, LocalBlobs};
 use videos_v1::FieldValue;
 
 const BOUNDARY: &str = "fuzzboundary";
 const CONTENT_TYPE: &str = "multipart/form-data; boundary=fuzzboundary";
-const LIMIT: u64 = 1 << 20;
+/// A body of 1 MiB (text parts together as much), with no reference field allowed long text.
+const LIMITS: Limits<'static> = Limits {
+    body: Limit {
+        bytes: 1 << 20,
+        idle: std::time::Duration::from_secs(3600),
+    },
+    text: 1 << 20,
+    long_text: &[],
+};
 
 struct World {
     runtime: tokio::runtime::Runtime,
@@ -64,7 +73,7 @@ fn read_body(chunks: &[&[u8]]) -> Result<Vec<Read>, String> {
     let body = StreamBody::new(stream::iter(frames));
     let result = world
         .runtime
-        .block_on(read(body, CONTENT_TYPE, LIMIT, &world.blobs));
+        .block_on(read(body, CONTENT_TYPE, LIMITS, &world.blobs));
     let out = match result {
         Ok((fields, uploads)) => {
             let mut out = Vec::new();
