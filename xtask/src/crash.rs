@@ -664,7 +664,34 @@ async fn worker(
     }
 }
 
-/// The checks after the last start.
+/// What the last start shows of one task, through its own path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Found {
+    Final(String),
+    /// Still not final when the wait ended.
+    Unfinished(String),
+    /// `404`.
+    Lost,
+    /// An id of neither format.
+    Foreign,
+}
+
+/// Everything the checks read, gathered through the APIs after the last start.
+#[derive(Debug, Default)]
+struct Facts {
+    quota: i64,
+    acked: BTreeSet<String>,
+    /// Every task the load, the admin list or the ledger names.
+    tasks: BTreeMap<String, Found>,
+    /// `/admin/tasks` of the key: id -> status.
+    listed: HashMap<String, String>,
+    /// The key's ledger, oldest first.
+    entries: Vec<Value>,
+    /// `quota_remaining` of the key.
+    remaining: Option<i64>,
+}
+
+/// The checks after the last start: gathers the facts, then audits them.
 async fn verify(
     base: &str,
     key_id: &str,
@@ -672,50 +699,75 @@ async fn verify(
     acked: &[String],
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
-    let mut conn = Conn::new(base);
     let mut violations = Vec::new();
+    let facts = gather(base, key_id, secret, acked, &mut violations).await?;
+    let audit = audit(&facts);
+    violations.extend(audit.violations);
+    summary.violations.append(&mut violations);
+    summary.entries = facts.entries.len();
+    summary.charges = audit.charges;
+    summary.stored = facts.tasks.len();
+    summary.finals = facts
+        .tasks
+        .values()
+        .filter(|f| matches!(f, Found::Final(_)))
+        .count();
+    summary.balance = facts.remaining.unwrap_or_default();
+    Ok(())
+}
 
-    // Every acknowledged task exists and ends final.
-    let mut statuses: BTreeMap<String, String> = BTreeMap::new();
-    let mut pending: BTreeSet<String> = acked.iter().cloned().collect();
+/// Reads a task through its own path.
+async fn find(conn: &mut Conn, secret: &str, id: &str) -> anyhow::Result<Found> {
+    let Some(format) = Format::of(id) else {
+        return Ok(Found::Foreign);
+    };
+    let (status, v) = conn.get_json(&format.path(id), secret).await?;
+    if status == StatusCode::NOT_FOUND {
+        return Ok(Found::Lost);
+    }
+    if status != StatusCode::OK {
+        bail!("GET {}: {status} {v}", format.path(id));
+    }
+    let s = v["status"].as_str().unwrap_or_default().to_owned();
+    Ok(if format.is_final(&s) {
+        Found::Final(s)
+    } else {
+        Found::Unfinished(s)
+    })
+}
+
+async fn gather(
+    base: &str,
+    key_id: &str,
+    secret: &str,
+    acked: &[String],
+    violations: &mut Vec<String>,
+) -> anyhow::Result<Facts> {
+    let mut conn = Conn::new(base);
+    let mut facts = Facts {
+        quota: QUOTA,
+        acked: acked.iter().cloned().collect(),
+        ..Facts::default()
+    };
+
+    // Wait until every acknowledged task is final (or lost), up to the deadline.
+    let mut pending = facts.acked.clone();
     let deadline = Instant::now() + FINAL_DEADLINE;
-    while !pending.is_empty() {
+    loop {
         for id in pending.clone() {
-            let Some(format) = Format::of(&id) else {
-                violations.push(format!("acknowledged id {id} is of no known format"));
-                pending.remove(&id);
-                continue;
-            };
-            let (status, v) = conn.get_json(&format.path(&id), secret).await?;
-            if status == StatusCode::NOT_FOUND {
-                violations.push(format!("acknowledged task {id} was lost (404)"));
-                pending.remove(&id);
-                continue;
-            }
-            if status != StatusCode::OK {
-                bail!("GET {}: {status} {v}", format.path(&id));
-            }
-            let s = v["status"].as_str().unwrap_or_default().to_owned();
-            if format.is_final(&s) {
-                statuses.insert(id.clone(), s);
+            let found = find(&mut conn, secret, &id).await?;
+            if !matches!(found, Found::Unfinished(_)) {
                 pending.remove(&id);
             }
+            facts.tasks.insert(id, found);
         }
-        if pending.is_empty() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            violations.push(format!(
-                "{} acknowledged tasks not final after {FINAL_DEADLINE:?}, e.g. {:?}",
-                pending.len(),
-                pending.iter().take(5).collect::<Vec<_>>()
-            ));
+        if pending.is_empty() || Instant::now() >= deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    // The admin view: no task of the key left unfinished, and every listed one final.
+    // The admin view: nothing of the key left unfinished; every task of the key, page by page.
     for unfinished in ["queued", "running", "in_progress"] {
         let (status, v) = conn
             .get_json(
@@ -733,8 +785,6 @@ async fn verify(
             ));
         }
     }
-    // Every task of the key, page by page.
-    let mut admin_status: HashMap<String, String> = HashMap::new();
     let mut after = String::new();
     loop {
         let (status, page) = conn
@@ -752,7 +802,7 @@ async fn verify(
                 violations.push(format!("/admin/tasks: an entry without id or status: {t}"));
                 continue;
             };
-            if admin_status.insert(id.to_owned(), s.to_owned()).is_some() {
+            if facts.listed.insert(id.to_owned(), s.to_owned()).is_some() {
                 violations.push(format!("/admin/tasks lists {id} twice"));
             }
             after = id.to_owned();
@@ -761,29 +811,76 @@ async fn verify(
             break;
         }
     }
-    for (id, s) in &admin_status {
-        if let Some(public) = statuses.get(id)
-            && public != s
-        {
-            violations.push(format!(
-                "task {id}: /admin/tasks says {s}, its own path says {public}"
-            ));
-        }
-    }
 
-    // The ledger, oldest first.
     let (status, ledger) = conn
         .get_json(&format!("/admin/keys/{key_id}/ledger"), ADMIN_TOKEN)
         .await?;
     if status != StatusCode::OK {
         bail!("GET /admin/keys/{key_id}/ledger: {status} {ledger}");
     }
-    let entries = ledger["data"].as_array().cloned().unwrap_or_default();
-    summary.entries = entries.len();
-    let mut by_task: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
-    let mut running = QUOTA;
+    if ledger["has_more"] != false {
+        violations.push("the ledger says has_more: the check saw only part of it".to_owned());
+    }
+    facts.entries = ledger["data"].as_array().cloned().unwrap_or_default();
+
+    // Tasks stored but not acknowledged (their answers were cut off by a kill): read them too.
+    let mut others: BTreeSet<String> = facts.listed.keys().cloned().collect();
+    others.extend(
+        facts
+            .entries
+            .iter()
+            .filter_map(|e| e["task_id"].as_str())
+            .filter(|t| !t.starts_with("msg_"))
+            .map(str::to_owned),
+    );
+    for id in others {
+        if let std::collections::btree_map::Entry::Vacant(slot) = facts.tasks.entry(id) {
+            let found = find(&mut conn, secret, slot.key()).await?;
+            slot.insert(found);
+        }
+    }
+
+    let (status, key) = conn
+        .get_json(&format!("/admin/keys/{key_id}"), ADMIN_TOKEN)
+        .await?;
+    if status != StatusCode::OK {
+        bail!("GET /admin/keys/{key_id}: {status} {key}");
+    }
+    facts.remaining = key["quota_remaining"].as_i64();
+    Ok(facts)
+}
+
+#[derive(Debug, Default)]
+struct Audit {
+    violations: Vec<String>,
+    charges: usize,
+}
+
+/// The invariants, over what the APIs showed: every acknowledged task exists and is final;
+/// each task's entries are what its final status implies and no entry names an unknown task;
+/// one charge per message; the balance is the quota plus the entries, entry by entry.
+fn audit(facts: &Facts) -> Audit {
+    let mut out = Audit::default();
+    let violations = &mut out.violations;
+    let unfinished: Vec<&String> = facts
+        .tasks
+        .iter()
+        .filter(|(_, f)| matches!(f, Found::Unfinished(_)))
+        .map(|(id, _)| id)
+        .collect();
+    if !unfinished.is_empty() {
+        violations.push(format!(
+            "{} tasks not final after {FINAL_DEADLINE:?}, e.g. {:?}",
+            unfinished.len(),
+            &unfinished[..unfinished.len().min(5)]
+        ));
+    }
+
+    // The ledger, entry by entry.
+    let mut by_task: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
+    let mut running = facts.quota;
     let mut sum = 0i64;
-    for (n, e) in entries.iter().enumerate() {
+    for (n, e) in facts.entries.iter().enumerate() {
         let (Some(task), Some(kind), Some(amount)) = (
             e["task_id"].as_str(),
             e["kind"].as_str(),
@@ -796,30 +893,18 @@ async fn verify(
         running += amount;
         if e["balance_after"].as_i64() != Some(running) {
             violations.push(format!(
-                "ledger entry {n} ({task} {kind} {amount}): balance_after {} but the entries before it add up to {running}",
+                "ledger entry {n} ({task} {kind} {amount}): balance_after {} but the quota and the entries up to it make {running}",
                 e["balance_after"]
             ));
             // Go on from what the relay says, so one fault is reported once.
             running = e["balance_after"].as_i64().unwrap_or(running);
         }
-        by_task
-            .entry(task.to_owned())
-            .or_default()
-            .push((kind.to_owned(), amount));
+        by_task.entry(task).or_default().push((kind, amount));
     }
-    if ledger["has_more"] != false {
-        violations.push("the ledger says has_more: the check saw only part of it".to_owned());
-    }
-
-    // Every task that has entries, or was acknowledged, or is listed: its entries match its
-    // final status; a message has exactly one charge.
-    let mut tasks: BTreeSet<String> = statuses.keys().cloned().collect();
-    tasks.extend(admin_status.keys().cloned());
     for (id, list) in &by_task {
         if id.starts_with("msg_") {
-            summary.charges += list.len();
-            let charges = list.iter().filter(|(k, _)| k == "charge").count();
-            if charges != 1 || list.len() != 1 {
+            out.charges += list.len();
+            if list.len() != 1 || list[0].0 != "charge" {
                 violations.push(format!(
                     "message {id}: entries {list:?}, expected one charge"
                 ));
@@ -827,57 +912,58 @@ async fn verify(
             if list.iter().any(|(_, a)| *a > 0) {
                 violations.push(format!("message {id}: a charge gives credits: {list:?}"));
             }
-        } else {
-            tasks.insert(id.clone());
         }
     }
-    for id in &tasks {
-        let status = match statuses.get(id) {
-            Some(s) => s.clone(),
-            None => {
-                // Not acknowledged (its answer was cut off by a kill) but stored: it must
-                // exist and be final like any other.
-                let Some(format) = Format::of(id) else {
-                    violations.push(format!("ledger entries refer to {id}, which is no task"));
-                    continue;
-                };
-                let (code, v) = conn.get_json(&format.path(id), secret).await?;
-                if code == StatusCode::NOT_FOUND {
-                    violations.push(format!("ledger entries refer to unknown task {id}"));
-                    continue;
-                }
-                let s = v["status"].as_str().unwrap_or_default().to_owned();
-                if !format.is_final(&s) {
-                    violations.push(format!(
-                        "task {id} (not acknowledged, stored) is {s}, not final"
-                    ));
-                    continue;
-                }
-                s
+
+    for (id, found) in &facts.tasks {
+        let acked = facts.acked.contains(id);
+        let status = match found {
+            Found::Final(s) => s.as_str(),
+            Found::Unfinished(_) => continue,
+            Found::Lost if acked => {
+                violations.push(format!("acknowledged task {id} was lost (404)"));
+                continue;
+            }
+            Found::Lost => {
+                violations.push(format!(
+                    "ledger entries or /admin/tasks name {id}, which is not found"
+                ));
+                continue;
+            }
+            Found::Foreign => {
+                violations.push(format!("{id} is named as a task but is of neither format"));
+                continue;
             }
         };
-        summary.finals += 1;
-        let list = by_task.get(id).cloned().unwrap_or_default();
-        let count = |k: &str| list.iter().filter(|(kind, _)| kind == k).count();
-        let amount = |k: &str| list.iter().find(|(kind, _)| kind == k).map(|e| e.1);
-        let others = list
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "prededuct" | "settle" | "refund"))
-            .count();
-        let expected = match status.as_str() {
+        if let Some(listed) = facts.listed.get(id) {
+            if listed != status {
+                violations.push(format!(
+                    "task {id}: /admin/tasks says {listed}, its own path says {status}"
+                ));
+            }
+        } else {
+            violations.push(format!("task {id} ({status}) is missing from /admin/tasks"));
+        }
+        let list = by_task.get(id.as_str()).cloned().unwrap_or_default();
+        let count = |k: &str| list.iter().filter(|(kind, _)| *kind == k).count();
+        let amount = |k: &str| list.iter().find(|(kind, _)| *kind == k).map(|e| e.1);
+        let expected = match status {
             "completed" | "succeeded" => (1, 1, 0),
             _ => (1, 0, 1),
         };
-        if (count("prededuct"), count("settle"), count("refund")) != expected || others > 0 {
+        let counts = (count("prededuct"), count("settle"), count("refund"));
+        if counts != expected || list.len() != 2 {
             violations.push(format!(
-                "task {id} is {status}: entries {list:?}, expected prededuct + {}",
+                "task {id} is {status}: entries {list:?}, expected a prededuct and a {}",
                 if expected.1 == 1 { "settle" } else { "refund" }
             ));
             continue;
         }
         let price = -amount("prededuct").unwrap_or(0);
         if price <= 0 {
-            violations.push(format!("task {id}: pre-deduction {list:?} takes nothing"));
+            violations.push(format!(
+                "task {id}: a pre-deduction that takes nothing: {list:?}"
+            ));
         }
         if let Some(refund) = amount("refund")
             && refund != price
@@ -894,48 +980,25 @@ async fn verify(
             ));
         }
     }
-    summary.stored = tasks.len();
-    // Tasks the key's ledger or the load know that the admin list lacks. (A listed task
-    // that neither knows has no entries, and was checked above like the others.)
-    let unlisted: Vec<&String> = tasks
-        .iter()
-        .filter(|t| !admin_status.contains_key(*t))
-        .collect();
-    if !unlisted.is_empty() {
-        violations.push(format!(
-            "/admin/tasks does not list {} tasks of the key, e.g. {:?}",
-            unlisted.len(),
-            &unlisted[..unlisted.len().min(5)]
-        ));
-    }
 
-    // The balance.
-    let (status, key) = conn
-        .get_json(&format!("/admin/keys/{key_id}"), ADMIN_TOKEN)
-        .await?;
-    if status != StatusCode::OK {
-        bail!("GET /admin/keys/{key_id}: {status} {key}");
-    }
-    let remaining = key["quota_remaining"].as_i64();
-    summary.balance = remaining.unwrap_or_default();
-    if remaining != Some(QUOTA + sum) {
+    if facts.remaining != Some(facts.quota + sum) {
         violations.push(format!(
-            "quota_remaining {} but the starting quota {QUOTA} plus the ledger's {} entries is {}",
-            key["quota_remaining"],
-            entries.len(),
-            QUOTA + sum
+            "quota_remaining {:?} but the starting quota {} plus the ledger's {} entries is {}",
+            facts.remaining,
+            facts.quota,
+            facts.entries.len(),
+            facts.quota + sum
         ));
     }
-    if let Some(last) = entries.last()
-        && last["balance_after"].as_i64() != remaining
+    if let Some(last) = facts.entries.last()
+        && last["balance_after"].as_i64() != facts.remaining
     {
         violations.push(format!(
-            "quota_remaining {} but the last ledger entry's balance_after is {}",
-            key["quota_remaining"], last["balance_after"]
+            "quota_remaining {:?} but the last ledger entry's balance_after is {}",
+            facts.remaining, last["balance_after"]
         ));
     }
-    summary.violations.append(&mut violations);
-    Ok(())
+    out
 }
 
 #[cfg(test)]
@@ -950,6 +1013,141 @@ mod tests {
         };
         assert_eq!(draws(42), draws(42));
         assert_ne!(draws(42), draws(43));
+    }
+
+    /// Ledger entries with correct running balances from `quota`.
+    fn ledger(quota: i64, moves: &[(&str, &str, i64)]) -> Vec<Value> {
+        let mut balance = quota;
+        moves
+            .iter()
+            .map(|(task, kind, amount)| {
+                balance += amount;
+                json!({"task_id": task, "kind": kind, "amount": amount, "balance_after": balance})
+            })
+            .collect()
+    }
+
+    /// A run that went right: a completed video, a failed generation, a message, and a task
+    /// stored but never acknowledged (cancelled).
+    fn good() -> Facts {
+        let entries = ledger(
+            1000,
+            &[
+                ("video_1", "prededuct", -50),
+                ("gen_2", "prededuct", -20),
+                ("msg_3", "charge", -1),
+                ("video_1", "settle", 0),
+                ("video_4", "prededuct", -60),
+                ("gen_2", "refund", 20),
+                ("video_4", "refund", 60),
+            ],
+        );
+        let task = |s: &str| Found::Final(s.to_owned());
+        Facts {
+            quota: 1000,
+            acked: ["video_1", "gen_2"].map(String::from).into(),
+            tasks: [
+                ("video_1".to_owned(), task("completed")),
+                ("gen_2".to_owned(), task("failed")),
+                ("video_4".to_owned(), task("cancelled")),
+            ]
+            .into(),
+            listed: [
+                ("video_1", "completed"),
+                ("gen_2", "failed"),
+                ("video_4", "cancelled"),
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .into(),
+            remaining: Some(1000 - 51),
+            entries,
+        }
+    }
+
+    fn violations(facts: &Facts) -> String {
+        audit(facts).violations.join("\n")
+    }
+
+    #[test]
+    fn a_run_that_went_right_passes() {
+        let audit = audit(&good());
+        assert!(audit.violations.is_empty(), "{:?}", audit.violations);
+        assert_eq!(audit.charges, 1);
+    }
+
+    #[test]
+    fn each_broken_invariant_is_named() {
+        let mut f = good();
+        f.tasks.insert("video_1".into(), Found::Lost);
+        assert!(violations(&f).contains("acknowledged task video_1 was lost"));
+
+        let mut f = good();
+        f.tasks
+            .insert("gen_2".into(), Found::Unfinished("running".into()));
+        assert!(violations(&f).contains("not final"), "{}", violations(&f));
+
+        // A double refund: the balance follows it, the task's entries do not fit.
+        let mut f = good();
+        f.entries = ledger(
+            1000,
+            &[
+                ("video_1", "prededuct", -50),
+                ("video_1", "settle", 0),
+                ("gen_2", "prededuct", -20),
+                ("gen_2", "refund", 20),
+                ("gen_2", "refund", 20),
+                ("msg_3", "charge", -1),
+                ("video_4", "prededuct", -60),
+                ("video_4", "refund", 60),
+            ],
+        );
+        f.remaining = Some(1000 - 31);
+        let v = violations(&f);
+        assert!(v.contains("task gen_2 is failed"), "{v}");
+
+        // A settle where the status says refund.
+        let mut f = good();
+        f.tasks
+            .insert("video_4".into(), Found::Final("completed".into()));
+        f.listed.insert("video_4".into(), "completed".into());
+        assert!(violations(&f).contains("expected a prededuct and a settle"));
+
+        // An entry of a task that is not there.
+        let mut f = good();
+        f.tasks.insert("video_4".into(), Found::Lost);
+        assert!(violations(&f).contains("video_4, which is not found"));
+
+        // Two charges of one message.
+        let mut f = good();
+        let mut moves = vec![("msg_3", "charge", -1)];
+        moves.extend([
+            ("video_1", "prededuct", -50),
+            ("video_1", "settle", 0),
+            ("gen_2", "prededuct", -20),
+            ("gen_2", "refund", 20),
+            ("msg_3", "charge", -1),
+            ("video_4", "prededuct", -60),
+            ("video_4", "refund", 60),
+        ]);
+        f.entries = ledger(1000, &moves);
+        f.remaining = Some(1000 - 52);
+        assert!(violations(&f).contains("message msg_3"));
+
+        // The key's balance off the ledger, and one entry's balance_after off its sum.
+        let mut f = good();
+        f.remaining = Some(1000);
+        assert!(violations(&f).contains("quota_remaining"));
+        let mut f = good();
+        f.entries[2]["balance_after"] = json!(5);
+        assert!(violations(&f).contains("ledger entry 2"));
+
+        // The admin list disagrees or lacks a task.
+        let mut f = good();
+        f.listed.insert("gen_2".into(), "cancelled".into());
+        assert!(violations(&f).contains("/admin/tasks says cancelled"));
+        let mut f = good();
+        f.listed.remove("video_4");
+        assert!(violations(&f).contains("missing from /admin/tasks"));
     }
 
     #[test]
