@@ -533,7 +533,15 @@ impl ChatStream {
         });
     }
 
-    fn tool_call(&mut self, position: usize, call: &ChatToolCall, events: &mut Vec<StreamEvent>) {
+    /// A tool call's piece. A call continued (with arguments) after another block began cannot
+    /// be expressed in the vendor's events (a block's deltas come between its start and stop),
+    /// so it fails the stream rather than sending a delta of a closed block.
+    fn tool_call(
+        &mut self,
+        position: usize,
+        call: &ChatToolCall,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), ConvertError> {
         self.had_tool_calls = true;
         let upstream_index = call.index.unwrap_or(position);
         let function = call.function.as_ref();
@@ -561,6 +569,11 @@ impl ChatStream {
         if let Some(arguments) = function.and_then(|f| f.arguments.as_deref())
             && !arguments.is_empty()
         {
+            if self.open != Some(Open::Tool(block)) {
+                return Err(ConvertError::Invalid(format!(
+                    "tool call {upstream_index} continued after another content block began"
+                )));
+            }
             self.produced += count_text(arguments);
             events.push(StreamEvent::ContentBlockDelta {
                 index: block,
@@ -569,6 +582,7 @@ impl ChatStream {
                 },
             });
         }
+        Ok(())
     }
 
     /// One SSE `data:` payload of the upstream stream. Nothing after `[DONE]` counts (what a
@@ -602,7 +616,7 @@ impl ChatStream {
                     self.text(refusal, &mut events);
                 }
                 for (position, call) in delta.tool_calls.iter().flatten().enumerate() {
-                    self.tool_call(position, call, &mut events);
+                    self.tool_call(position, call, &mut events)?;
                 }
             }
             if let Some(finish) = choice.finish_reason {

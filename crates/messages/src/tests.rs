@@ -697,3 +697,67 @@ fn nothing_after_done_counts() {
     assert_eq!(s.data("not json"), Ok(Vec::new()));
     assert_eq!(s.usage().output_tokens, crate::tokens::count_text("hi"));
 }
+
+/// A tool call whose arguments go on after another block began (text, or another call) fails
+/// the stream: a delta of a closed block is not a valid event sequence. Calls one after
+/// another convert as before.
+#[test]
+fn a_tool_call_resumed_after_another_block_is_an_error() {
+    let r = req(with(json!({"stream": true})));
+    let call = |index: u64, name: Option<&str>, arguments: &str| {
+        let mut function = json!({"arguments": arguments});
+        if let Some(name) = name {
+            function["name"] = json!(name);
+        }
+        json!({"choices": [{"delta": {"tool_calls": [{"index": index, "function": function}]}}]})
+            .to_string()
+    };
+    let text = json!({"choices": [{"delta": {"content": "Let me check."}}]}).to_string();
+
+    let mut s = ChatStream::new("msg_1", "conv", &r, 5);
+    s.data(&call(0, Some("get_weather"), "")).unwrap();
+    s.data(&text).unwrap();
+    assert!(matches!(
+        s.data(&call(0, None, "{\"city\": \"Paris\"}")),
+        Err(ConvertError::Invalid(_))
+    ));
+
+    let mut s = ChatStream::new("msg_1", "conv", &r, 5);
+    s.data(&call(0, Some("a"), "")).unwrap();
+    s.data(&call(1, Some("b"), "{}")).unwrap();
+    assert!(matches!(
+        s.data(&call(0, None, "{}")),
+        Err(ConvertError::Invalid(_))
+    ));
+
+    let mut s = ChatStream::new("msg_1", "conv", &r, 5);
+    let mut events = Vec::new();
+    for piece in [
+        call(0, Some("a"), "{\"x\":"),
+        call(0, None, "1}"),
+        call(1, Some("b"), "{}"),
+    ] {
+        events.extend(s.data(&piece).unwrap());
+    }
+    events.extend(s.data(&call(1, None, "")).unwrap());
+    let indexes: Vec<(&str, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ContentBlockStart { index, .. } => Some(("start", *index)),
+            StreamEvent::ContentBlockDelta { index, .. } => Some(("delta", *index)),
+            StreamEvent::ContentBlockStop { index } => Some(("stop", *index)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        indexes,
+        [
+            ("start", 0),
+            ("delta", 0),
+            ("delta", 0),
+            ("stop", 0),
+            ("start", 1),
+            ("delta", 1)
+        ]
+    );
+}

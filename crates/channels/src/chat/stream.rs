@@ -77,7 +77,7 @@ enum Inner {
 /// The bytes of a native upstream stream, held until an event boundary and read on the way
 /// for usage, the end (`message_stop`) and `error` events. No I/O: [`ChatEventStream`] feeds it
 /// what the upstream sends.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NativeCut {
     decoder: SseDecoder,
     held: BytesMut,
@@ -85,11 +85,19 @@ pub struct NativeCut {
     upstream_error: bool,
 }
 
+impl Default for NativeCut {
+    fn default() -> Self {
+        NativeCut::new()
+    }
+}
+
 impl NativeCut {
     pub fn new() -> NativeCut {
         NativeCut {
             decoder: SseDecoder::new(),
-            ..NativeCut::default()
+            held: BytesMut::new(),
+            finished: false,
+            upstream_error: false,
         }
     }
 
@@ -415,6 +423,26 @@ mod tests {
 
     const TEXT: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"partial\"}}]}\n\n";
     const ERROR: &str = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
+
+    /// A native stream is handed out at event boundaries only, wherever its chunks end (a
+    /// `\r\n` split across chunks included).
+    #[test]
+    fn native_pieces_end_at_event_boundaries() {
+        let mut cut = NativeCut::new();
+        let mut usage = Usage::default();
+        assert_eq!(cut.push(b"event: ping\r", &mut usage), None);
+        assert_eq!(cut.push(b"\ndata: {}", &mut usage), None);
+        let piece = cut.push(b"\r\n\r", &mut usage);
+        assert_eq!(
+            piece.as_deref(),
+            Some(&b"event: ping\r\ndata: {}\r\n\r"[..])
+        );
+        assert_eq!(
+            cut.push(b"\nevent: x\r", &mut usage).as_deref(),
+            Some(&b"\n"[..])
+        );
+        assert_eq!(cut.push(b"\n", &mut usage), None);
+    }
 
     /// What converted before a failure is handed out with it, whether it came in the same
     /// chunk as the failure or in an earlier one.
