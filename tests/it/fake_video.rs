@@ -152,16 +152,7 @@ impl FakeVideo {
                     _ = &mut stopped => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
-                        let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
-                        tokio::spawn(async move {
-                            let svc = service_fn(move |req: Request<Incoming>| {
-                                let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
-                                async move { Ok::<_, Infallible>(handle(req, &sw, &st, &b).await) }
-                            });
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(TokioIo::new(stream), svc)
-                                .await;
-                        });
+                        serve_conn(stream, &sw, &st, &b);
                     }
                 }
             }
@@ -183,16 +174,7 @@ impl FakeVideo {
         let (sw, st, b) = (self.switches.clone(), self.state.clone(), base.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: Request<Incoming>| {
-                        let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
-                        async move { Ok::<_, Infallible>(handle(req, &sw, &st, &b).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
+                serve_conn(stream, &sw, &st, &b);
             }
         });
         base
@@ -310,6 +292,25 @@ fn prompt_of(body: &[u8], ark: bool) -> Option<String> {
     let start = text.find("name=\"prompt\"\r\n\r\n")? + "name=\"prompt\"\r\n\r\n".len();
     let end = text[start..].find("\r\n--")?;
     Some(text[start..start + end].to_owned())
+}
+
+/// Serves one accepted connection with [`handle`], on a task of its own.
+fn serve_conn(
+    stream: tokio::net::TcpStream,
+    sw: &Arc<Switches>,
+    st: &Arc<Mutex<State>>,
+    base: &str,
+) {
+    let (sw, st, b) = (sw.clone(), st.clone(), base.to_owned());
+    tokio::spawn(async move {
+        let svc = service_fn(move |req: Request<Incoming>| {
+            let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
+            async move { Ok::<_, Infallible>(handle(req, &sw, &st, &b).await) }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), svc)
+            .await;
+    });
 }
 
 async fn handle(

@@ -110,6 +110,30 @@ fn cargo() -> Command {
     cmd
 }
 
+/// A virtualenv `target/DIR` (made when missing) with `pin` pip-installed; its python.
+pub fn python_with(dir: &str, pin: &str) -> anyhow::Result<PathBuf> {
+    let venv = target_dir().join(dir);
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        run(
+            "python3 -m venv",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    run(
+        &format!("pip install {pin}"),
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            pin,
+        ]),
+    )?;
+    Ok(python)
+}
+
 fn run(what: &str, cmd: &mut Command) -> anyhow::Result<()> {
     eprintln!("xtask: {what}");
     let started = Instant::now();
@@ -180,25 +204,7 @@ fn sdk_check() -> anyhow::Result<()> {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join("target"));
-    let venv = target.join("sdk-venv");
-    let python = venv.join("bin").join("python");
-    if !python.exists() {
-        run(
-            "python3 -m venv",
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        )?;
-    }
-    run(
-        "pip install the OpenAI SDK",
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            OPENAI_SDK,
-        ]),
-    )?;
+    let python = python_with("sdk-venv", OPENAI_SDK)?;
 
     let work = target.join("sdk-check");
     let _ = std::fs::remove_dir_all(&work);
@@ -250,26 +256,7 @@ fn anthropic_sdk_check() -> anyhow::Result<()> {
         .unwrap_or_else(|_| root.join("target"));
     let mut pythons = Vec::new();
     for (dir, pin) in ANTHROPIC_SDKS {
-        let venv = target.join(dir);
-        let python = venv.join("bin").join("python");
-        if !python.exists() {
-            run(
-                "python3 -m venv",
-                Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            )?;
-        }
-        run(
-            &format!("pip install {pin}"),
-            Command::new(&python).args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                pin,
-            ]),
-        )?;
-        pythons.push((pin, python));
+        pythons.push((pin, python_with(dir, pin)?));
     }
     let sdk_dir = root.join("tests").join("sdk");
     let work = target.join("sdk-check-messages");

@@ -100,25 +100,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     )?;
     let root = crate::root();
     let target = crate::target_dir();
-    let venv = target.join("schemathesis-venv");
-    let python = venv.join("bin").join("python");
-    if !python.exists() {
-        crate::run(
-            "python3 -m venv",
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        )?;
-    }
-    crate::run(
-        &format!("pip install {SCHEMATHESIS}"),
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            SCHEMATHESIS,
-        ]),
-    )?;
+    let python = crate::python_with("schemathesis-venv", SCHEMATHESIS)?;
 
     let work = target.join("schemathesis");
     let _ = std::fs::remove_dir_all(&work);
@@ -152,7 +134,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
              [parameters]\n\"header.anthropic-version\" = \"2023-06-01\"\n",
         ),
     )?;
-    let mut cmd = Command::new(venv.join("bin").join("schemathesis"));
+    let mut cmd = Command::new(python.with_file_name("schemathesis"));
     cmd.arg("--config-file")
         .arg(&auth)
         .arg("--no-color")
