@@ -15,12 +15,13 @@ use anyhow::{Context, bail};
 
 use crate::{cargo, root, run, target_dir};
 
-pub const USAGE: &str = "usage: cargo xtask fuzz [--secs N] [TARGET ...]
+pub const USAGE: &str = "usage: cargo xtask fuzz [--secs N] [--dev] [TARGET ...]
 
   Builds every fuzz target in fuzz/ (cargo fuzz build -s none) and runs each TARGET (default:
   all) for N seconds (default 60) over fuzz/corpus/TARGET plus a working corpus in
   target/fuzz/corpus/TARGET. Installs cargo-fuzz first when it is missing. Stops at the first
-  crash and prints the input and the command that replays it.";
+  crash and prints the input and the command that replays it. --dev builds without
+  optimisation: a much shorter build, slower runs (for short passes such as ci's).";
 
 /// What one target's run came to.
 struct Summary {
@@ -33,6 +34,7 @@ struct Summary {
 
 pub fn fuzz(args: &[String]) -> anyhow::Result<()> {
     let mut secs: u64 = 60;
+    let mut dev = false;
     let mut chosen = Vec::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -44,6 +46,7 @@ pub fn fuzz(args: &[String]) -> anyhow::Result<()> {
                     .filter(|n| *n > 0)
                     .with_context(|| format!("--secs needs a number of seconds\n{USAGE}"))?;
             }
+            "--dev" => dev = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -64,15 +67,15 @@ pub fn fuzz(args: &[String]) -> anyhow::Result<()> {
 
     ensure_cargo_fuzz()?;
     let out = target_dir().join("fuzz");
-    run(
-        "cargo fuzz build (every target)",
-        cargo()
-            .args(["fuzz", "build", "-s", "none", "--fuzz-dir"])
-            .arg(&fuzz_dir)
-            .arg("--target-dir")
-            .arg(&out),
-    )?;
-    let bin_dir = out.join(host_triple()?).join("release");
+    let mut build = cargo();
+    build.args(["fuzz", "build", "-s", "none", "--fuzz-dir"]);
+    build.arg(&fuzz_dir).arg("--target-dir").arg(&out);
+    if dev {
+        build.arg("--dev");
+    }
+    run("cargo fuzz build (every target)", &mut build)?;
+    let profile = if dev { "debug" } else { "release" };
+    let bin_dir = out.join(host_triple()?).join(profile);
 
     let started = Instant::now();
     for target in &chosen {
@@ -196,8 +199,9 @@ fn run_target(
         match crash {
             Some(input) => bail!(
                 "fuzz target {target} crashed ({status}); the input: {}\n  replay it: cargo fuzz \
-                 run -s none --fuzz-dir fuzz --target-dir {} {target} {}\n  the log: {}",
+                 run -s none{} --fuzz-dir fuzz --target-dir {} {target} {}\n  the log: {}",
                 input.display(),
+                if profile_dev(bin_dir) { " --dev" } else { "" },
                 relative(root, out).display(),
                 relative(root, &input).display(),
                 log_path.display()
@@ -209,6 +213,11 @@ fn run_target(
         }
     }
     Ok(summarise(&text))
+}
+
+/// Whether the binaries are of a `--dev` build.
+fn profile_dev(bin_dir: &Path) -> bool {
+    bin_dir.ends_with("debug")
 }
 
 fn relative(root: &Path, path: &Path) -> PathBuf {
