@@ -84,11 +84,8 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         };
         match arg.as_str() {
             "--cycles" => {
-                opts.cycles = value("--cycles")?
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .with_context(|| format!("--cycles must be a whole number >= 1\n{USAGE}"))?;
+                opts.cycles =
+                    crate::count_flag(&value("--cycles")?, "--cycles", 1, u32::MAX, USAGE)?;
             }
             "--seed" => {
                 opts.seed = value("--seed")?
@@ -96,11 +93,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
                     .with_context(|| format!("--seed must be a whole number\n{USAGE}"))?;
             }
             "--workers" => {
-                opts.workers = value("--workers")?
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .with_context(|| format!("--workers must be from 1 to 64\n{USAGE}"))?;
+                opts.workers = crate::count_flag(&value("--workers")?, "--workers", 1, 64, USAGE)?;
             }
             "--debug" => opts.debug = true,
             other => bail!("unknown argument {other}\n{USAGE}"),

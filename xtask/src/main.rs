@@ -110,6 +110,15 @@ fn cargo() -> Command {
     cmd
 }
 
+/// A flag's whole-number value within `min..=max`; else an error naming the flag and the
+/// accepted range, followed by `usage`.
+pub fn count_flag(text: &str, flag: &str, min: u32, max: u32, usage: &str) -> anyhow::Result<u32> {
+    text.parse()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .with_context(|| format!("{flag} must be a whole number from {min} to {max}\n{usage}"))
+}
+
 /// A virtualenv `target/DIR` (made when missing) with `pin` pip-installed; its python.
 pub fn python_with(dir: &str, pin: &str) -> anyhow::Result<PathBuf> {
     let venv = target_dir().join(dir);

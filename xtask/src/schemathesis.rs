@@ -62,22 +62,17 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         };
         match arg.as_str() {
             "--max-examples" => {
-                opts.max_examples = value("--max-examples")?
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .with_context(|| {
-                        format!("--max-examples must be a whole number >= 1\n{USAGE}")
-                    })?;
+                opts.max_examples = crate::count_flag(
+                    &value("--max-examples")?,
+                    "--max-examples",
+                    1,
+                    u32::MAX,
+                    USAGE,
+                )?;
             }
             "--max-time" => {
-                opts.max_time = value("--max-time")?
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .with_context(|| {
-                        format!("--max-time must be a whole number of seconds >= 1\n{USAGE}")
-                    })?;
+                opts.max_time =
+                    crate::count_flag(&value("--max-time")?, "--max-time", 1, u32::MAX, USAGE)?;
             }
             "--seed" => {
                 opts.seed = Some(
