@@ -8,9 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use store::{Key, KeyStatus, RateLimit, StoreError};
 
-use crate::app::{App, new_key};
-use crate::http::{Answer, error, ok, parse_json, read_body};
-use crate::tasks::{blocking, store_unavailable};
+use crate::app::{App, blocking, new_key};
+use crate::http::{Answer, error, ok, parse_json, read_body, store_unavailable};
 
 /// A key as operators see it (never its secret or hash).
 pub fn key_record(key: &Key) -> Value {
@@ -413,8 +412,10 @@ pub async fn channels(app: &Arc<App>) -> Answer {
         Ok(t) => t,
         Err(e) => return error(&store_unavailable(e)),
     };
+    let routing = app.engine.routing();
     let data: Vec<Value> = app
-        .video_channels
+        .engine
+        .channels()
         .iter()
         .map(|c| {
             let in_flight = unfinished
@@ -423,14 +424,14 @@ pub async fn channels(app: &Arc<App>) -> Answer {
                 .count();
             let stats = app.channel_stats.get(c.name());
             let (calls, failures) = stats.map(|s| s.totals()).unwrap_or((0, 0));
-            let count = |pick: fn(&crate::routing::Health) -> &std::sync::atomic::AtomicU64| {
-                app.routing
+            let count = |pick: fn(&engine::Health) -> &std::sync::atomic::AtomicU64| {
+                routing
                     .health(c.name())
                     .map_or(0, |h| pick(h).load(std::sync::atomic::Ordering::Relaxed))
             };
-            let health = app.routing.health(c.name());
+            let health = routing.health(c.name());
             json!({
-                "name": c.name(), "kind": c.kind(), "healthy": app.routing.is_healthy(c.name()),
+                "name": c.name(), "kind": c.kind(), "healthy": routing.is_healthy(c.name()),
                 "max_concurrency": health.map(|h| h.max_concurrency),
                 "max_calls_per_sec": health.and_then(|h| h.rate.as_ref()).map(|r| r.per_sec()),
                 "calls_paced": count(|h| &h.calls_paced),

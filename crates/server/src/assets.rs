@@ -15,155 +15,32 @@
 //! - Deleting an asset or a library removes the stored bytes.
 
 mod inspect;
+mod processor;
+mod wire;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use assets::{
-    AssetListQuery, AssetObject, Deleted, FailureCode, LibraryObject, List, ListOrder, Part,
-    UploadSource,
-};
+use assets::{AssetListQuery, AssetObject, Deleted, LibraryObject, List, Part, UploadSource};
+use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
-use fetch::{FetchError, MediaKind};
 use http::HeaderMap;
 use hyper::body::Incoming;
 use store::{
-    AssetQuery, AssetRecord, AssetSource, AssetStatus, AssetType, Key, Library, Order, StoreError,
+    AssetQuery, AssetRecord, AssetSource, AssetStatus, AssetType, Key, Library, StoreError,
 };
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 use videos_v1::FieldValue;
 
-use crate::app::{App, now_secs};
-use crate::http::{Answer, error, media_type, ok, parse_json, read_body};
+use crate::app::{App, blocking};
+use crate::http::{
+    Answer, MAX_ID_LEN, error, media_type, ok, parse_json, read_body, store_unavailable,
+};
 use crate::multipart;
-use crate::tasks::{MAX_ID_LEN, blocking, store_unavailable};
 
 pub use inspect::{Inspected, Rejected, inspect};
-
-/// Assets processed at once.
-pub const CONCURRENCY: usize = 4;
-/// How often [`run`] looks for expired assets and for processing work nobody announced.
-const TICK: Duration = Duration::from_millis(500);
-/// Expired assets moved per look.
-const EXPIRY_BATCH: usize = 256;
-/// How long [`run`] waits at shutdown for the processing steps under way.
-const DRAIN: Duration = Duration::from_secs(10);
-
-/// A new id `prefix_<ULID>`. The ULIDs of this process increase strictly (also within one
-/// millisecond), so listings by id are in creation order.
-fn new_id(prefix: &str) -> String {
-    static IDS: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
-    let id = IDS
-        .lock()
-        .ok()
-        .and_then(|mut ids| ids.generate().ok())
-        // The random part overflowed within one millisecond (practically never): a plain ULID.
-        .unwrap_or_else(|| ulid::Ulid::from_datetime(std::time::SystemTime::now()));
-    format!("{prefix}_{id}")
-}
-
-/// The blob of an asset's bytes.
-pub fn blob_id(asset_id: &str) -> String {
-    format!("assets/{asset_id}/original")
-}
-
-fn blob_prefix(asset_id: &str) -> String {
-    format!("assets/{asset_id}")
-}
-
-// ---- wire conversions ----
-
-pub fn wire_type(t: AssetType) -> assets::AssetType {
-    match t {
-        AssetType::Image => assets::AssetType::Image,
-        AssetType::Video => assets::AssetType::Video,
-        AssetType::Audio => assets::AssetType::Audio,
-    }
-}
-
-fn store_type(t: assets::AssetType) -> AssetType {
-    match t {
-        assets::AssetType::Image => AssetType::Image,
-        assets::AssetType::Video => AssetType::Video,
-        assets::AssetType::Audio => AssetType::Audio,
-    }
-}
-
-fn store_type_of(kind: MediaKind) -> AssetType {
-    match kind {
-        MediaKind::Image => AssetType::Image,
-        MediaKind::Video => AssetType::Video,
-        MediaKind::Audio => AssetType::Audio,
-    }
-}
-
-fn kind_of(t: AssetType) -> MediaKind {
-    match t {
-        AssetType::Image => MediaKind::Image,
-        AssetType::Video => MediaKind::Video,
-        AssetType::Audio => MediaKind::Audio,
-    }
-}
-
-pub fn wire_status(s: AssetStatus) -> assets::AssetStatus {
-    match s {
-        AssetStatus::Processing => assets::AssetStatus::Processing,
-        AssetStatus::Active => assets::AssetStatus::Active,
-        AssetStatus::Failed => assets::AssetStatus::Failed,
-        AssetStatus::Expired => assets::AssetStatus::Expired,
-    }
-}
-
-fn store_status(s: assets::AssetStatus) -> AssetStatus {
-    match s {
-        assets::AssetStatus::Processing => AssetStatus::Processing,
-        assets::AssetStatus::Active => AssetStatus::Active,
-        assets::AssetStatus::Failed => AssetStatus::Failed,
-        assets::AssetStatus::Expired => AssetStatus::Expired,
-    }
-}
-
-fn store_order(o: ListOrder) -> Order {
-    match o {
-        ListOrder::Asc => Order::Asc,
-        ListOrder::Desc => Order::Desc,
-    }
-}
-
-/// The asset record as clients see it.
-pub fn record(a: &AssetRecord) -> AssetObject {
-    AssetObject {
-        id: a.id.clone(),
-        object: "asset".to_owned(),
-        library_id: a.library_id.clone(),
-        family: a.family.clone(),
-        asset_type: a.asset_type.map(wire_type),
-        status: wire_status(a.status),
-        format: a.format.clone(),
-        bytes: a.bytes,
-        created_at: a.created_at,
-        expires_at: a.expires_at,
-        error: a.error.as_ref().map(|e| assets::AssetError {
-            code: e.code.clone(),
-            message: e.message.clone(),
-        }),
-    }
-}
-
-/// The library record as clients see it.
-pub fn library_record(l: &Library) -> LibraryObject {
-    LibraryObject::new(
-        l.id.clone(),
-        l.name.clone(),
-        l.family.clone(),
-        l.created_at,
-        l.asset_count,
-    )
-}
-
-// ---- lookups ----
+use processor::remove_blobs;
+pub use processor::{CONCURRENCY, run};
+pub use wire::{blob_id, library_record, record, wire_status, wire_type};
+use wire::{new_id, store_order, store_status, store_type};
 
 fn no_library(id: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, format!("no asset library {id}"))
@@ -198,26 +75,6 @@ async fn owned_asset(app: &Arc<App>, key: &Key, id: &str) -> Result<AssetRecord,
         .map_err(store_unavailable)?
         .filter(|a| a.owner == key.id)
         .ok_or_else(|| no_asset(id))
-}
-
-/// Removes an asset's stored bytes, off the async workers; failures are logged only (the
-/// record is gone either way).
-async fn remove_blobs(app: &Arc<App>, asset_ids: Vec<String>) {
-    if asset_ids.is_empty() {
-        return;
-    }
-    let blobs = app.blobs.clone();
-    let removed = tokio::task::spawn_blocking(move || {
-        for id in asset_ids {
-            if let Err(e) = blobs.delete_prefix(&blob_prefix(&id)) {
-                tracing::warn!(asset = %id, "removing the asset's bytes: {e}");
-            }
-        }
-    })
-    .await;
-    if let Err(e) = removed {
-        tracing::warn!("removing asset bytes: {e}");
-    }
 }
 
 fn require_json(headers: &HeaderMap, what: &str) -> Result<(), ApiError> {
@@ -613,225 +470,6 @@ fn fact_of(id: String, asset: Option<&AssetRecord>) -> AssetFact {
 
 // ---- background work ----
 
-/// Processes assets and expires them until `shutdown` turns true; then lets the processing
-/// steps under way finish (a fetch is abandoned: its asset stays `processing` and is picked up
-/// at the next start).
-pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let mut work: JoinSet<()> = JoinSet::new();
-    // Asset ids under way, by the id of the task processing them.
-    let mut in_flight: HashMap<tokio::task::Id, String> = HashMap::new();
-    loop {
-        if *shutdown.borrow() {
-            break;
-        }
-        // Start processing what the index holds, up to the limit.
-        let free = CONCURRENCY.saturating_sub(in_flight.len());
-        if free > 0 {
-            let limit = in_flight.len() + free;
-            match blocking(&app, move |s| s.processing_assets(limit)).await {
-                Ok(pending) => {
-                    let pending: Vec<AssetRecord> = pending
-                        .into_iter()
-                        .filter(|a| !in_flight.values().any(|id| *id == a.id))
-                        .take(free)
-                        .collect();
-                    for asset in pending {
-                        let id = asset.id.clone();
-                        let (app, stop) = (app.clone(), shutdown.clone());
-                        let task = work.spawn(async move { process(&app, asset, stop).await });
-                        in_flight.insert(task.id(), id);
-                    }
-                }
-                Err(e) => tracing::error!("assets: reading the processing index: {e}"),
-            }
-        }
-        expire_due(&app).await;
-        tokio::select! {
-            Some(done) = work.join_next_with_id(), if !work.is_empty() => {
-                let task = match done {
-                    Ok((task, ())) => task,
-                    Err(e) => {
-                        // The asset stays `processing` and is tried again.
-                        tracing::error!("assets: a processing step failed: {e}");
-                        e.id()
-                    }
-                };
-                in_flight.remove(&task);
-            }
-            () = app.asset_wake.notified() => {}
-            () = tokio::time::sleep(TICK) => {}
-            changed = shutdown.changed() => {
-                if changed.is_err() {
-                    // The server is gone without saying stop: stop too.
-                    break;
-                }
-            }
-        }
-    }
-    if tokio::time::timeout(DRAIN, async { while work.join_next().await.is_some() {} })
-        .await
-        .is_err()
-    {
-        tracing::warn!("assets: processing still under way after {DRAIN:?}; abandoning it");
-        work.shutdown().await;
-    }
-}
-
-/// Moves every active asset past its `expires_at` to `expired`.
-async fn expire_due(app: &Arc<App>) {
-    loop {
-        let now = now_secs();
-        let due = match blocking(app, move |s| s.expired_assets(now, EXPIRY_BATCH)).await {
-            Ok(due) => due,
-            Err(e) => {
-                tracing::error!("assets: reading the expiry index: {e}");
-                return;
-            }
-        };
-        let full = due.len() == EXPIRY_BATCH;
-        let ids: Vec<String> = due.into_iter().map(|a| a.id).collect();
-        let moved = blocking(app, move |s| {
-            for id in &ids {
-                match s.transition_asset(id, &[AssetStatus::Active], AssetStatus::Expired, &|a| {
-                    a.updated_at = now;
-                }) {
-                    Ok(_)
-                    | Err(StoreError::AssetNotFound(_))
-                    | Err(StoreError::AssetWrongStatus { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(())
-        })
-        .await;
-        if let Err(e) = moved {
-            tracing::error!("assets: expiring: {e}");
-            return;
-        }
-        if !full {
-            return;
-        }
-    }
-}
-
-/// Where a processed asset ended.
-enum Outcome {
-    Active(Inspected),
-    Failed(Rejected),
-}
-
-/// Processes one `processing` asset to `active` or `failed`.
-async fn process(app: &Arc<App>, asset: AssetRecord, mut shutdown: watch::Receiver<bool>) {
-    let id = asset.id.clone();
-    let declared = asset.declared_type.map(kind_of);
-    let max_image = app.config.security.max_image_bytes;
-    let outcome = match &asset.source {
-        AssetSource::Url(url) => {
-            let fetched = tokio::select! {
-                got = app.fetcher.fetch(url, app.config.server.max_upload_bytes) => got,
-                _ = shutdown.wait_for(|stop| *stop) => return,
-            };
-            match fetched {
-                Err(e) => Ok(Outcome::Failed(fetch_failure(&e))),
-                Ok(bytes) => {
-                    let (blobs, blob) = (app.blobs.clone(), blob_id(&id));
-                    tokio::task::spawn_blocking(move || {
-                        let len = bytes.len() as u64;
-                        let mut reader = std::io::Cursor::new(&bytes[..]);
-                        match inspect(&mut reader, len, declared, max_image)? {
-                            Ok(found) => {
-                                blobs.put_bytes(&blob, &bytes)?;
-                                Ok(Outcome::Active(found))
-                            }
-                            Err(rejected) => Ok(Outcome::Failed(rejected)),
-                        }
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-                }
-            }
-        }
-        AssetSource::Upload => {
-            let (blobs, blob) = (
-                app.blobs.clone(),
-                asset.blob.clone().unwrap_or_else(|| blob_id(&id)),
-            );
-            tokio::task::spawn_blocking(move || {
-                let (mut file, len) = blobs.open(&blob)?;
-                Ok(match inspect(&mut file, len, declared, max_image)? {
-                    Ok(found) => Outcome::Active(found),
-                    Err(rejected) => Outcome::Failed(rejected),
-                })
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-        }
-    };
-    let outcome = outcome.unwrap_or_else(|e| {
-        tracing::error!(asset = %id, "processing: {e}");
-        Outcome::Failed(Rejected {
-            code: FailureCode::StorageError,
-            message: "the relay could not store or read the file".into(),
-        })
-    });
-    let now = now_secs();
-    let ttl = app.config.assets.ttl_secs;
-    let blob = blob_id(&id);
-    let failed = matches!(outcome, Outcome::Failed(_));
-    let owned_id = id.clone();
-    let written = blocking(app, move |s| match &outcome {
-        Outcome::Active(found) => s.transition_asset(
-            &owned_id,
-            &[AssetStatus::Processing],
-            AssetStatus::Active,
-            &|a| {
-                a.asset_type = Some(store_type_of(found.kind));
-                a.format = Some(found.format.as_str().to_owned());
-                a.bytes = Some(found.bytes);
-                a.width = found.dims.map(|d| d.0);
-                a.height = found.dims.map(|d| d.1);
-                a.blob = Some(blob.clone());
-                a.updated_at = now;
-                a.expires_at = Some(now.saturating_add(ttl));
-            },
-        ),
-        Outcome::Failed(rejected) => s.transition_asset(
-            &owned_id,
-            &[AssetStatus::Processing],
-            AssetStatus::Failed,
-            &|a| {
-                a.error = Some(store::AssetError {
-                    code: rejected.code.as_str().to_owned(),
-                    message: rejected.message.clone(),
-                });
-                a.blob = None;
-                a.updated_at = now;
-            },
-        ),
-    })
-    .await;
-    match written {
-        Ok(_) if failed => remove_blobs(app, vec![id]).await,
-        Ok(_) => {}
-        // Deleted while it was processed: its bytes go too.
-        Err(StoreError::AssetNotFound(_)) => remove_blobs(app, vec![id]).await,
-        // Another step finished it first.
-        Err(StoreError::AssetWrongStatus { .. }) => {}
-        Err(e) => tracing::error!(asset = %id, "processing: recording the outcome: {e}"),
-    }
-}
-
-fn fetch_failure(e: &FetchError) -> Rejected {
-    let code = match e {
-        FetchError::TooLarge => FailureCode::TooLarge,
-        _ => FailureCode::UnreachableUrl,
-    };
-    Rejected {
-        code,
-        message: format!("the URL could not be fetched: {e}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -900,23 +538,5 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(ids, sorted);
-    }
-
-    #[test]
-    fn fetch_failures() {
-        assert_eq!(
-            fetch_failure(&FetchError::TooLarge).code,
-            FailureCode::TooLarge
-        );
-        for e in [
-            FetchError::Timeout,
-            FetchError::Status(404),
-            FetchError::Blocked { host: "x".into() },
-            FetchError::Connect("x".into()),
-        ] {
-            let r = fetch_failure(&e);
-            assert_eq!(r.code, FailureCode::UnreachableUrl);
-            assert!(r.message.starts_with("the URL could not be fetched"));
-        }
     }
 }

@@ -1,22 +1,21 @@
 //! Billing of chat messages (docs/api.md, "Billing of messages"). A message is billed once,
 //! when it ends: while it runs, its estimate (the input count plus `max_tokens`, at the model's
 //! prices, rounded up to whole credits) is reserved in memory against the key's quota
-//! ([`Reservations`]), so that concurrent messages cannot spend more than the key has; at the
-//! end one `charge` entry takes the real usage's cost under the message id (nothing when the
-//! upstream failed). Charges are queued ([`ChargeQueue`]) and written in batches by
-//! [`write_charges`]: a message's own path does no store write.
+//! (`chat_ledger::Reservations`), so that concurrent messages cannot spend more than the key
+//! has; at the end one `charge` entry takes the real usage's cost under the message id
+//! (nothing when the upstream failed). Charges are queued (`chat_ledger::ChargeQueue`) and
+//! written in batches by [`write_charges`]: a message's own path does no store write.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use error_codes::{ApiError, ErrorCode};
 use messages::Usage;
 use store::{Charge, Key};
-use tokio::sync::mpsc;
 
 use crate::app::App;
+use crate::chat_ledger::{CHARGE_BATCH, release};
 
 /// Credits for `usage` at the model's prices, rounded up.
 pub(crate) fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
@@ -28,21 +27,6 @@ pub(crate) fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
     i64::try_from(micro.div_ceil(1_000_000)).unwrap_or(i64::MAX)
 }
 
-/// Estimates reserved by the messages under way, per key with a quota (unlimited keys need
-/// none). The lock also covers reading the key's stored quota and writing a charge, so a
-/// message is admitted against a balance that counts every other message exactly once:
-/// either still reserved, or already charged.
-#[derive(Debug, Default)]
-pub struct Reservations {
-    held: std::sync::Mutex<HashMap<String, i64>>,
-}
-
-impl Reservations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// The bill of one message: what is reserved, and the charge when it ends. A bill dropped
 /// without [`Bill::charge`] (the upstream failed, or the client went away before a whole
 /// answer, so hyper dropped the request) charges nothing and releases its reservation.
@@ -51,7 +35,7 @@ pub(crate) struct Bill {
     key_id: String,
     id: String,
     model: String,
-    /// Credits reserved in [`Reservations`] (0 for unlimited keys and free models).
+    /// Credits reserved in [`crate::chat_ledger::Reservations`] (0 for unlimited keys and free models).
     reserved: i64,
 }
 
@@ -90,7 +74,7 @@ impl Bill {
         let stored = app
             .store
             .key(&key.id)
-            .map_err(crate::tasks::store_unavailable)?
+            .map_err(crate::http::store_unavailable)?
             .and_then(|k| k.quota);
         let Some(stored) = stored else {
             return Ok(bill);
@@ -140,78 +124,6 @@ impl Bill {
 
     fn release(&mut self, held: &mut HashMap<String, i64>) {
         release(held, &self.key_id, std::mem::take(&mut self.reserved));
-    }
-}
-
-fn release(held: &mut HashMap<String, i64>, key_id: &str, amount: i64) {
-    if amount == 0 {
-        return;
-    }
-    if let Some(mine) = held.get_mut(key_id) {
-        *mine -= amount;
-        if *mine <= 0 {
-            held.remove(key_id);
-        }
-    }
-}
-
-/// The most charges one store transaction writes.
-const CHARGE_BATCH: usize = 1024;
-/// The most charges queued; past it messages write their own (backpressure, bounded memory).
-const CHARGE_QUEUE: usize = 16 * CHARGE_BATCH;
-
-/// Chat charges on their way to the store. Messages queue them as they end; one writer
-/// ([`write_charges`], run by `serve`) writes whatever has queued in one transaction, so
-/// under load a store step is shared by many messages instead of costing each its own.
-#[derive(Debug)]
-pub struct ChargeQueue {
-    tx: mpsc::Sender<(Charge, i64)>,
-    rx: std::sync::Mutex<Option<mpsc::Receiver<(Charge, i64)>>>,
-    /// Queued and not yet written.
-    pending: AtomicUsize,
-    written: tokio::sync::Notify,
-}
-
-impl Default for ChargeQueue {
-    fn default() -> ChargeQueue {
-        let (tx, rx) = mpsc::channel(CHARGE_QUEUE);
-        ChargeQueue {
-            tx,
-            rx: std::sync::Mutex::new(Some(rx)),
-            pending: AtomicUsize::new(0),
-            written: tokio::sync::Notify::new(),
-        }
-    }
-}
-
-impl ChargeQueue {
-    /// Queues a charge with the credits its message reserved; gives it back when the queue
-    /// is full or closed.
-    fn push(&self, charge: Charge, reserved: i64) -> Option<(Charge, i64)> {
-        self.pending.fetch_add(1, Ordering::SeqCst);
-        match self.tx.try_send((charge, reserved)) {
-            Ok(()) => None,
-            Err(e) => {
-                self.pending.fetch_sub(1, Ordering::SeqCst);
-                Some(e.into_inner())
-            }
-        }
-    }
-
-    /// Waits until every charge queued so far is written, at most `limit`; whether it was.
-    pub async fn drained(&self, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let written = self.written.notified();
-            tokio::pin!(written);
-            written.as_mut().enable();
-            if self.pending.load(Ordering::SeqCst) == 0 {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, written).await.is_err() {
-                return false;
-            }
-        }
     }
 }
 

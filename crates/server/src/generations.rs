@@ -2,80 +2,21 @@
 
 use std::sync::Arc;
 
-use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
+use engine::formats::generation::{GenParams, TaskAsset};
+use engine::formats::read_params;
+use engine::{now_ms, now_secs};
 use error_codes::{ApiError, ErrorCode};
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
-use serde::{Deserialize, Serialize};
 use store::{Outputs, Task, TaskKind, TaskStatus};
 use video_generations::{
-    Catalog, GenerationError, GenerationList, GenerationObject, GenerationStatus, JointRule,
-    ModelSpec, ModerationCategory, ModerationResult, ModerationStatus, Role, Usage,
+    GenerationError, GenerationList, GenerationObject, GenerationStatus, ModerationCategory,
+    ModerationResult, ModerationStatus, Role, Usage,
 };
 
-use crate::app::{App, now_ms, now_secs};
-use crate::config::{Config, ModelKind};
-use crate::http::{Answer, error, ok, parse_json, read_body_lenient};
-use crate::tasks;
-
-/// The second format's catalog, from the configuration's `[models.*]` of kind `generation`.
-pub fn catalog(config: &Config) -> Catalog {
-    Catalog::new(
-        config
-            .models
-            .iter()
-            .filter(|(_, m)| m.kind == ModelKind::Generation)
-            .map(|(name, m)| ModelSpec {
-                name: name.clone(),
-                family: m.family.clone().unwrap_or_default(),
-                resolutions: m.resolutions.clone(),
-                durations: m.durations.clone(),
-                ratios: m.ratios.clone(),
-                joint_rules: m
-                    .max_duration_by_resolution
-                    .iter()
-                    .map(|(resolution, max)| JointRule::MaxDuration {
-                        resolution: resolution.clone(),
-                        max_secs: *max,
-                    })
-                    .collect(),
-            })
-            .collect(),
-    )
-}
-
-/// One referenced asset as the task keeps it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskAsset {
-    pub id: String,
-    pub role: Role,
-    /// Blob id of the asset's stored bytes.
-    pub blob: Option<String>,
-}
-
-/// What a second-format task keeps of its request (the task's `params`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct GenParams {
-    pub prompt: String,
-    pub duration: u32,
-    pub resolution: String,
-    /// The ratio chosen (never `adaptive`).
-    pub ratio: String,
-    pub width: u32,
-    pub height: u32,
-    pub assets: Vec<TaskAsset>,
-    pub return_last_frame: bool,
-    pub seed: u64,
-    #[serde(default)]
-    pub sim: SimDirectives,
-}
-
-fn params(task: &Task) -> Result<GenParams, ApiError> {
-    task.params.read().map_err(|e| {
-        tracing::error!("task {}: unreadable params: {e}", task.id);
-        ApiError::new(ErrorCode::Unavailable, "the task record cannot be read")
-    })
-}
+use crate::app::App;
+use crate::http::{Answer, error, parse_json, read_body_lenient};
+use crate::tasks::{self, TaskFormat, unreadable};
 
 /// Frame size of a resolution tier (`720p`: short side 720) at a ratio (`16:9`).
 pub fn dimensions(resolution: &str, ratio: &str) -> (u32, u32) {
@@ -108,9 +49,26 @@ fn status_of(status: TaskStatus) -> GenerationStatus {
     }
 }
 
+/// The second format as the shared task handlers see it.
+pub struct Generations;
+
+impl TaskFormat for Generations {
+    const KIND: TaskKind = TaskKind::Generation;
+    type Record = GenerationObject;
+    type List = GenerationList;
+
+    fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
+        record(app, task)
+    }
+
+    fn list(data: Vec<GenerationObject>, has_more: bool) -> GenerationList {
+        GenerationList::new(data, has_more)
+    }
+}
+
 /// The task record as clients see it, with fresh signed URLs once it succeeded.
 pub fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
-    let p = params(task)?;
+    let p: GenParams = read_params(task).map_err(unreadable)?;
     let succeeded = task.status == TaskStatus::Succeeded;
     let expires = now_secs() + app.config.server.signed_url_ttl_secs;
     let base = app.public_base_url();
@@ -147,67 +105,6 @@ pub fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
     })
 }
 
-/// The job the channel runs for a second-format task.
-pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
-    let p = params(task)?;
-    let blob_of = |role: Role| {
-        p.assets
-            .iter()
-            .find(|a| a.role == role)
-            .and_then(|a| a.blob.clone())
-    };
-    Ok(VideoJob {
-        task_id: task.id.clone(),
-        model: upstream_model,
-        prompt: p.prompt.clone(),
-        width: p.width,
-        height: p.height,
-        ratio: p.ratio.clone(),
-        resolution: Some(p.resolution.clone()),
-        duration_secs: p.duration,
-        first_frame: blob_of(Role::FirstFrame),
-        last_frame: blob_of(Role::LastFrame),
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: p.return_last_frame,
-        seed: i64::try_from(p.seed).ok(),
-        sim: p.sim,
-    })
-}
-
-/// The stored references of a second-format task beyond its frames: its `reference_image`,
-/// `reference_video` and `reference_audio` assets, in request order (the relay's copies; the
-/// engine adds their signed URLs).
-pub fn references(task: &Task) -> Result<Vec<StoredReference>, ApiError> {
-    let p = params(task)?;
-    Ok(p.assets
-        .iter()
-        .filter_map(|a| {
-            let role = match a.role {
-                Role::FirstFrame | Role::LastFrame => return None,
-                Role::ReferenceImage => ReferenceRole::Image,
-                Role::ReferenceVideo => ReferenceRole::Video,
-                Role::ReferenceAudio => ReferenceRole::Audio,
-            };
-            Some(StoredReference {
-                role,
-                blob: a.blob.clone()?,
-                url: None,
-            })
-        })
-        .collect())
-}
-
-fn answer(app: &App, task: &Task) -> Answer {
-    match record(app, task) {
-        Ok(record) => ok(&record),
-        Err(e) => error(&e),
-    }
-}
-
 /// `POST /v1/video/generations`.
 pub async fn create(
     app: &Arc<App>,
@@ -216,7 +113,7 @@ pub async fn create(
     body: Incoming,
 ) -> Answer {
     match create_inner(app, key, headers, body).await {
-        Ok(task) => answer(app, &task),
+        Ok(task) => tasks::answer::<Generations>(app, &task),
         Err(e) => error(&e),
     }
 }
@@ -258,8 +155,8 @@ async fn create_inner(
     if over_limit {
         return Err(crate::http::too_large());
     }
-    let sim = crate::videos::sim_directives(app, headers)?;
-    if app.video_channel_for(&valid.model).is_none() {
+    let sim = crate::http::sim_directives(app.sim_scenarios(), headers)?;
+    if app.engine.channel_for(&valid.model).is_none() {
         return Err(ApiError::new(
             ErrorCode::Unavailable,
             format!("no channel serves model {} now", valid.model),
@@ -334,44 +231,8 @@ async fn create_inner(
         warnings: Vec::new(),
         price,
     };
-    tasks::create(app, &task, key, price).await?;
+    tasks::create(app, &task).await?;
     Ok(task)
-}
-
-/// `GET /v1/video/generations/{id}`.
-pub async fn get(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
-    match tasks::owned(app, key, id, TaskKind::Generation).await {
-        Ok(task) => {
-            let mut res = answer(app, &task);
-            tasks::poll_after_header(&task, &mut res);
-            res
-        }
-        Err(e) => error(&e),
-    }
-}
-
-/// `GET /v1/video/generations`.
-pub async fn list(app: &Arc<App>, key: &store::Key, query: Option<&str>) -> Answer {
-    let page = match tasks::list_page(app, key, TaskKind::Generation, query).await {
-        Ok(page) => page,
-        Err(e) => return error(&e),
-    };
-    let mut data = Vec::with_capacity(page.items.len());
-    for task in &page.items {
-        match record(app, task) {
-            Ok(r) => data.push(r),
-            Err(e) => return error(&e),
-        }
-    }
-    ok(&GenerationList::new(data, page.has_more))
-}
-
-/// `POST /v1/video/generations/{id}/cancel`.
-pub async fn cancel(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
-    match tasks::cancel(app, key, id, TaskKind::Generation).await {
-        Ok(task) => answer(app, &task),
-        Err(e) => error(&e),
-    }
 }
 
 /// `POST /api/generation/video/moderation-result`: for a task of either format.
@@ -399,8 +260,8 @@ pub async fn moderation(app: &Arc<App>, key: &store::Key, body: Incoming) -> Ans
         let channel = task
             .channel
             .as_deref()
-            .and_then(|c| app.video_channel_named(c))
-            .or_else(|| app.video_channel_for(&task.model));
+            .and_then(|c| app.engine.channel_named(c))
+            .or_else(|| app.engine.channel_for(&task.model));
         let verdict = match (task.status.is_final(), channel) {
             (true, Some(channel)) => Some(channel.moderation_rejects(&prompt, reject)),
             _ => None,
@@ -444,16 +305,5 @@ mod tests {
         assert_eq!(dimensions("480p", "4:3"), (640, 480));
         assert_eq!(dimensions("480p", "21:9"), (1120, 480));
         assert_eq!(dimensions("720p", "3:4"), (720, 960));
-    }
-
-    #[test]
-    fn default_catalog_has_the_contract_models() {
-        let config = Config::embedded().unwrap();
-        let catalog = catalog(&config);
-        let pro = catalog.model("gen2-pro").unwrap();
-        assert_eq!(pro.family, "gen2");
-        assert_eq!(pro.max_duration_at("1080p"), Some(10));
-        assert!(catalog.model("motion-1").is_some());
-        assert!(catalog.model("model_h3").is_none());
     }
 }

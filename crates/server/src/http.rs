@@ -4,9 +4,10 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use channels::SimDirectives;
 use error_codes::{ApiError, ErrorCode};
 use http::header::{self, HeaderValue};
-use http::{Response, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
@@ -216,6 +217,31 @@ pub fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The `x-relay-sim` header, when the simulator honours it (`simulator.scenarios`).
+pub fn sim_directives(honoured: bool, headers: &HeaderMap) -> Result<SimDirectives, ApiError> {
+    let Some(value) = headers.get("x-relay-sim") else {
+        return Ok(SimDirectives::default());
+    };
+    if !honoured {
+        return Ok(SimDirectives::default());
+    }
+    let value = value.to_str().unwrap_or_default();
+    SimDirectives::parse(value)
+        .map_err(|e| ApiError::field(ErrorCode::InvalidRequest, "x-relay-sim", e))
+}
+
+/// Longest id accepted in a path; longer ones are simply not found.
+pub const MAX_ID_LEN: usize = 64;
+
+/// `503 unavailable` for a store that failed a step (logged).
+pub fn store_unavailable(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("store: {e}");
+    ApiError::new(
+        ErrorCode::Unavailable,
+        "the task store is not available now",
+    )
 }
 
 #[cfg(test)]

@@ -1,20 +1,20 @@
-//! The relay's HTTP service: routing, auth, the first video format, the task engine.
+//! The relay's HTTP service: routing, auth, limits and the handlers of every format, over the
+//! task engine (the `engine` crate).
 //!
 //! [`App::open`] builds the shared state from a [`Config`] and a data directory; [`serve`]
 //! runs the accept loop and the engine until a shutdown signal, then drains and flushes.
+//! The modules stand in floors, each importing only floors below it (ARCHITECTURE.md).
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod app;
 pub mod assets;
 pub mod auth;
-#[cfg(test)]
-mod billing_props;
 pub mod chat_billing;
+pub mod chat_ledger;
 pub mod config;
 pub mod conns;
 pub mod content;
-pub mod engine;
 pub mod generations;
 pub mod http;
 pub mod limits;
@@ -23,7 +23,7 @@ pub mod multipart;
 #[cfg(test)]
 mod openapi_check;
 pub mod router;
-pub mod routing;
+pub mod setup;
 pub mod signed;
 pub mod tasks;
 pub mod videos;
@@ -57,7 +57,7 @@ pub async fn serve(
         let _ = app.bound.set(addr);
     }
     let (stop_engine, engine_stop) = watch::channel(false);
-    let engine = tokio::spawn(engine::run(app.clone(), engine_stop));
+    let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
     let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
     let server = &app.config.server;

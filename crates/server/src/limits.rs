@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use http::HeaderValue;
 use store::{Key, RateLimit};
 
+use crate::config::LimitsConfig;
 use crate::http::Answer;
 
 /// Buckets idle this long are full again and can be forgotten.
@@ -108,39 +110,38 @@ impl Limiter {
     }
 }
 
-/// Takes a token for `key` from the app's limiter with the configured defaults.
-pub fn check(app: &crate::App, key: &Key, class: Class<'_>) -> Result<(), Limited> {
-    let limits = &app.config.limits;
-    let default = RateLimit {
-        rps: limits.rps,
-        burst: limits.burst,
-    };
-    app.limiter
-        .take(key, class, default, limits.poll_rps_per_task)
-}
+impl Limiter {
+    /// Takes a token for `key` with the configured defaults.
+    pub fn check(&self, limits: &LimitsConfig, key: &Key, class: Class<'_>) -> Result<(), Limited> {
+        let default = RateLimit {
+            rps: limits.rps,
+            burst: limits.burst,
+        };
+        self.take(key, class, default, limits.poll_rps_per_task)
+    }
 
-/// The vendor's `anthropic-ratelimit-requests-*` headers on a `/v1/messages` answer: the key's
-/// bucket as it stands after the request (limit = burst, remaining whole tokens, and the time
-/// it is full again, RFC 3339).
-pub fn vendor_headers(app: &crate::App, key: &Key, res: &mut Answer) {
-    let limits = &app.config.limits;
-    let limit = key.rate_limit.unwrap_or(RateLimit {
-        rps: limits.rps,
-        burst: limits.burst,
-    });
-    let (remaining, full_in) = app.limiter.peek(&key.id, limit, Instant::now());
-    let reset = crate::app::now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
-    let out = res.headers_mut();
-    out.insert(
-        "anthropic-ratelimit-requests-limit",
-        HeaderValue::from(limit.burst),
-    );
-    out.insert(
-        "anthropic-ratelimit-requests-remaining",
-        HeaderValue::from(remaining),
-    );
-    if let Ok(v) = HeaderValue::from_str(&rfc3339(reset)) {
-        out.insert("anthropic-ratelimit-requests-reset", v);
+    /// The vendor's `anthropic-ratelimit-requests-*` headers on a `/v1/messages` answer: the
+    /// key's bucket as it stands after the request (limit = burst, remaining whole tokens, and
+    /// the time it is full again, RFC 3339).
+    pub fn vendor_headers(&self, limits: &LimitsConfig, key: &Key, res: &mut Answer) {
+        let limit = key.rate_limit.unwrap_or(RateLimit {
+            rps: limits.rps,
+            burst: limits.burst,
+        });
+        let (remaining, full_in) = self.peek(&key.id, limit, Instant::now());
+        let reset = now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
+        let out = res.headers_mut();
+        out.insert(
+            "anthropic-ratelimit-requests-limit",
+            HeaderValue::from(limit.burst),
+        );
+        out.insert(
+            "anthropic-ratelimit-requests-remaining",
+            HeaderValue::from(remaining),
+        );
+        if let Ok(v) = HeaderValue::from_str(&rfc3339(reset)) {
+            out.insert("anthropic-ratelimit-requests-reset", v);
+        }
     }
 }
 

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use channels::{
-    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, SimDirectives,
-    StreamFailure, UpstreamFailure, UpstreamTimeouts,
+    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, FailureKind, SimDirectives, StreamFailure,
+    UpstreamFailure,
 };
+use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use http::header::{self, HeaderValue};
 use http::request::Parts;
@@ -26,74 +26,16 @@ use messages::{
 };
 use store::Key;
 
-use crate::app::{App, now_secs};
+use crate::app::App;
 use crate::auth::{authenticate, may_use_model};
 use crate::chat_billing::{Bill, cost};
-use crate::config::{ChannelKind, Config, ModelKind};
+use crate::config::ModelKind;
 use crate::http::{Answer, json, read_body, retry_headers};
+use crate::limits::Class;
 
 /// The request id, put into the request's extensions by the router.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
-
-/// Builds the chat channels of a configuration: every `anthropic` and `openai-chat` channel,
-/// and every `simulator` channel that lists a chat model.
-pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
-    let mut out = Vec::new();
-    for c in &config.channels {
-        let chat_models: Vec<String> = c
-            .models
-            .iter()
-            .filter(|m| config.models.get(*m).map(|m| m.kind) == Some(ModelKind::Chat))
-            .cloned()
-            .collect();
-        let api_key = match (&c.api_key, &c.api_key_env) {
-            (Some(key), _) => Some(key.clone()),
-            (None, Some(var)) => Some(std::env::var(var).with_context(|| {
-                format!(
-                    "channel {}: the environment variable {var} (api_key_env) is not set",
-                    c.name
-                )
-            })?),
-            (None, None) => None,
-        };
-        let settings = ChatSettings {
-            name: c.name.clone(),
-            models: chat_models,
-            base_url: c.base_url.clone().unwrap_or_default(),
-            api_key,
-            model_map: c.model_map.clone(),
-            timeouts: timeouts(c),
-        };
-        let channel = match c.kind {
-            ChannelKind::Simulator if !settings.models.is_empty() => {
-                ChatChannel::Simulator(channels::chat::SimChat::new(settings))
-            }
-            ChannelKind::Anthropic => {
-                ChatChannel::Anthropic(channels::chat::AnthropicChat::new(settings))
-            }
-            ChannelKind::OpenaiChat => {
-                ChatChannel::OpenaiChat(channels::chat::OpenaiChat::new(settings))
-            }
-            _ => continue,
-        };
-        out.push(Arc::new(channel));
-    }
-    Ok(out)
-}
-
-fn timeouts(c: &crate::config::ChannelConfig) -> UpstreamTimeouts {
-    let default = UpstreamTimeouts::default();
-    let secs = |v: Option<u64>, d: Duration| v.map(Duration::from_secs).unwrap_or(d);
-    UpstreamTimeouts {
-        connect: secs(c.connect_timeout_secs, default.connect),
-        first_byte: secs(
-            c.first_byte_timeout_secs.or(c.request_timeout_secs),
-            default.first_byte,
-        ),
-        idle: secs(c.idle_timeout_secs, default.idle),
-    }
-}
 
 pub fn request_id(parts: &Parts) -> String {
     parts
@@ -168,7 +110,7 @@ pub fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
             key: None,
         })
     })?;
-    if let Err(limited) = crate::limits::check(app, &key, crate::limits::Class::Request) {
+    if let Err(limited) = app.limiter.check(&app.config.limits, &key, Class::Request) {
         let mut answer = vendor_error(&limited.error(), &rid());
         limited.set_headers(&mut answer);
         return Err(Box::new(Refused {
@@ -242,7 +184,7 @@ async fn check(
             )
         })?;
     let sim = if channel.is_simulator() {
-        crate::videos::sim_directives(app, &parts.headers)?
+        crate::http::sim_directives(app.sim_scenarios(), &parts.headers)?
     } else {
         SimDirectives::default()
     };

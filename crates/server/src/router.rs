@@ -3,16 +3,20 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use http::header::HeaderValue;
 use http::{Method, Request};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use crate::app::{App, now_secs};
+use crate::app::App;
 use crate::auth::{authenticate, authenticate_admin};
+use crate::generations::Generations;
 use crate::http::{Answer, error, ok};
 use crate::limits::Class;
+use crate::tasks;
+use crate::videos::Videos;
 use crate::{admin, assets, generations, videos};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
@@ -285,7 +289,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 }
             };
             if let Some(key) = key {
-                crate::limits::vendor_headers(app, &key, &mut res);
+                app.limiter
+                    .vendor_headers(&app.config.limits, &key, &mut res);
             }
             res
         }
@@ -333,22 +338,22 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 }
                 _ => Class::Request,
             };
-            if let Err(limited) = crate::limits::check(app, &key, class) {
+            if let Err(limited) = app.limiter.check(&app.config.limits, &key, class) {
                 let mut res = error(&limited.error());
                 limited.set_headers(&mut res);
                 return res;
             }
             match route {
                 Route::CreateVideo => videos::create(app, &key, headers, body).await,
-                Route::ListVideos => videos::list(app, &key, query).await,
-                Route::GetVideo(id) => videos::get(app, &key, id).await,
+                Route::ListVideos => tasks::list::<Videos>(app, &key, query).await,
+                Route::GetVideo(id) => tasks::get::<Videos>(app, &key, id).await,
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
-                Route::CancelVideo(id) => videos::cancel(app, &key, id).await,
+                Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
                 Route::CreateGeneration => generations::create(app, &key, headers, body).await,
-                Route::ListGenerations => generations::list(app, &key, query).await,
-                Route::GetGeneration(id) => generations::get(app, &key, id).await,
-                Route::CancelGeneration(id) => generations::cancel(app, &key, id).await,
+                Route::ListGenerations => tasks::list::<Generations>(app, &key, query).await,
+                Route::GetGeneration(id) => tasks::get::<Generations>(app, &key, id).await,
+                Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,
                 Route::Moderation => generations::moderation(app, &key, body).await,
                 Route::CreateLibrary => assets::create_library(app, &key, headers, body).await,
                 Route::ListLibraries => assets::list_libraries(app, &key, query).await,
@@ -443,12 +448,13 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
 }
 
 async fn readyz(app: &Arc<App>) -> Answer {
-    let store_ok = crate::tasks::blocking(app, |s| s.key_count()).await.is_ok();
+    let store_ok = crate::app::blocking(app, |s| s.key_count()).await.is_ok();
     if store_ok
         && app
-            .video_channels
+            .engine
+            .channels()
             .iter()
-            .any(|c| app.routing.is_healthy(c.name()))
+            .any(|c| app.engine.routing().is_healthy(c.name()))
         && !app.is_shutting_down()
     {
         ok(&json!({"status": "ready"}))

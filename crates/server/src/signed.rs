@@ -96,6 +96,32 @@ pub fn content_type(blob: &str) -> &'static str {
     }
 }
 
+/// Whether a base URL names a host other machines can reach: not empty, not localhost, not a
+/// loopback, private or link-local address.
+pub fn is_public(base: &str) -> bool {
+    let Some(rest) = base
+        .strip_prefix("https://")
+        .or_else(|| base.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    if host.is_empty() || host.eq_ignore_ascii_case("localhost") {
+        return false;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            !(ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified())
+        }
+        Ok(std::net::IpAddr::V6(ip)) => !(ip.is_loopback() || ip.is_unspecified()),
+        Err(_) => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +159,27 @@ mod tests {
         assert_eq!(decode_hex("+f"), None);
         assert_eq!(decode_hex("-1"), None);
         assert_eq!(decode_hex("abc"), None);
+    }
+
+    #[test]
+    fn only_reachable_hosts_are_public() {
+        for base in [
+            "https://relay.example.com",
+            "http://203.0.113.7:8080/",
+            "https://[2001:db8::1]:443",
+        ] {
+            assert!(is_public(base), "{base}");
+        }
+        for base in [
+            "",
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://10.0.0.2",
+            "http://192.168.1.5:80",
+            "http://[::1]:8080",
+            "ftp://relay.example.com",
+        ] {
+            assert!(!is_public(base), "{base}");
+        }
     }
 }

@@ -1,48 +1,47 @@
-//! Task operations shared by both formats: create with its pre-deduction, look up by owner,
-//! cancel with its refund, delete. Every status change goes through `Store::transition`.
+//! The handler path both task formats share: create (handing the task to the engine with its
+//! pre-deduction), look up by owner, list, get, cancel (with its refund), delete. A format says
+//! what it is through [`TaskFormat`]: its kind of task and how its records look.
 
 use std::sync::Arc;
 
 use error_codes::{ApiError, ErrorCode};
 use http::HeaderValue;
-use store::{
-    Key, LedgerDraft, LedgerKind, Store, StoreError, Task, TaskError, TaskKind, TaskStatus,
-};
+use serde::Serialize;
+use store::{Key, StoreError, Task, TaskKind};
 
-use crate::app::{App, now_secs};
-use crate::http::Answer;
+use crate::app::{App, blocking};
+use crate::http::{Answer, MAX_ID_LEN, error, ok, store_unavailable};
 
-/// Longest task id accepted in a path; longer ones are simply not found.
-pub const MAX_ID_LEN: usize = 64;
+/// A task format as the shared handlers see it.
+pub trait TaskFormat {
+    /// The kind of task the format's routes see (another format's tasks are not found).
+    const KIND: TaskKind;
+    /// The task record as clients see it.
+    type Record: Serialize;
+    /// A page of records.
+    type List: Serialize;
 
-pub fn store_unavailable(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!("store: {e}");
-    ApiError::new(
-        ErrorCode::Unavailable,
-        "the task store is not available now",
-    )
+    fn record(app: &App, task: &Task) -> Result<Self::Record, ApiError>;
+    fn list(data: Vec<Self::Record>, has_more: bool) -> Self::List;
 }
 
-/// Runs a store step off the async workers (store steps may flush to disk).
-pub async fn blocking<T: Send + 'static>(
-    app: &Arc<App>,
-    step: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    let store = app.store.clone();
-    tokio::task::spawn_blocking(move || step(&*store))
-        .await
-        .map_err(|e| StoreError::Backend(format!("store step panicked: {e}")))?
+/// A stored task whose params cannot be read back (`engine::formats::UNREADABLE`).
+pub fn unreadable(message: &'static str) -> ApiError {
+    ApiError::new(ErrorCode::Unavailable, message)
+}
+
+/// The format's record of `task` as an answer.
+pub fn answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
+    match F::record(app, task) {
+        Ok(record) => ok(&record),
+        Err(e) => error(&e),
+    }
 }
 
 /// Stores a new task with its pre-deduction, durably, and wakes the engine.
-pub async fn create(app: &Arc<App>, task: &Task, key: &Key, price: i64) -> Result<(), ApiError> {
-    let ledger = crate::videos::prededuct(key, &task.id, price);
-    let owned = task.clone();
-    match blocking(app, move |s| s.create_task(&owned, &ledger)).await {
-        Ok(()) => {
-            app.engine_wake.notify_one();
-            Ok(())
-        }
+pub async fn create(app: &App, task: &Task) -> Result<(), ApiError> {
+    match app.engine.enqueue(task).await {
+        Ok(()) => Ok(()),
         Err(StoreError::InsufficientQuota {
             needed, remaining, ..
         }) => Err(ApiError::new(
@@ -55,7 +54,7 @@ pub async fn create(app: &Arc<App>, task: &Task, key: &Key, price: i64) -> Resul
 
 /// The task `id` of kind `kind` when `key`'s owner owns it; otherwise `404 not found` (never
 /// telling whether it exists).
-pub async fn owned(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Result<Task, ApiError> {
+pub async fn owned(app: &App, key: &Key, id: &str, kind: TaskKind) -> Result<Task, ApiError> {
     let not_found = || ApiError::new(ErrorCode::NotFound, format!("no task {id}"));
     if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(not_found());
@@ -72,10 +71,37 @@ pub async fn owned(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resul
     Ok(task)
 }
 
-/// A page of `key`'s tasks of one kind, by the list query both formats take
+/// `GET` of one task: its record, with `openai-poll-after-ms` while it runs.
+pub async fn get<F: TaskFormat>(app: &App, key: &Key, id: &str) -> Answer {
+    match owned(app, key, id, F::KIND).await {
+        Ok(task) => {
+            let mut res = answer::<F>(app, &task);
+            poll_after_header(&task, &mut res);
+            res
+        }
+        Err(e) => error(&e),
+    }
+}
+
+/// `GET` of a page of `key`'s tasks of the format, by the list query both formats take
 /// (`limit`, `after`, `order`).
-pub async fn list_page(
-    app: &Arc<App>,
+pub async fn list<F: TaskFormat>(app: &App, key: &Key, query: Option<&str>) -> Answer {
+    let page = match list_page(app, key, F::KIND, query).await {
+        Ok(page) => page,
+        Err(e) => return error(&e),
+    };
+    let mut data = Vec::with_capacity(page.items.len());
+    for task in &page.items {
+        match F::record(app, task) {
+            Ok(r) => data.push(r),
+            Err(e) => return error(&e),
+        }
+    }
+    ok(&F::list(data, page.has_more))
+}
+
+async fn list_page(
+    app: &App,
     key: &Key,
     kind: TaskKind,
     query: Option<&str>,
@@ -96,54 +122,23 @@ pub async fn list_page(
         .map_err(store_unavailable)
 }
 
-/// The refund that ends a task without a result.
-pub fn refund(task: &Task) -> Vec<LedgerDraft> {
-    if task.price <= 0 {
-        return Vec::new();
-    }
-    vec![LedgerDraft {
-        key_id: task.owner.clone(),
-        task_id: task.id.clone(),
-        kind: LedgerKind::Refund,
-        amount: task.price,
-    }]
-}
-
-/// Moves an unfinished task to `failed` with `error`, refunding it. `None` when another
-/// writer ended it first.
-pub fn fail(
-    store: &dyn Store,
-    task: &Task,
-    code: &str,
-    message: &str,
-) -> Result<Option<Task>, StoreError> {
-    let error = TaskError {
-        code: code.to_owned(),
-        message: message.to_owned(),
-    };
-    let now = now_secs();
-    let result = store.transition(
-        &task.id,
-        &[TaskStatus::Queued, TaskStatus::Running],
-        TaskStatus::Failed,
-        &|t| {
-            t.error = Some(error.clone());
-            t.updated_at = now;
-            t.completed_at = Some(now);
-        },
-        &refund(task),
-    );
-    match result {
-        Ok(task) => Ok(Some(task)),
-        Err(StoreError::WrongStatus { .. }) => Ok(None),
-        Err(e) => Err(e),
+/// `POST .../cancel`: the cancelled task's record.
+pub async fn cancel<F: TaskFormat>(app: &Arc<App>, key: &Key, id: &str) -> Answer {
+    match cancel_owned(app, key, id, F::KIND).await {
+        Ok(task) => answer::<F>(app, &task),
+        Err(e) => error(&e),
     }
 }
 
 /// Cancels a task that has not ended, refunding its pre-deduction.
-pub async fn cancel(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Result<Task, ApiError> {
+async fn cancel_owned(
+    app: &Arc<App>,
+    key: &Key,
+    id: &str,
+    kind: TaskKind,
+) -> Result<Task, ApiError> {
     let task = owned(app, key, id, kind).await?;
-    let not_cancellable = |status: TaskStatus| {
+    let not_cancellable = |status: store::TaskStatus| {
         ApiError::new(
             ErrorCode::TaskNotCancellable,
             format!("task {id} has already ended ({status:?})").to_lowercase(),
@@ -152,35 +147,8 @@ pub async fn cancel(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
     if task.status.is_final() {
         return Err(not_cancellable(task.status));
     }
-    let ledger = refund(&task);
-    let owned_id = task.id.clone();
-    let result = blocking(app, move |s| {
-        let now = now_secs();
-        s.transition(
-            &owned_id,
-            &[TaskStatus::Queued, TaskStatus::Running],
-            TaskStatus::Cancelled,
-            &|t| {
-                t.updated_at = now;
-                t.completed_at = Some(now);
-            },
-            &ledger,
-        )
-    })
-    .await;
-    match result {
-        Ok(cancelled) => {
-            if let (Some(channel), Some(upstream_id)) = (
-                cancelled
-                    .channel
-                    .as_deref()
-                    .and_then(|c| app.video_channel_named(c)),
-                cancelled.upstream_id.clone(),
-            ) {
-                crate::engine::cancel_upstream(app, channel.clone(), upstream_id);
-            }
-            Ok(cancelled)
-        }
+    match app.engine.cancel(&task).await {
+        Ok(cancelled) => Ok(cancelled),
         Err(StoreError::WrongStatus { actual, .. }) => Err(not_cancellable(actual)),
         Err(e) => Err(store_unavailable(e)),
     }
@@ -190,7 +158,7 @@ pub async fn cancel(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
 pub async fn delete(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Result<(), ApiError> {
     let task = owned(app, key, id, kind).await?;
     if !task.status.is_final() {
-        match cancel(app, key, id, kind).await {
+        match cancel_owned(app, key, id, kind).await {
             Ok(_) => {}
             Err(e) if e.code == ErrorCode::TaskNotCancellable => {}
             Err(e) => return Err(e),

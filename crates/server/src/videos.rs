@@ -1,60 +1,28 @@
 //! The first format: `/v1/videos` (CONTRACT §1).
 
+mod media;
+
 use std::sync::Arc;
 
-use bytes::Bytes;
-use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
+use channels::SimDirectives;
+use engine::formats::read_params;
+use engine::formats::video::V1Params;
+use engine::{now_ms, now_secs};
 use error_codes::{ApiError, ErrorCode};
-use fetch::{FetchError, Format, MediaKind};
+use fetch::MediaKind;
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
-use store::{LedgerDraft, LedgerKind, Outputs, Task, TaskKind, TaskStatus};
-use tokio::io::AsyncWriteExt;
-use videos_v1::{
-    Media, Ratio, RawCreate, ValidCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus,
-};
+use store::{Outputs, Task, TaskKind, TaskStatus};
+use videos_v1::{RawCreate, ValidCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
 
-use crate::app::{App, now_ms};
+use crate::app::App;
 use crate::config::ContentMode;
 use crate::content::serve_blob;
-use crate::http::{Answer, error, media_type, ok, parse_json, read_body};
+use crate::http::{Answer, error, media_type, parse_json, read_body};
 use crate::multipart::{self, Uploads};
-use crate::tasks;
-
-/// What a first-format task keeps of its request (the task's `params`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct V1Params {
-    pub prompt: String,
-    pub width: u32,
-    pub height: u32,
-    pub aspect_ratio: Ratio,
-    pub duration: u32,
-    /// Blob ids of the stored frames.
-    pub first_frame: Option<String>,
-    pub last_frame: Option<String>,
-    /// The audio and video references given as URLs: checked by the relay, fetched by the
-    /// upstream itself.
-    pub audio: Option<String>,
-    pub reference_video: Option<String>,
-    /// Blob ids of the relay's copies of the audio and video references given as a file part
-    /// or a `data:` URI.
-    #[serde(default)]
-    pub audio_blob: Option<String>,
-    #[serde(default)]
-    pub reference_video_blob: Option<String>,
-    pub reference_video_audio: bool,
-    #[serde(default)]
-    pub sim: SimDirectives,
-}
-
-pub fn params(task: &Task) -> Result<V1Params, ApiError> {
-    task.params.read().map_err(|e| {
-        tracing::error!("task {}: unreadable params: {e}", task.id);
-        ApiError::new(ErrorCode::Unavailable, "the task record cannot be read")
-    })
-}
+use crate::tasks::{self, TaskFormat, unreadable};
+use media::{StoredFiles, image, reference};
 
 pub fn status_of(status: TaskStatus) -> VideoStatus {
     match status {
@@ -66,9 +34,26 @@ pub fn status_of(status: TaskStatus) -> VideoStatus {
     }
 }
 
+/// The first format as the shared task handlers see it.
+pub struct Videos;
+
+impl TaskFormat for Videos {
+    const KIND: TaskKind = TaskKind::Video;
+    type Record = VideoObject;
+    type List = VideoList;
+
+    fn record(_: &App, task: &Task) -> Result<VideoObject, ApiError> {
+        record(task)
+    }
+
+    fn list(data: Vec<VideoObject>, has_more: bool) -> VideoList {
+        VideoList::new(data, has_more)
+    }
+}
+
 /// The task record as clients see it (CONTRACT §1.2).
 pub fn record(task: &Task) -> Result<VideoObject, ApiError> {
-    let p = params(task)?;
+    let p: V1Params = read_params(task).map_err(unreadable)?;
     Ok(VideoObject {
         id: task.id.clone(),
         task_id: task.id.clone(),
@@ -93,59 +78,6 @@ pub fn record(task: &Task) -> Result<VideoObject, ApiError> {
     })
 }
 
-/// The job the channel runs for a first-format task.
-pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, ApiError> {
-    let p = params(task)?;
-    Ok(VideoJob {
-        task_id: task.id.clone(),
-        model: upstream_model,
-        prompt: p.prompt,
-        width: p.width,
-        height: p.height,
-        ratio: p.aspect_ratio.as_str().to_owned(),
-        resolution: None,
-        duration_secs: p.duration,
-        first_frame: p.first_frame,
-        last_frame: p.last_frame,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: p.audio,
-        reference_video: p.reference_video,
-        reference_video_audio: p.reference_video_audio,
-        return_last_frame: false,
-        seed: None,
-        sim: p.sim,
-    })
-}
-
-/// The relay's copies of a first-format task's audio and video references, for the channel
-/// (the video first, as the `ark` content array lists URL references too); the engine adds
-/// their signed URLs.
-pub fn references(task: &Task) -> Result<Vec<StoredReference>, ApiError> {
-    let p = params(task)?;
-    let stored = [
-        (p.reference_video_blob, ReferenceRole::Video),
-        (p.audio_blob, ReferenceRole::Audio),
-    ];
-    Ok(stored
-        .into_iter()
-        .filter_map(|(blob, role)| {
-            Some(StoredReference {
-                role,
-                blob: blob?,
-                url: None,
-            })
-        })
-        .collect())
-}
-
-fn answer(task: &Task) -> Answer {
-    match record(task) {
-        Ok(record) => ok(&record),
-        Err(e) => error(&e),
-    }
-}
-
 /// `POST /v1/videos`.
 pub async fn create(
     app: &Arc<App>,
@@ -154,7 +86,7 @@ pub async fn create(
     body: Incoming,
 ) -> Answer {
     match create_inner(app, key, headers, body).await {
-        Ok(task) => answer(&task),
+        Ok(task) => tasks::answer::<Videos>(app, &task),
         Err(e) => error(&e),
     }
 }
@@ -208,8 +140,8 @@ async fn create_inner(
             format!("this key may not use model {}", valid.model),
         ));
     }
-    let sim = sim_directives(app, headers)?;
-    let channel = app.video_channel_for(&valid.model).ok_or_else(|| {
+    let sim = crate::http::sim_directives(app.sim_scenarios(), headers)?;
+    let channel = app.engine.channel_for(&valid.model).ok_or_else(|| {
         ApiError::new(
             ErrorCode::Unavailable,
             format!("no channel serves model {} now", valid.model),
@@ -300,7 +232,7 @@ async fn create_inner(
         price,
         sim,
     )?;
-    tasks::create(app, &task, key, price).await?;
+    tasks::create(app, &task).await?;
     stored.keep_all();
     Ok(task)
 }
@@ -346,288 +278,6 @@ fn new_task(
     })
 }
 
-/// The `x-relay-sim` header, when the simulator honours it.
-pub fn sim_directives(app: &App, headers: &HeaderMap) -> Result<SimDirectives, ApiError> {
-    let Some(value) = headers.get("x-relay-sim") else {
-        return Ok(SimDirectives::default());
-    };
-    if !app.sim_scenarios() {
-        return Ok(SimDirectives::default());
-    }
-    let value = value.to_str().unwrap_or_default();
-    SimDirectives::parse(value)
-        .map_err(|e| ApiError::field(ErrorCode::InvalidRequest, "x-relay-sim", e))
-}
-
-/// A checked image: its bytes, its format and its dimensions.
-pub struct CheckedMedia {
-    pub bytes: Option<Bytes>,
-    pub format: Format,
-    pub dims: Option<(u32, u32)>,
-}
-
-fn kind_error(kind: MediaKind) -> (ErrorCode, &'static str) {
-    match kind {
-        MediaKind::Image => (ErrorCode::InvalidImage, "jpeg, png or webp"),
-        MediaKind::Audio => (ErrorCode::InvalidAudio, "mp3, wav or m4a"),
-        MediaKind::Video => (ErrorCode::InvalidVideo, "mp4 or mov"),
-    }
-}
-
-/// The field's own error (CONTRACT §1.1), its detail naming the field and what it accepts.
-fn field_error(kind: MediaKind, field: &str, why: &str) -> ApiError {
-    let (code, accepted) = kind_error(kind);
-    ApiError::field(code, field, format!("{field} {why}; accepted: {accepted}"))
-}
-
-/// The format of a reference of `kind` by its first bytes.
-fn sniffed(prefix: &[u8], kind: MediaKind) -> Option<Format> {
-    fetch::sniff(prefix).filter(|f| f.kind() == kind)
-}
-
-/// Fetches (or reads) an image reference and sniffs it (CONTRACT §1.1: unreachable or of the
-/// wrong format is the field's own error). Images are read whole, at most `max_image_bytes`.
-pub async fn image(
-    app: &App,
-    media: &Media,
-    field: &str,
-    uploads: &Uploads,
-) -> Result<CheckedMedia, ApiError> {
-    let max_image = app.config.security.max_image_bytes;
-    let fail = |why: String| field_error(MediaKind::Image, field, &why);
-    let (bytes, whole) = match media {
-        Media::Url(url) => {
-            let bytes = app
-                .fetcher
-                .fetch(url, max_image)
-                .await
-                .map_err(|e| fail(format!("could not be fetched: {e}")))?;
-            (bytes, true)
-        }
-        Media::DataUri(uri) => {
-            let bytes = fetch::decode_data_uri(uri, max_image)
-                .map_err(|e| fail(format!("is not a usable data: URI: {e}")))?;
-            (Bytes::from(bytes), true)
-        }
-        Media::File(index) => {
-            let upload = uploads
-                .0
-                .get(*index)
-                .ok_or_else(|| fail("upload is missing".into()))?;
-            if upload.len > max_image {
-                return Err(fail(format!("is larger than {max_image} bytes")));
-            }
-            (upload.prefix.clone(), false)
-        }
-    };
-    let format = sniffed(&bytes, MediaKind::Image)
-        .ok_or_else(|| fail("is not in a supported format".into()))?;
-    let dims =
-        fetch::image_dimensions(&bytes).ok_or_else(|| fail("has no readable dimensions".into()))?;
-    Ok(CheckedMedia {
-        bytes: whole.then_some(bytes),
-        format,
-        dims: Some(dims),
-    })
-}
-
-/// A checked audio or video reference: a URL the upstream fetches itself, or an upload (a file
-/// part, or a decoded `data:` URI) that becomes the relay's copy.
-pub enum CheckedReference {
-    Url(String),
-    Upload { index: usize, format: Format },
-}
-
-/// Checks an audio or video reference (CONTRACT §1.1: unreachable or of the wrong format is
-/// the field's own error). A URL's first 64 KiB are fetched to sniff it; a file part is
-/// sniffed from the start it was streamed to disk with (it is at most `max_upload_bytes`,
-/// with the whole body); a `data:` URI (at most `max_body_bytes` decoded, as the body that
-/// carried it) is decoded to a temporary file.
-async fn reference(
-    app: &App,
-    media: Media,
-    kind: MediaKind,
-    field: &str,
-    uploads: &mut Uploads,
-) -> Result<CheckedReference, ApiError> {
-    let fail = |why: String| field_error(kind, field, &why);
-    let index = match media {
-        Media::Url(url) => {
-            let prefix = app
-                .fetcher
-                .fetch_prefix(&url, multipart::PREFIX_BYTES)
-                .await
-                .map_err(|e| fail(format!("could not be fetched: {e}")))?;
-            sniffed(&prefix, kind).ok_or_else(|| fail("is not in a supported format".into()))?;
-            return Ok(CheckedReference::Url(url));
-        }
-        Media::DataUri(uri) => data_uri_upload(app, &uri, kind, field, uploads).await?,
-        Media::File(index) => index,
-    };
-    let upload = uploads
-        .0
-        .get(index)
-        .ok_or_else(|| fail("upload is missing".into()))?;
-    let format =
-        sniffed(&upload.prefix, kind).ok_or_else(|| fail("is not in a supported format".into()))?;
-    Ok(CheckedReference::Upload { index, format })
-}
-
-/// Decodes a `data:` URI reference into a new upload, a chunk at a time: its start is sniffed
-/// before anything is written, and no more than that start and one chunk is held decoded.
-async fn data_uri_upload(
-    app: &App,
-    uri: &str,
-    kind: MediaKind,
-    field: &str,
-    uploads: &mut Uploads,
-) -> Result<usize, ApiError> {
-    let max = app.config.server.max_body_bytes;
-    let unusable = |e: FetchError| match e {
-        FetchError::TooLarge => field_error(kind, field, &format!("is larger than {max} bytes")),
-        e => field_error(kind, field, &format!("is not a usable data: URI: {e}")),
-    };
-    let mut decoder = fetch::DataUriDecoder::new(uri, max).map_err(unusable)?;
-    let mut head = Vec::new();
-    while head.len() < multipart::PREFIX_BYTES
-        && let Some(chunk) = decoder.next_chunk().map_err(unusable)?
-    {
-        head.extend_from_slice(&chunk);
-    }
-    if sniffed(&head, kind).is_none() {
-        return Err(field_error(kind, field, "is not in a supported format"));
-    }
-    let io = |e: std::io::Error| {
-        tracing::error!("writing the {field} reference: {e}");
-        ApiError::new(
-            ErrorCode::Unavailable,
-            format!("the {field} reference could not be stored"),
-        )
-    };
-    let (index, path) = uploads.begin(&*app.blobs);
-    let mut file = tokio::fs::File::create(&path).await.map_err(io)?;
-    file.write_all(&head).await.map_err(io)?;
-    let mut len = head.len() as u64;
-    while let Some(chunk) = decoder.next_chunk().map_err(unusable)? {
-        file.write_all(&chunk).await.map_err(io)?;
-        len += chunk.len() as u64;
-    }
-    file.flush().await.map_err(io)?;
-    head.truncate(multipart::PREFIX_BYTES);
-    uploads.finish(index, Bytes::from(head), len);
-    Ok(index)
-}
-
-/// Files written for a task being created (frames, audio and video references); removed again
-/// unless the task was stored.
-struct StoredFiles {
-    blobs: Arc<dyn store::BlobStore>,
-    ids: Vec<String>,
-    prefix: String,
-}
-
-impl StoredFiles {
-    fn new(blobs: Arc<dyn store::BlobStore>, task_id: &str) -> StoredFiles {
-        StoredFiles {
-            blobs,
-            ids: Vec::new(),
-            prefix: task_id.to_owned(),
-        }
-    }
-
-    fn keep(
-        &mut self,
-        media: CheckedMedia,
-        name: &str,
-        source: &Option<Media>,
-        uploads: &mut Uploads,
-    ) -> Result<String, ApiError> {
-        let id = format!("{}/{name}.{}", self.prefix, media.format.as_str());
-        let written = match (source, media.bytes) {
-            (Some(Media::File(index)), _) => uploads.commit(*index, &*self.blobs, &id),
-            (_, Some(bytes)) => self.blobs.put_bytes(&id, &bytes),
-            (_, None) => Err(std::io::Error::other("no bytes")),
-        };
-        written.map_err(|e| {
-            tracing::error!("storing {id}: {e}");
-            ApiError::new(ErrorCode::Unavailable, "the image could not be stored")
-        })?;
-        self.ids.push(id.clone());
-        Ok(id)
-    }
-
-    /// Keeps a checked audio or video reference: a URL as it is, an upload as the blob
-    /// `<task>/<name>.<format>`. Answers (URL, blob id).
-    async fn keep_reference(
-        &mut self,
-        reference: Option<CheckedReference>,
-        name: &str,
-        uploads: &mut Uploads,
-    ) -> Result<(Option<String>, Option<String>), ApiError> {
-        let (index, format) = match reference {
-            None => return Ok((None, None)),
-            Some(CheckedReference::Url(url)) => return Ok((Some(url), None)),
-            Some(CheckedReference::Upload { index, format }) => (index, format),
-        };
-        let id = format!("{}/{name}.{}", self.prefix, format.as_str());
-        // The long part of storing a large file (syncing it) on a blocking thread; the
-        // commit itself is then a rename.
-        let committed = match uploads.sync(index).await {
-            Ok(()) => uploads.commit(index, &*self.blobs, &id),
-            Err(e) => Err(e),
-        };
-        committed.map_err(|e| {
-            tracing::error!("storing {id}: {e}");
-            ApiError::new(
-                ErrorCode::Unavailable,
-                format!("the {name} reference could not be stored"),
-            )
-        })?;
-        self.ids.push(id);
-        Ok((None, self.ids.last().cloned()))
-    }
-
-    fn keep_all(mut self) {
-        self.ids.clear();
-    }
-}
-
-impl Drop for StoredFiles {
-    fn drop(&mut self) {
-        for id in &self.ids {
-            let _ = self.blobs.delete(id);
-        }
-    }
-}
-
-/// `GET /v1/videos/{id}`.
-pub async fn get(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
-    match tasks::owned(app, key, id, TaskKind::Video).await {
-        Ok(task) => {
-            let mut res = answer(&task);
-            tasks::poll_after_header(&task, &mut res);
-            res
-        }
-        Err(e) => error(&e),
-    }
-}
-
-/// `GET /v1/videos`.
-pub async fn list(app: &Arc<App>, key: &store::Key, query: Option<&str>) -> Answer {
-    let page = match tasks::list_page(app, key, TaskKind::Video, query).await {
-        Ok(page) => page,
-        Err(e) => return error(&e),
-    };
-    let mut data = Vec::with_capacity(page.items.len());
-    for task in &page.items {
-        match record(task) {
-            Ok(r) => data.push(r),
-            Err(e) => return error(&e),
-        }
-    }
-    ok(&VideoList::new(data, page.has_more))
-}
-
 /// `GET /v1/videos/{id}/content`.
 pub async fn content(
     app: &Arc<App>,
@@ -653,10 +303,7 @@ pub async fn content(
             ),
         ));
     }
-    if task
-        .expires_at
-        .is_some_and(|at| at <= crate::app::now_secs())
-    {
+    if task.expires_at.is_some_and(|at| at <= now_secs()) {
         return error(&ApiError::new(
             ErrorCode::NotFound,
             format!("the content of task {id} has expired"),
@@ -670,7 +317,7 @@ pub async fn content(
     let content_type = blob.map_or("application/octet-stream", crate::signed::content_type);
     match blob {
         Some(blob) if app.config.server.content_mode == ContentMode::Redirect => {
-            let expires = crate::app::now_secs() + app.config.server.signed_url_ttl_secs;
+            let expires = now_secs() + app.config.server.signed_url_ttl_secs;
             let url = app.signer.url(&app.public_base_url(), blob, expires);
             let mut res = crate::http::json(StatusCode::FOUND, &json!({"url": url}));
             if let Ok(location) = http::HeaderValue::from_str(&url) {
@@ -686,14 +333,6 @@ pub async fn content(
     }
 }
 
-/// `POST /v1/videos/{id}/cancel`.
-pub async fn cancel(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
-    match tasks::cancel(app, key, id, TaskKind::Video).await {
-        Ok(task) => answer(&task),
-        Err(e) => error(&e),
-    }
-}
-
 /// `DELETE /v1/videos/{id}`.
 pub async fn delete(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
     match tasks::delete(app, key, id, TaskKind::Video).await {
@@ -703,17 +342,4 @@ pub async fn delete(app: &Arc<App>, key: &store::Key, id: &str) -> Answer {
         ),
         Err(e) => error(&e),
     }
-}
-
-/// The ledger draft of a pre-deduction.
-pub fn prededuct(key: &store::Key, task_id: &str, price: i64) -> Vec<LedgerDraft> {
-    if price <= 0 {
-        return Vec::new();
-    }
-    vec![LedgerDraft {
-        key_id: key.id.clone(),
-        task_id: task_id.to_owned(),
-        kind: LedgerKind::Prededuct,
-        amount: -price,
-    }]
 }

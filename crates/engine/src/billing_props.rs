@@ -11,7 +11,7 @@ use store::{
     Key, KeyStatus, LedgerKind, Outputs, SledStore, Store, StoreError, Task, TaskKind, TaskStatus,
 };
 
-use crate::tasks::{fail, refund};
+use crate::steps::{cancel, fail, prededuct, settle};
 
 const INITIAL: i64 = 50_000;
 
@@ -124,13 +124,7 @@ fn run(seed: u64, steps: usize) {
             0..=29 => {
                 let price = 10 * rng.random_range(5..=15);
                 let t = task(n, price);
-                let draft = store::LedgerDraft {
-                    key_id: "key_prop".into(),
-                    task_id: t.id.clone(),
-                    kind: LedgerKind::Prededuct,
-                    amount: -price,
-                };
-                match store.create_task(&t, &[draft]) {
+                match store.create_task(&t, &prededuct(&t)) {
                     Ok(()) => {
                         prices.insert(t.id.clone(), price);
                         ids.push(t.id);
@@ -154,18 +148,13 @@ fn run(seed: u64, steps: usize) {
             }
             45..=59 => {
                 if let Some(id) = pick(&mut rng, &ids) {
-                    let settle = store::LedgerDraft {
-                        key_id: "key_prop".into(),
-                        task_id: id.clone(),
-                        kind: LedgerKind::Settle,
-                        amount: 0,
-                    };
+                    let t = store.task(&id).expect("read").expect("exists");
                     let _ = store.transition(
                         &id,
                         &[TaskStatus::Running],
                         TaskStatus::Succeeded,
                         &|_| {},
-                        &[settle],
+                        &settle(&t),
                     );
                 }
             }
@@ -183,13 +172,7 @@ fn run(seed: u64, steps: usize) {
             80..=94 => {
                 if let Some(id) = pick(&mut rng, &ids) {
                     let t = store.task(&id).expect("read").expect("exists");
-                    let _ = store.transition(
-                        &id,
-                        &[TaskStatus::Queued, TaskStatus::Running],
-                        TaskStatus::Cancelled,
-                        &|_| {},
-                        &refund(&t),
-                    );
+                    let _ = cancel(&store, &t);
                 }
             }
             _ => {

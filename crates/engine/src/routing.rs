@@ -16,8 +16,7 @@ use channels::VideoChannel;
 use rand::Rng;
 use tokio::sync::Semaphore;
 
-use crate::app::now_ms;
-use crate::config::{ChannelKind, Config};
+use crate::clock::now_ms;
 
 /// Upstream calls of one channel at once, unless configured.
 const DEFAULT_CONCURRENCY: u32 = 16;
@@ -48,6 +47,20 @@ pub struct Health {
     pub failovers: AtomicU64,
 }
 
+/// How one channel is routed to and capped, from its configuration.
+#[derive(Debug, Clone)]
+pub struct ChannelRoute {
+    pub name: String,
+    /// Higher tiers are chosen first.
+    pub priority: i32,
+    /// Share of choices inside a tier.
+    pub weight: u32,
+    /// Whether failures mark it unhealthy (remote channels; the simulator never is).
+    pub tracked: bool,
+    pub max_concurrency: Option<u32>,
+    pub max_calls_per_sec: Option<f64>,
+}
+
 pub struct Routing {
     health: HashMap<String, Health>,
     threshold: u32,
@@ -55,9 +68,10 @@ pub struct Routing {
 }
 
 impl Routing {
-    pub fn new(config: &Config) -> Routing {
-        let health = config
-            .channels
+    /// Routing for `routes`; a channel is unhealthy after `threshold` failed calls in a row
+    /// and probed again every `cooldown_ms`.
+    pub fn new(routes: &[ChannelRoute], threshold: u32, cooldown_ms: u64) -> Routing {
+        let health = routes
             .iter()
             .map(|c| {
                 let concurrency = c.max_concurrency.unwrap_or(DEFAULT_CONCURRENCY).max(1);
@@ -66,7 +80,7 @@ impl Routing {
                     Health {
                         priority: c.priority,
                         weight: c.weight.max(1),
-                        tracked: c.kind != ChannelKind::Simulator,
+                        tracked: c.tracked,
                         failures: AtomicU32::new(0),
                         probe_at_ms: AtomicU64::new(0),
                         busy_until_ms: AtomicU64::new(0),
@@ -85,8 +99,8 @@ impl Routing {
             .collect();
         Routing {
             health,
-            threshold: config.tasks.channel_failure_threshold.max(1),
-            cooldown_ms: config.tasks.channel_cooldown_ms,
+            threshold: threshold.max(1),
+            cooldown_ms,
         }
     }
 
@@ -343,25 +357,32 @@ impl CallRate {
 mod tests {
     use super::*;
 
-    fn setup(extra: &str) -> (Routing, Vec<Arc<VideoChannel>>, tempfile::TempDir) {
-        let text = format!(
-            "[tasks]\nchannel_failure_threshold = 3\n{extra}\n\
-             [[channels]]\nname = \"high\"\nkind = \"openai-videos\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"model_h3\"]\npriority = 5\n\
-             [[channels]]\nname = \"low-a\"\nkind = \"openai-videos\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"model_h3\"]\nweight = 3\n\
-             [[channels]]\nname = \"low-b\"\nkind = \"ark\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"model_h3\"]\nweight = 1\n"
-        );
-        let config = Config::from_toml(Some(&text), "t.toml").unwrap();
+    /// Three remote channels of `model_h3`: `high` (priority 5) above `low-a` and `low-b`
+    /// (weights 3 and 1); unhealthy after 3 failures in a row.
+    fn setup(cooldown_ms: u64) -> (Routing, Vec<Arc<VideoChannel>>, tempfile::TempDir) {
+        let route = |name: &str, priority: i32, weight: u32| ChannelRoute {
+            name: name.to_owned(),
+            priority,
+            weight,
+            tracked: true,
+            max_concurrency: None,
+            max_calls_per_sec: None,
+        };
+        let routes = [
+            route("high", 5, 1),
+            route("low-a", 0, 3),
+            route("low-b", 0, 1),
+        ];
         let dir = tempfile::tempdir().unwrap();
         let blobs: Arc<dyn store::BlobStore> =
             Arc::new(store::LocalBlobs::open(dir.path()).unwrap());
-        let channels = config
-            .channels
+        let channels = routes
             .iter()
             .map(|c| {
                 let settings = channels::RemoteSettings {
                     name: c.name.clone(),
-                    models: c.models.clone(),
-                    base_url: c.base_url.clone().unwrap_or_default(),
+                    models: vec!["model_h3".to_owned()],
+                    base_url: "http://127.0.0.1:9".to_owned(),
                     api_key: None,
                     model_map: Default::default(),
                     timeouts: Default::default(),
@@ -374,7 +395,7 @@ mod tests {
                 ))
             })
             .collect();
-        (Routing::new(&config), channels, dir)
+        (Routing::new(&routes, 3, cooldown_ms), channels, dir)
     }
 
     fn pick(r: &Routing, c: &[Arc<VideoChannel>], tried: &[&str]) -> Option<String> {
@@ -384,7 +405,7 @@ mod tests {
 
     #[test]
     fn higher_priority_first_then_weighted_and_unhealthy_skipped() {
-        let (r, c, _dir) = setup("channel_cooldown_ms = 600000");
+        let (r, c, _dir) = setup(600_000);
         assert_eq!(pick(&r, &c, &[]).as_deref(), Some("high"));
         assert_eq!(r.pick(&c, "gen2-pro", &[]).map(|_| ()), None);
         let mut a = 0;
@@ -484,7 +505,7 @@ mod tests {
 
     #[test]
     fn an_unhealthy_channel_gets_one_probe_per_cool_down() {
-        let (r, c, _dir) = setup("channel_cooldown_ms = 0");
+        let (r, c, _dir) = setup(0);
         for _ in 0..3 {
             r.failure("high");
         }

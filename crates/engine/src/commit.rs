@@ -1,0 +1,163 @@
+//! Keeping a finished task's result files and recording its success with the settlement.
+
+use std::sync::Arc;
+
+use channels::{ResultSource, VideoChannel};
+use store::{Outputs, StoreError, Task, TaskStatus};
+
+use crate::clock::{now_ms, now_secs};
+use crate::download::download_results;
+use crate::schedule::{backoff, fail_task, reschedule};
+use crate::state::Engine;
+use crate::steps::{blocking, settle};
+
+/// Keeps the result files in the blob store, then moves the task to `succeeded` with its
+/// settlement. If the task ended meanwhile (cancelled), the files are removed again.
+pub(crate) async fn succeed(
+    engine: &Arc<Engine>,
+    task: Task,
+    channel: &Arc<VideoChannel>,
+    files: channels::ResultFiles,
+) {
+    let files = match download_results(engine, &task, channel, files).await {
+        Ok(files) => files,
+        Err(failure) if failure.paced => {
+            // The channel's call rate could not spare a download soon: poll again at the
+            // task's turn (for a fresh URL, too), without counting it against the task.
+            let turn = engine.routing.call_turn(channel.name());
+            let next = now_ms() + (turn.as_millis() as u64).max(1);
+            reschedule(engine, &task, next, false).await;
+            return;
+        }
+        Err(failure) => {
+            tracing::warn!(
+                "engine: task {}: channel {}: downloading the result: {}",
+                task.id,
+                channel.name(),
+                failure.reason
+            );
+            let attempts = task.attempts + 1;
+            if failure.retry && attempts < engine.settings.submit_attempts.max(1) {
+                // The task stays running: the next poll asks the upstream again (for a fresh
+                // URL, too) and downloads again.
+                let next = now_ms() + backoff(engine, channel.min_poll_interval(), attempts);
+                reschedule(engine, &task, next, true).await;
+                return;
+            }
+            fail_task(
+                engine,
+                &task,
+                "upstream_error",
+                "the result could not be downloaded from the upstream",
+            )
+            .await;
+            return;
+        }
+    };
+    let blobs = engine.blobs.clone();
+    let prefix = task.id.clone();
+    let kept = tokio::task::spawn_blocking(move || -> std::io::Result<Outputs> {
+        let keep = |source: &ResultSource, name: &str| -> std::io::Result<(String, u64)> {
+            match source {
+                ResultSource::LocalFile(path) => {
+                    let id = format!("{prefix}/{name}");
+                    let len = blobs.commit(path, &id)?;
+                    Ok((id, len))
+                }
+                ResultSource::Url(_) => Err(std::io::Error::other(
+                    "a result URL was not downloaded first",
+                )),
+            }
+        };
+        // Images are named by their sniffed type (an upstream's last frame may be a JPEG or
+        // WebP): `/files/...` serves a blob with the type its name ends in.
+        let keep_image = |source: &ResultSource, stem: &str| {
+            keep(source, &format!("{stem}.{}", image_extension(source)?)).map(|k| k.0)
+        };
+        let (video, video_bytes) = keep(&files.video, "video.mp4")?;
+        let thumbnail = files
+            .thumbnail
+            .as_ref()
+            .map(|s| keep_image(s, "thumbnail"))
+            .transpose()?;
+        let last_frame = files
+            .last_frame
+            .as_ref()
+            .map(|s| keep_image(s, "last_frame"))
+            .transpose()?;
+        Ok(Outputs {
+            video: Some(video),
+            thumbnail,
+            last_frame,
+            video_bytes: Some(video_bytes),
+        })
+    })
+    .await;
+    let outputs = match kept {
+        Ok(Ok(outputs)) => outputs,
+        Ok(Err(e)) => {
+            tracing::error!("engine: task {}: keeping the result: {e}", task.id);
+            fail_task(
+                engine,
+                &task,
+                "upstream_error",
+                "the result could not be stored",
+            )
+            .await;
+            return;
+        }
+        Err(e) => {
+            tracing::error!("engine: task {}: keeping the result: {e}", task.id);
+            return;
+        }
+    };
+    let settle = settle(&task);
+    let ttl = engine.settings.content_ttl_secs;
+    let id = task.id.clone();
+    let result = blocking(&engine.store, move |s| {
+        let now = now_secs();
+        s.transition(
+            &id,
+            &[TaskStatus::Running],
+            TaskStatus::Succeeded,
+            &|t| {
+                t.outputs = outputs.clone();
+                t.progress = 100;
+                t.updated_at = now;
+                t.completed_at = Some(now);
+                t.expires_at = Some(now + ttl);
+            },
+            &settle,
+        )
+    })
+    .await;
+    if let Err(e) = result {
+        if !matches!(
+            e,
+            StoreError::WrongStatus { .. } | StoreError::TaskNotFound(_)
+        ) {
+            tracing::error!("engine: task {}: recording success: {e}", task.id);
+        }
+        let blobs = engine.blobs.clone();
+        let prefix = task.id.clone();
+        let _ = tokio::task::spawn_blocking(move || blobs.delete_prefix(&prefix)).await;
+    }
+}
+
+/// The file name ending of a result image by its first bytes (`png` when it is no image
+/// format we know; downloads were checked to be one). Blocking.
+fn image_extension(source: &ResultSource) -> std::io::Result<&'static str> {
+    use std::io::Read;
+    let ResultSource::LocalFile(path) = source else {
+        return Err(std::io::Error::other(
+            "a result URL was not downloaded first",
+        ));
+    };
+    let mut head = Vec::with_capacity(64);
+    std::fs::File::open(path)?.take(64).read_to_end(&mut head)?;
+    Ok(match fetch::sniff(&head) {
+        Some(fetch::Format::Jpeg) => "jpg",
+        Some(fetch::Format::Webp) => "webp",
+        _ => "png",
+    })
+}

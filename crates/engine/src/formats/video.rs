@@ -1,0 +1,81 @@
+//! The first format's tasks (`/v1/videos`): what they keep of their request, and the job and
+//! references a channel gets from them.
+
+use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
+use serde::{Deserialize, Serialize};
+use store::Task;
+
+use super::stored::read_params;
+use videos_v1::Ratio;
+
+/// What a first-format task keeps of its request (the task's `params`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct V1Params {
+    pub prompt: String,
+    pub width: u32,
+    pub height: u32,
+    pub aspect_ratio: Ratio,
+    pub duration: u32,
+    /// Blob ids of the stored frames.
+    pub first_frame: Option<String>,
+    pub last_frame: Option<String>,
+    /// The audio and video references given as URLs: checked by the relay, fetched by the
+    /// upstream itself.
+    pub audio: Option<String>,
+    pub reference_video: Option<String>,
+    /// Blob ids of the relay's copies of the audio and video references given as a file part
+    /// or a `data:` URI.
+    #[serde(default)]
+    pub audio_blob: Option<String>,
+    #[serde(default)]
+    pub reference_video_blob: Option<String>,
+    pub reference_video_audio: bool,
+    #[serde(default)]
+    pub sim: SimDirectives,
+}
+
+/// The job the channel runs for a first-format task.
+pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, &'static str> {
+    let p: V1Params = read_params(task)?;
+    Ok(VideoJob {
+        task_id: task.id.clone(),
+        model: upstream_model,
+        prompt: p.prompt,
+        width: p.width,
+        height: p.height,
+        ratio: p.aspect_ratio.as_str().to_owned(),
+        resolution: None,
+        duration_secs: p.duration,
+        first_frame: p.first_frame,
+        last_frame: p.last_frame,
+        first_frame_url: None,
+        last_frame_url: None,
+        audio_url: p.audio,
+        reference_video: p.reference_video,
+        reference_video_audio: p.reference_video_audio,
+        return_last_frame: false,
+        seed: None,
+        sim: p.sim,
+    })
+}
+
+/// The relay's copies of a first-format task's audio and video references, for the channel
+/// (the video first, as the `ark` content array lists URL references too); the engine adds
+/// their signed URLs.
+pub fn references(task: &Task) -> Result<Vec<StoredReference>, &'static str> {
+    let p: V1Params = read_params(task)?;
+    let stored = [
+        (p.reference_video_blob, ReferenceRole::Video),
+        (p.audio_blob, ReferenceRole::Audio),
+    ];
+    Ok(stored
+        .into_iter()
+        .filter_map(|(blob, role)| {
+            Some(StoredReference {
+                role,
+                blob: blob?,
+                url: None,
+            })
+        })
+        .collect())
+}

@@ -1,0 +1,79 @@
+//! When a task is looked at next: rescheduling with back-off, and timing out past the deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use store::{StoreError, Task};
+
+use crate::calls::cancel_upstream;
+use crate::state::Engine;
+use crate::steps::{blocking, fail};
+
+/// Moves an unfinished task to `failed` with its refund (nothing when another writer ended
+/// it first; a store error is logged).
+pub(crate) async fn fail_task(engine: &Engine, task: &Task, code: &str, message: &str) {
+    let (owned, code, message) = (task.clone(), code.to_owned(), message.to_owned());
+    if let Err(e) = blocking(&engine.store, move |s| fail(s, &owned, &code, &message)).await {
+        tracing::error!("engine: task {}: failing it: {e}", task.id);
+    }
+}
+
+/// `base` doubled per attempt, capped by `poll_interval_max_ms`.
+pub(crate) fn backoff(engine: &Engine, base: Duration, attempts: u32) -> u64 {
+    let base = base.as_millis() as u64;
+    let cap = engine.settings.poll_interval_max_ms.max(base);
+    base.saturating_mul(1u64 << attempts.min(16)).min(cap)
+}
+
+/// Fails a task past its deadline with `timeout`, refunding it, and stops the upstream work.
+pub(crate) async fn time_out(engine: &Arc<Engine>, task: Task) {
+    let owned = task.clone();
+    let secs = engine.settings.timeout_secs;
+    let message = format!("the task did not finish within {secs} s");
+    match blocking(&engine.store, move |s| fail(s, &owned, "timeout", &message)).await {
+        Ok(Some(_)) => {
+            if let (Some(name), Some(upstream_id)) =
+                (task.channel.as_deref(), task.upstream_id.as_deref())
+                && let Some(channel) = engine.channel_named(name)
+            {
+                cancel_upstream(engine, channel.clone(), upstream_id.to_owned());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::error!("engine: task {}: timing out: {e}", task.id),
+    }
+}
+
+pub(crate) async fn reschedule(
+    engine: &Arc<Engine>,
+    task: &Task,
+    next_ms: u64,
+    count_attempt: bool,
+) {
+    let id = task.id.clone();
+    let status = task.status;
+    let next = next_ms.min(task.deadline_ms);
+    let result = blocking(&engine.store, move |s| {
+        s.transition(
+            &id,
+            &[status],
+            status,
+            &|t| {
+                if count_attempt {
+                    t.attempts += 1;
+                }
+                t.next_poll_ms = Some(next);
+            },
+            &[],
+        )
+    })
+    .await;
+    if let Err(e) = result
+        && !matches!(
+            e,
+            StoreError::WrongStatus { .. } | StoreError::TaskNotFound(_)
+        )
+    {
+        tracing::error!("engine: task {}: rescheduling: {e}", task.id);
+    }
+}

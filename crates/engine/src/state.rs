@@ -1,0 +1,96 @@
+//! The engine's shared state: the store, the blobs, the video channels and their routing,
+//! built from parts the caller has already constructed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use channels::VideoChannel;
+use store::{BlobStore, Store};
+use tokio::sync::Notify;
+
+use crate::routing::{ChannelRoute, Routing};
+use crate::settings::TasksConfig;
+use crate::stats::ChannelStats;
+
+/// A URL upstreams can fetch a stored blob at (the relay's signed `/files/...` URL), given
+/// when other machines can reach the relay.
+pub type PublicUrls = Box<dyn Fn(&str) -> String + Send + Sync>;
+
+/// What the engine is built from.
+pub struct Parts {
+    pub store: Arc<dyn Store>,
+    pub blobs: Arc<dyn BlobStore>,
+    /// The video channels, in configuration order.
+    pub channels: Vec<Arc<VideoChannel>>,
+    /// How each channel is routed to and capped.
+    pub routes: Vec<ChannelRoute>,
+    /// Upstream calls by channel name (shared with the chat side, which counts its own).
+    pub stats: Arc<HashMap<String, ChannelStats>>,
+    pub settings: TasksConfig,
+    pub public_urls: Option<PublicUrls>,
+}
+
+/// Drives every unfinished video task to a final status (see [`crate::run`]). Request
+/// handlers hand it new tasks ([`Engine::enqueue`]) and cancels ([`Engine::cancel`]).
+pub struct Engine {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) blobs: Arc<dyn BlobStore>,
+    pub(crate) channels: Vec<Arc<VideoChannel>>,
+    pub(crate) routing: Routing,
+    pub(crate) stats: Arc<HashMap<String, ChannelStats>>,
+    pub(crate) settings: TasksConfig,
+    pub(crate) public_urls: Option<PublicUrls>,
+    /// Wakes the engine when a task was created or changed by a request.
+    pub(crate) wake: Notify,
+}
+
+impl Engine {
+    pub fn new(parts: Parts) -> Engine {
+        let routing = Routing::new(
+            &parts.routes,
+            parts.settings.channel_failure_threshold,
+            parts.settings.channel_cooldown_ms,
+        );
+        Engine {
+            store: parts.store,
+            blobs: parts.blobs,
+            channels: parts.channels,
+            routing,
+            stats: parts.stats,
+            settings: parts.settings,
+            public_urls: parts.public_urls,
+            wake: Notify::new(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn channels(&self) -> &[Arc<VideoChannel>] {
+        &self.channels
+    }
+
+    /// The channel that runs `model`, if any.
+    pub fn channel_for(&self, model: &str) -> Option<&Arc<VideoChannel>> {
+        self.channels.iter().find(|c| c.serves(model))
+    }
+
+    pub fn channel_named(&self, name: &str) -> Option<&Arc<VideoChannel>> {
+        self.channels.iter().find(|c| c.name() == name)
+    }
+
+    /// Channel choice, health and call caps.
+    pub fn routing(&self) -> &Routing {
+        &self.routing
+    }
+
+    pub fn settings(&self) -> &TasksConfig {
+        &self.settings
+    }
+
+    /// Looks for due tasks now rather than at the next tick.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}

@@ -1,0 +1,94 @@
+//! The store steps of a task's life and money, shared by the engine and the request handlers:
+//! the pre-deduction that comes with a new task, the refund of one that ends without a result,
+//! failing a task. Every status change goes through `Store::transition`.
+
+use std::sync::Arc;
+
+use store::{LedgerDraft, LedgerKind, Store, StoreError, Task, TaskError, TaskStatus};
+
+use crate::clock::now_secs;
+
+/// Runs a store step off the async workers (store steps may flush to disk).
+pub async fn blocking<T: Send + 'static>(
+    store: &Arc<dyn Store>,
+    step: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || step(&*store))
+        .await
+        .map_err(|e| StoreError::Backend(format!("store step panicked: {e}")))?
+}
+
+/// The ledger draft of a new task's pre-deduction.
+pub fn prededuct(task: &Task) -> Vec<LedgerDraft> {
+    draft(task, LedgerKind::Prededuct, -task.price)
+}
+
+/// The settlement that ends a task with its result.
+pub fn settle(task: &Task) -> Vec<LedgerDraft> {
+    draft(task, LedgerKind::Settle, 0)
+}
+
+/// The refund that ends a task without a result.
+pub fn refund(task: &Task) -> Vec<LedgerDraft> {
+    draft(task, LedgerKind::Refund, task.price)
+}
+
+/// One entry of `kind` for a task with a price; none for a free task.
+fn draft(task: &Task, kind: LedgerKind, amount: i64) -> Vec<LedgerDraft> {
+    if task.price <= 0 {
+        return Vec::new();
+    }
+    vec![LedgerDraft {
+        key_id: task.owner.clone(),
+        task_id: task.id.clone(),
+        kind,
+        amount,
+    }]
+}
+
+/// Moves an unfinished task to `failed` with `error`, refunding it. `None` when another
+/// writer ended it first.
+pub fn fail(
+    store: &dyn Store,
+    task: &Task,
+    code: &str,
+    message: &str,
+) -> Result<Option<Task>, StoreError> {
+    let error = TaskError {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    };
+    let now = now_secs();
+    let result = store.transition(
+        &task.id,
+        &[TaskStatus::Queued, TaskStatus::Running],
+        TaskStatus::Failed,
+        &|t| {
+            t.error = Some(error.clone());
+            t.updated_at = now;
+            t.completed_at = Some(now);
+        },
+        &refund(task),
+    );
+    match result {
+        Ok(task) => Ok(Some(task)),
+        Err(StoreError::WrongStatus { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Moves an unfinished task to `cancelled`, refunding it.
+pub fn cancel(store: &dyn Store, task: &Task) -> Result<Task, StoreError> {
+    let now = now_secs();
+    store.transition(
+        &task.id,
+        &[TaskStatus::Queued, TaskStatus::Running],
+        TaskStatus::Cancelled,
+        &|t| {
+            t.updated_at = now;
+            t.completed_at = Some(now);
+        },
+        &refund(task),
+    )
+}

@@ -1,0 +1,97 @@
+//! The in-memory side of chat billing: the estimates reserved by the messages under way
+//! ([`Reservations`]) and the charges on their way to the store ([`ChargeQueue`]). How a
+//! message is billed is `chat_billing`'s.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use store::Charge;
+use tokio::sync::mpsc;
+
+/// Estimates reserved by the messages under way, per key with a quota (unlimited keys need
+/// none). The lock also covers reading the key's stored quota and writing a charge, so a
+/// message is admitted against a balance that counts every other message exactly once:
+/// either still reserved, or already charged.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    held: std::sync::Mutex<HashMap<String, i64>>,
+}
+
+impl Reservations {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+pub(crate) fn release(held: &mut HashMap<String, i64>, key_id: &str, amount: i64) {
+    if amount == 0 {
+        return;
+    }
+    if let Some(mine) = held.get_mut(key_id) {
+        *mine -= amount;
+        if *mine <= 0 {
+            held.remove(key_id);
+        }
+    }
+}
+
+/// The most charges one store transaction writes.
+pub(crate) const CHARGE_BATCH: usize = 1024;
+/// The most charges queued; past it messages write their own (backpressure, bounded memory).
+const CHARGE_QUEUE: usize = 16 * CHARGE_BATCH;
+
+/// Chat charges on their way to the store. Messages queue them as they end; one writer
+/// (`chat_billing::write_charges`, run by `serve`) writes whatever has queued in one transaction, so
+/// under load a store step is shared by many messages instead of costing each its own.
+#[derive(Debug)]
+pub struct ChargeQueue {
+    pub(crate) tx: mpsc::Sender<(Charge, i64)>,
+    pub(crate) rx: std::sync::Mutex<Option<mpsc::Receiver<(Charge, i64)>>>,
+    /// Queued and not yet written.
+    pub(crate) pending: AtomicUsize,
+    pub(crate) written: tokio::sync::Notify,
+}
+
+impl Default for ChargeQueue {
+    fn default() -> ChargeQueue {
+        let (tx, rx) = mpsc::channel(CHARGE_QUEUE);
+        ChargeQueue {
+            tx,
+            rx: std::sync::Mutex::new(Some(rx)),
+            pending: AtomicUsize::new(0),
+            written: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl ChargeQueue {
+    /// Queues a charge with the credits its message reserved; gives it back when the queue
+    /// is full or closed.
+    pub(crate) fn push(&self, charge: Charge, reserved: i64) -> Option<(Charge, i64)> {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        match self.tx.try_send((charge, reserved)) {
+            Ok(()) => None,
+            Err(e) => {
+                self.pending.fetch_sub(1, Ordering::SeqCst);
+                Some(e.into_inner())
+            }
+        }
+    }
+
+    /// Waits until every charge queued so far is written, at most `limit`; whether it was.
+    pub async fn drained(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.pending.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, written).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
