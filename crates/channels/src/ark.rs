@@ -12,9 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use store::BlobStore;
 
-use crate::openai_videos::path_part;
 use crate::remote::{
-    ReadBlobError, Remote, RemoteSettings, snippet, submit_failure, upstream_failed,
+    ReadBlobError, Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
 };
 use crate::upstream_http::{UpstreamError, UpstreamResponse};
 use crate::video::{
