@@ -9,11 +9,11 @@ use http::Method;
 use serde::Deserialize;
 use store::BlobStore;
 
-use crate::remote::{Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed};
-use crate::upstream_http::{UpstreamError, UpstreamResponse};
-use crate::video::{
+use crate::job::{
     PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
+use crate::remote::{Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed};
+use crate::upstream_http::{UpstreamError, UpstreamResponse};
 
 pub struct OpenaiVideos {
     remote: Remote,

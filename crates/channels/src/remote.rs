@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
+use crate::job::{PollOutcome, SubmitOutcome};
 use crate::upstream_http::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
-use crate::video::{PollOutcome, SubmitOutcome};
 
 /// Largest JSON answer read from a video upstream.
 pub const MAX_JSON_BYTES: usize = 1 << 20;
