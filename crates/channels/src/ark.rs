@@ -12,14 +12,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use store::BlobStore;
 
-use crate::openai_videos::path_part;
-use crate::remote::{
-    ReadBlobError, Remote, RemoteSettings, snippet, submit_failure, upstream_failed,
-};
-use crate::upstream_http::{UpstreamError, UpstreamResponse};
-use crate::video::{
+use crate::job::{
     PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
+use crate::remote::{
+    ReadBlobError, Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
+};
+use crate::upstream_http::{UpstreamError, UpstreamResponse};
 
 pub struct Ark {
     remote: Remote,

@@ -5,6 +5,7 @@
 
 pub mod ark;
 pub mod chat;
+mod job;
 pub mod mp4probe;
 pub mod openai_videos;
 pub mod remote;
@@ -18,13 +19,13 @@ pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
     UpstreamFailure,
 };
+pub use job::{
+    PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+};
 pub use remote::{RemoteSettings, ResultUrls};
 pub use sim_directives::SimDirectives;
 pub use simulator::{Simulator, SimulatorSettings};
 pub use upstream_http::{
     UpstreamBody, UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts,
 };
-pub use video::{
-    PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome,
-    VideoChannel, VideoJob,
-};
+pub use video::VideoChannel;

@@ -9,11 +9,11 @@ use http::Method;
 use serde::Deserialize;
 use store::BlobStore;
 
-use crate::remote::{Remote, RemoteSettings, snippet, submit_failure, upstream_failed};
-use crate::upstream_http::{UpstreamError, UpstreamResponse};
-use crate::video::{
+use crate::job::{
     PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
+use crate::remote::{Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed};
+use crate::upstream_http::{UpstreamError, UpstreamResponse};
 
 pub struct OpenaiVideos {
     remote: Remote,
@@ -167,17 +167,4 @@ impl OpenaiVideos {
     pub async fn cancel(&self, upstream_id: &str) {
         self.remote.delete(&self.video_url(upstream_id)).await
     }
-}
-
-/// An upstream id as one path segment: anything but unreserved characters is escaped.
-pub fn path_part(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -1,5 +1,6 @@
 //! What the HTTP video adapters share: their settings, the classification of upstream
-//! answers, reading reference images from the blob store, and result downloads.
+//! answers, upstream ids in URL paths, reading reference images from the blob store, and
+//! result downloads.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
+use crate::job::{PollOutcome, SubmitOutcome};
 use crate::upstream_http::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
-use crate::video::{PollOutcome, SubmitOutcome};
 
 /// Largest JSON answer read from a video upstream.
 pub const MAX_JSON_BYTES: usize = 1 << 20;
@@ -297,6 +298,19 @@ fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
 pub fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
     text.replace(['\n', '\r'], " ")
+}
+
+/// An upstream id as one path segment: anything but unreserved characters is escaped.
+pub fn path_part(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The failure recorded when an upstream ends a task without a result. The upstream's own

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use store::BlobStore;
 
-use crate::sim::picture::{self, Picture};
-use crate::sim::render::{RenderSpec, render};
-use crate::video::{
+use crate::job::{
     PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
+use crate::sim::picture::{self, Picture};
+use crate::sim::render::{RenderSpec, render};
 
 /// Settings of one simulator channel.
 #[derive(Debug, Clone)]
@@ -355,7 +355,7 @@ mod tests {
 
     #[tokio::test]
     async fn takes_jobs_with_references_even_when_their_bytes_are_gone() {
-        use crate::video::ReferenceRole;
+        use crate::job::ReferenceRole;
         let dir = Scratch::new();
         let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir.0).unwrap());
         blobs

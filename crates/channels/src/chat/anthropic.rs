@@ -7,9 +7,8 @@ use bytes::Bytes;
 use http::{Method, Request};
 use serde_json::Value;
 
-use super::{
-    ChatAnswer, ChatCall, ChatEventStream, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure,
-};
+use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
+use super::stream::ChatEventStream;
 use crate::upstream_http::{UpstreamHttp, UpstreamResponse};
 
 #[derive(Debug)]

@@ -6,9 +6,8 @@ use http::{Method, Request};
 use messages::openai::{ChatStream, from_chat_response, to_chat_request};
 use serde_json::Value;
 
-use super::{
-    ChatAnswer, ChatCall, ChatEventStream, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure,
-};
+use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
+use super::stream::ChatEventStream;
 use crate::upstream_http::UpstreamHttp;
 
 #[derive(Debug)]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{ChatAnswer, ChatCall, ChatEventStream, ChatSettings, FailureKind, UpstreamFailure};
+use super::call::{ChatAnswer, ChatCall, ChatSettings, FailureKind, UpstreamFailure};
+use super::stream::ChatEventStream;
 
 /// Events a `fail` stream sends before it breaks.
 const FAIL_AFTER: usize = 3;

@@ -2,7 +2,9 @@
 
 mod font;
 mod mp4write;
+mod pattern;
 pub mod picture;
 pub mod render;
+mod yuv;
 
 pub use mp4write::MuxError;

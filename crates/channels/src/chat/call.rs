@@ -1,0 +1,141 @@
+//! The shared types of chat channels: a channel's settings, one call as a channel sees it,
+//! its answer, and how a failure before the first byte is reported. Every adapter and the
+//! dispatching [`ChatChannel`](super::ChatChannel) speak in these; this module knows none of
+//! them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use messages::{MessagesRequest, Usage};
+
+use super::stream::ChatEventStream;
+use crate::sim_directives::SimDirectives;
+use crate::upstream_http::{UpstreamError, UpstreamTimeouts};
+
+/// How a chat channel is set up.
+#[derive(Debug, Clone, Default)]
+pub struct ChatSettings {
+    pub name: String,
+    /// The relay's names of the models it serves.
+    pub models: Vec<String>,
+    /// The upstream's base URL: `https://host` for a native upstream (the relay adds
+    /// `/v1/messages`), `https://host/v1` for chat completions (the relay adds
+    /// `/chat/completions`).
+    pub base_url: String,
+    /// The upstream's key, sent instead of the client's.
+    pub api_key: Option<String>,
+    /// The relay's model name -> the upstream's.
+    pub model_map: BTreeMap<String, String>,
+    pub timeouts: UpstreamTimeouts,
+}
+
+impl ChatSettings {
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.iter().any(|m| m == model)
+    }
+
+    pub fn upstream_model(&self, model: &str) -> String {
+        self.model_map
+            .get(model)
+            .cloned()
+            .unwrap_or_else(|| model.to_owned())
+    }
+}
+
+/// One call as a channel sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatCall<'a> {
+    /// The relay's message id (`msg_...`).
+    pub id: &'a str,
+    /// The validated request.
+    pub request: &'a MessagesRequest,
+    /// The client's body as it came (passed on unchanged by a native upstream).
+    pub body: &'a Bytes,
+    /// The client's `vendor-version` / `anthropic-version`.
+    pub version: &'a str,
+    /// The client's `anthropic-beta`, if any.
+    pub beta: Option<&'a str>,
+    pub sim: &'a SimDirectives,
+    /// The relay's own count of the request's input tokens.
+    pub input_estimate: u64,
+}
+
+/// A successful answer.
+#[derive(Debug)]
+pub enum ChatAnswer {
+    /// A whole JSON message; `usage` when it could be read.
+    Whole {
+        body: Bytes,
+        usage: Option<Usage>,
+    },
+    Stream(Box<ChatEventStream>),
+}
+
+/// How a failure before the first byte is reported to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The upstream said 429.
+    RateLimited,
+    /// The upstream said 529.
+    Overloaded,
+    /// Anything else: `500 upstream error`.
+    Error,
+}
+
+/// An upstream call that failed before anything was sent to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamFailure {
+    pub kind: FailureKind,
+    /// Whether a retry may succeed (drives `x-should-retry`).
+    pub retryable: bool,
+    /// The upstream's own `retry-after`, capped.
+    pub retry_after: Option<Duration>,
+    /// For logs only: may name the upstream.
+    pub detail: String,
+}
+
+impl UpstreamFailure {
+    pub fn error(retryable: bool, detail: impl Into<String>) -> UpstreamFailure {
+        UpstreamFailure {
+            kind: FailureKind::Error,
+            retryable,
+            retry_after: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// A failed exchange (connect, timeout, broken body): retryable.
+    pub fn from_transport(channel: &str, e: &UpstreamError) -> UpstreamFailure {
+        UpstreamFailure::error(true, format!("channel {channel}: {e}"))
+    }
+
+    /// A non-2xx answer: 429 and 529 keep their meaning; the rest is `500 upstream error`,
+    /// retryable when the upstream's status is (408, 409, 5xx).
+    pub fn from_status(channel: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Self {
+        let snippet: String = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+        let detail = format!("channel {channel}: upstream answered {status}: {snippet}");
+        let retry_after = headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(120.0)));
+        let kind = match status {
+            429 => FailureKind::RateLimited,
+            529 => FailureKind::Overloaded,
+            _ => FailureKind::Error,
+        };
+        let retryable = matches!(status, 408 | 409 | 429) || status >= 500;
+        UpstreamFailure {
+            kind,
+            retryable,
+            retry_after,
+            detail,
+        }
+    }
+}
+
+/// The largest whole (non-streamed) upstream answer read.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
