@@ -15,6 +15,7 @@ mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
 #[allow(dead_code)]
 mod fake_video;
+mod floors;
 mod fuzz;
 mod openapi;
 mod schemathesis;
@@ -42,6 +43,8 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   crash         SIGKILL the relay at random moments under load, cycle after cycle over one
                 data directory, then check that no acknowledged task was lost and the ledger
                 balances (`crash --cycles 3 --debug` is part of ci)
+  floors        the files of every crate by floor, bottom first, and every circle of files
+                (`use` lines and paths in code); fails when there is a circle. `floors --help`
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
                 SDK checks)
   schemathesis  property-based tests of the running relay against docs/openapi.yaml
@@ -77,8 +80,18 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::FAILURE,
             Err(e) => Err(e),
         },
+        Some("floors") => match floors::run(&args[1..]) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         _ => {
-            eprintln!("{USAGE}\n\n{}\n\n{}", conformance::USAGE, crash::USAGE);
+            eprintln!(
+                "{USAGE}\n\n{}\n\n{}\n\n{}",
+                conformance::USAGE,
+                crash::USAGE,
+                floors::USAGE
+            );
             return ExitCode::from(2);
         }
     };
