@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use checks::Verdict;
+use server::router::route_table;
 use client::{Client, Req, Resp};
 
 pub const USAGE: &str =
@@ -33,45 +34,6 @@ pub const PNG_1X1: &[u8] = &[
     0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0xda, 0x63, 0x64, 0x60, 0xf8, 0x5f,
     0x0f, 0x00, 0x02, 0x87, 0x01, 0x80, 0xeb, 0x47, 0xba, 0x92, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
     0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
-];
-
-/// Every route of the relay, as in docs/openapi.yaml.
-const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/openapi.yaml"),
-    ("GET", "/files/{path}"),
-    ("POST", "/v1/videos"),
-    ("GET", "/v1/videos"),
-    ("GET", "/v1/videos/{task_id}"),
-    ("DELETE", "/v1/videos/{task_id}"),
-    ("GET", "/v1/videos/{task_id}/content"),
-    ("POST", "/v1/videos/{task_id}/cancel"),
-    ("POST", "/v1/video/generations"),
-    ("GET", "/v1/video/generations"),
-    ("GET", "/v1/video/generations/{task_id}"),
-    ("POST", "/v1/video/generations/{task_id}/cancel"),
-    ("POST", "/api/generation/video/moderation-result"),
-    ("POST", "/v1/asset-libraries"),
-    ("GET", "/v1/asset-libraries"),
-    ("GET", "/v1/asset-libraries/{library_id}"),
-    ("DELETE", "/v1/asset-libraries/{library_id}"),
-    ("POST", "/v1/asset-libraries/{library_id}/assets"),
-    ("GET", "/v1/asset-libraries/{library_id}/assets"),
-    ("GET", "/v1/assets/{asset_id}"),
-    ("DELETE", "/v1/assets/{asset_id}"),
-    ("POST", "/admin/keys"),
-    ("GET", "/admin/keys"),
-    ("GET", "/admin/keys/{key_id}"),
-    ("DELETE", "/admin/keys/{key_id}"),
-    ("PATCH", "/admin/keys/{key_id}"),
-    ("GET", "/admin/keys/{key_id}/ledger"),
-    ("GET", "/admin/tasks"),
-    ("GET", "/admin/channels"),
-    ("POST", "/v1/messages"),
-    ("POST", "/v1/messages/count_tokens"),
-    ("GET", "/v1/models"),
-    ("GET", "/v1/models/{model_id}"),
 ];
 
 const PUBLIC: &[&str] = &["/healthz", "/readyz", "/openapi.yaml", "/files/{path}"];
@@ -222,7 +184,7 @@ impl Suite {
                     r.describe()
                 ));
             }
-            match ROUTES
+            match route_table()
                 .iter()
                 .find(|(_, p)| !text.contains(&format!("\n  {p}:\n")))
             {
@@ -259,7 +221,7 @@ impl Suite {
 
     async fn auth(&mut self) {
         let s = "SPEC§5";
-        for (method, template) in ROUTES {
+        for (method, template) in route_table() {
             if PUBLIC.contains(template) {
                 continue;
             }
