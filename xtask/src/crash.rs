@@ -85,7 +85,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         match arg.as_str() {
             "--cycles" => {
                 opts.cycles =
-                    crate::count_flag(&value("--cycles")?, "--cycles", 1, u32::MAX, USAGE)?;
+                    crate::cmd::count_flag(&value("--cycles")?, "--cycles", 1, u32::MAX, USAGE)?;
             }
             "--seed" => {
                 opts.seed = value("--seed")?
@@ -93,7 +93,8 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
                     .with_context(|| format!("--seed must be a whole number\n{USAGE}"))?;
             }
             "--workers" => {
-                opts.workers = crate::count_flag(&value("--workers")?, "--workers", 1, 64, USAGE)?;
+                opts.workers =
+                    crate::cmd::count_flag(&value("--workers")?, "--workers", 1, 64, USAGE)?;
             }
             "--debug" => opts.debug = true,
             other => bail!("unknown argument {other}\n{USAGE}"),
@@ -290,8 +291,8 @@ struct Site {
 }
 
 impl Site {
-    fn start(&self, key: Option<&str>) -> anyhow::Result<crate::StartedRelay> {
-        crate::start_relay_logged(
+    fn start(&self, key: Option<&str>) -> anyhow::Result<crate::relay::StartedRelay> {
+        crate::relay::start_relay_logged(
             &self.binary,
             &self.config,
             &self.data,
@@ -309,12 +310,17 @@ impl Site {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut child =
-            crate::relay_command(&self.binary, &self.config, &self.data, ADMIN_TOKEN, "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log))
-                .spawn()
-                .with_context(|| format!("starting {}", self.binary.display()))?;
+        let mut child = crate::relay::relay_command(
+            &self.binary,
+            &self.config,
+            &self.data,
+            ADMIN_TOKEN,
+            "warn",
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .with_context(|| format!("starting {}", self.binary.display()))?;
         // The wait is the point: a random moment of the start-up, not a synchronisation.
         std::thread::sleep(after);
         let exited = child.try_wait()?;
@@ -336,17 +342,17 @@ impl Site {
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let opts = parse(args)?;
     let profile = if opts.debug { "debug" } else { "release" };
-    let mut build = crate::cargo();
+    let mut build = crate::cmd::cargo();
     build.args(["build", "-p", "relay"]);
     if !opts.debug {
         build.arg("--release");
     }
-    crate::run(&format!("cargo build -p relay ({profile})"), &mut build)?;
-    let work = crate::target_dir().join("crash");
+    crate::cmd::run(&format!("cargo build -p relay ({profile})"), &mut build)?;
+    let work = crate::cmd::target_dir().join("crash");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let site = Site {
-        binary: crate::target_dir().join(profile).join("relay"),
+        binary: crate::cmd::target_dir().join(profile).join("relay"),
         config: work.join("relay.toml"),
         data: work.join("data"),
         log: work.join("relay.log"),

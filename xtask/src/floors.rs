@@ -46,7 +46,7 @@ pub fn run(args: &[String]) -> anyhow::Result<bool> {
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }
-    let root = crate::root();
+    let root = crate::cmd::root();
     let mut crates = workspace(&root)?;
     if let Some(name) = &only {
         let names: Vec<&str> = crates.iter().map(|c| c.name.as_str()).collect();

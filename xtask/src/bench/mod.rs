@@ -57,7 +57,7 @@ impl Report {
 
 /// A relay started for the bench.
 pub struct RelayProc {
-    pub relay: crate::StartedRelay,
+    pub relay: crate::relay::StartedRelay,
     pub addr: SocketAddr,
     pub key: String,
 }
@@ -74,11 +74,11 @@ pub fn start_relay_with(binary: &Path, work: &Path, config: &str) -> anyhow::Res
     std::fs::create_dir_all(work)?;
     let path = work.join("relay.toml");
     std::fs::write(&path, config)?;
-    let relay = crate::start_relay(binary, &path, &work.join("data"), ADMIN, "error")?;
+    let relay = crate::relay::start_relay(binary, &path, &work.join("data"), ADMIN, "error")?;
     relay_proc(relay)
 }
 
-fn relay_proc(relay: crate::StartedRelay) -> anyhow::Result<RelayProc> {
+fn relay_proc(relay: crate::relay::StartedRelay) -> anyhow::Result<RelayProc> {
     let addr = relay
         .base
         .trim_start_matches("http://")

@@ -239,7 +239,8 @@ async fn start(
 ) -> anyhow::Result<(RelayProc, f64)> {
     let first = read_call(seed, &seed.ids[seed.ids.len() / 2]);
     let spawned = Instant::now();
-    let relay = crate::start_relay_keyed(binary, config, data, ADMIN, "error", Some(&seed.key))?;
+    let relay =
+        crate::relay::start_relay_keyed(binary, config, data, ADMIN, "error", Some(&seed.key))?;
     let relay = relay_proc(relay)?;
     let deadline = spawned + Duration::from_secs(60);
     loop {

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use checks::Verdict;
-use server::router::route_table;
 use client::{Client, Req, Resp};
+use server::router::route_table;
 
 pub const USAGE: &str =
     "cargo xtask conformance --base-url URL --key KEY [--key-group2 KEY] [--admin-token T]
