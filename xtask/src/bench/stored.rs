@@ -17,7 +17,8 @@ use sha2::{Digest, Sha256};
 use store::{Key, KeyStatus, Outputs, SledStore, Store, Task, TaskKind, TaskStatus};
 
 use super::load::{Call, Load, Paths, call_once, load_paths, mib, proc_stats};
-use super::{ADMIN, RelayProc, Report, relay_proc};
+use super::relays::{ADMIN, RelayProc, relay_proc};
+use super::report::Report;
 
 /// Threads creating tasks while seeding.
 const SEED_THREADS: usize = 16;
