@@ -1,13 +1,14 @@
 //! The official SDKs, unchanged, against the built relay: the OpenAI Python SDK on the first
 //! video format, the Anthropic Python SDKs on `/v1/messages`.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use crate::cmd::{cargo, drain, python_with, root, run, stdout_lines, target_dir};
-use crate::relay::start_relay;
+use crate::relay::{StartedRelay, start_relay};
 
 /// The admin token of the relay the SDK checks run against.
 const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
@@ -33,13 +34,7 @@ pub fn sdk_check() -> anyhow::Result<()> {
         &config,
         "[simulator]\ntask_secs = 1\nfps = 8\n[security]\nallow_private_urls = true\n",
     )?;
-    let relay = start_relay(
-        &target.join("debug").join("relay"),
-        &config,
-        &work.join("data"),
-        SDK_ADMIN_TOKEN,
-        "warn",
-    )?;
+    let relay = sdk_relay(&work, &config)?;
     let (base, key) = (&relay.base, &relay.key);
     run(
         "OpenAI SDK check",
@@ -113,13 +108,7 @@ base_url = "{fake_url}/v1"
 "#
             ),
         )?;
-        let relay = start_relay(
-            &target.join("debug").join("relay"),
-            &config,
-            &work.join("data"),
-            SDK_ADMIN_TOKEN,
-            "warn",
-        )?;
+        let relay = sdk_relay(&work, &config)?;
         let (base, key) = (&relay.base, &relay.key);
         {
             for (pin, python) in &pythons {
@@ -138,6 +127,17 @@ base_url = "{fake_url}/v1"
     let _ = fake.kill();
     let _ = fake.wait();
     result
+}
+
+/// The debug relay with `config` over `work/data`, for an SDK check.
+fn sdk_relay(work: &Path, config: &Path) -> anyhow::Result<StartedRelay> {
+    start_relay(
+        &target_dir().join("debug").join("relay"),
+        config,
+        &work.join("data"),
+        SDK_ADMIN_TOKEN,
+        "warn",
+    )
 }
 
 /// The rest of the first line of `child`'s stdout that starts with `prefix`.
