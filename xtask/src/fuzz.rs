@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use crate::{cargo, root, run, target_dir};
+use crate::cmd::{cargo, root, run, target_dir};
 
 pub const USAGE: &str = "usage: cargo xtask fuzz [--secs N] [--dev] [TARGET ...]
 

@@ -7,9 +7,9 @@ use std::process::Command;
 const VALIDATOR: &str = "openapi-spec-validator==0.9.0";
 
 pub fn validate() -> anyhow::Result<()> {
-    let root = crate::root();
-    let python = crate::python_with("sdk-venv", VALIDATOR)?;
-    crate::run(
+    let root = crate::cmd::root();
+    let python = crate::cmd::python_with("sdk-venv", VALIDATOR)?;
+    crate::cmd::run(
         "validate docs/openapi.yaml",
         Command::new(&python)
             .args(["-m", "openapi_spec_validator"])

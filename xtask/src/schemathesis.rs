@@ -62,7 +62,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         };
         match arg.as_str() {
             "--max-examples" => {
-                opts.max_examples = crate::count_flag(
+                opts.max_examples = crate::cmd::count_flag(
                     &value("--max-examples")?,
                     "--max-examples",
                     1,
@@ -71,8 +71,13 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
                 )?;
             }
             "--max-time" => {
-                opts.max_time =
-                    crate::count_flag(&value("--max-time")?, "--max-time", 1, u32::MAX, USAGE)?;
+                opts.max_time = crate::cmd::count_flag(
+                    &value("--max-time")?,
+                    "--max-time",
+                    1,
+                    u32::MAX,
+                    USAGE,
+                )?;
             }
             "--seed" => {
                 opts.seed = Some(
@@ -89,13 +94,13 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let opts = parse(args)?;
-    crate::run(
+    crate::cmd::run(
         "cargo build -p relay",
-        crate::cargo().args(["build", "-p", "relay"]),
+        crate::cmd::cargo().args(["build", "-p", "relay"]),
     )?;
-    let root = crate::root();
-    let target = crate::target_dir();
-    let python = crate::python_with("schemathesis-venv", SCHEMATHESIS)?;
+    let root = crate::cmd::root();
+    let target = crate::cmd::target_dir();
+    let python = crate::cmd::python_with("schemathesis-venv", SCHEMATHESIS)?;
 
     let work = target.join("schemathesis");
     let _ = std::fs::remove_dir_all(&work);
@@ -103,7 +108,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let config = work.join("relay.toml");
     std::fs::write(&config, CONFIG)?;
     let log = work.join("relay.log");
-    let relay = crate::start_relay_logged(
+    let relay = crate::relay::start_relay_logged(
         &target.join("debug").join("relay"),
         &config,
         &work.join("data"),
@@ -154,7 +159,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         cmd.args(["--seed", &seed.to_string()]);
     }
     let started = Instant::now();
-    let result = crate::run("schemathesis run docs/openapi.yaml", &mut cmd);
+    let result = crate::cmd::run("schemathesis run docs/openapi.yaml", &mut cmd);
     drop(relay);
     eprintln!("xtask: schemathesis: {:.0?}", started.elapsed());
     let text = std::fs::read_to_string(&log).unwrap_or_default();

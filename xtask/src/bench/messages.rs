@@ -16,7 +16,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
 use super::load::{Call, load, proc_stats, serve};
-use super::{RelayProc, Report};
+use super::relays::RelayProc;
+use super::report::Report;
 
 const MESSAGE: &str = r#"{"id":"msg_bench","type":"message","role":"assistant","model":"bench-chat","content":[{"type":"text","text":"Hello from the bench upstream."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#;
 const REQUEST: &str =

@@ -17,7 +17,8 @@ use sha2::{Digest, Sha256};
 use store::{Key, KeyStatus, Outputs, SledStore, Store, Task, TaskKind, TaskStatus};
 
 use super::load::{Call, Load, Paths, call_once, load_paths, mib, proc_stats};
-use super::{ADMIN, RelayProc, Report, relay_proc};
+use super::relays::{ADMIN, RelayProc, relay_proc};
+use super::report::Report;
 
 /// Threads creating tasks while seeding.
 const SEED_THREADS: usize = 16;
@@ -239,7 +240,8 @@ async fn start(
 ) -> anyhow::Result<(RelayProc, f64)> {
     let first = read_call(seed, &seed.ids[seed.ids.len() / 2]);
     let spawned = Instant::now();
-    let relay = crate::start_relay_keyed(binary, config, data, ADMIN, "error", Some(&seed.key))?;
+    let relay =
+        crate::relay::start_relay_keyed(binary, config, data, ADMIN, "error", Some(&seed.key))?;
     let relay = relay_proc(relay)?;
     let deadline = spawned + Duration::from_secs(60);
     loop {

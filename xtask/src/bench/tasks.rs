@@ -7,7 +7,8 @@ use anyhow::bail;
 use bytes::Bytes;
 
 use super::load::{Call, call_once, hello, load};
-use super::{RelayProc, Report};
+use super::relays::RelayProc;
+use super::report::Report;
 
 /// A submission the simulator holds (`stuck`), so that it stays in flight.
 fn submit_call(key: &str) -> Call {

@@ -18,7 +18,8 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 
 use super::load::{Call, RssSampler, TICKS_PER_SEC, call_once, mib, proc_stats};
-use super::{RelayProc, Report, start_relay_with};
+use super::relays::{RelayProc, start_relay_with};
+use super::report::Report;
 use crate::fake_video::{FAKE_KEY, FakeVideo};
 
 /// The relay RSS the video rows allow, in MiB.

@@ -354,7 +354,7 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         let e = mp4(b"\x00\x00\x00\x08freeGARBAGE", None, None).unwrap_err();
         assert!(e.starts_with("expected an MP4"), "{e}");
         assert!(png(b"GIF89a").is_err());
-        assert_eq!(png(super::super::PNG_1X1), Ok(()));
+        assert_eq!(png(super::super::flows::PNG_1X1), Ok(()));
     }
 
     #[test]

@@ -13,13 +13,13 @@ const MAX_BODY_BYTES: usize = 1 << 20;
 const TASK_TIMEOUT_SECS: u64 = 8;
 
 pub fn run() -> anyhow::Result<()> {
-    crate::run(
+    crate::cmd::run(
         "cargo build -p relay",
-        crate::cargo().args(["build", "-p", "relay"]),
+        crate::cmd::cargo().args(["build", "-p", "relay"]),
     )?;
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| crate::root().join("target"));
+        .unwrap_or_else(|_| crate::cmd::root().join("target"));
     let work = target.join("conformance");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
@@ -32,7 +32,7 @@ pub fn run() -> anyhow::Result<()> {
              [limits]\nrps = 1000\nburst = 1000\n"
         ),
     )?;
-    let relay = crate::start_relay(
+    let relay = crate::relay::start_relay(
         &target.join("debug").join("relay"),
         &config,
         &work.join("data"),

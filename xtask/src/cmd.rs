@@ -1,0 +1,97 @@
+//! What the commands share: the workspace's paths, `cargo`, a program run with a timer that
+//! fails on a non-zero exit, a child's stdout as lines, a virtualenv with a pinned package,
+//! and the parser of whole-number flags.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target"))
+}
+
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// A flag's whole-number value within `min..=max`; else an error naming the flag and the
+/// accepted range, followed by `usage`.
+pub fn count_flag(text: &str, flag: &str, min: u32, max: u32, usage: &str) -> anyhow::Result<u32> {
+    text.parse()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .with_context(|| format!("{flag} must be a whole number from {min} to {max}\n{usage}"))
+}
+
+/// A virtualenv `target/DIR` (made when missing) with `pin` pip-installed; its python.
+pub fn python_with(dir: &str, pin: &str) -> anyhow::Result<PathBuf> {
+    let venv = target_dir().join(dir);
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        run(
+            "python3 -m venv",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    run(
+        &format!("pip install {pin}"),
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            pin,
+        ]),
+    )?;
+    Ok(python)
+}
+
+pub fn run(what: &str, cmd: &mut Command) -> anyhow::Result<()> {
+    eprintln!("xtask: {what}");
+    let started = Instant::now();
+    let status = cmd.status().with_context(|| format!("starting {what}"))?;
+    eprintln!("xtask: {what}: {:.0?}", started.elapsed());
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// The lines of `child`'s stdout, read on a thread of their own; `what` names the child in
+/// the error when its stdout was taken already.
+pub fn stdout_lines(child: &mut Child, what: &str) -> anyhow::Result<Receiver<String>> {
+    let stdout = child
+        .stdout
+        .take()
+        .with_context(|| format!("{what} stdout"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// Keeps reading `lines` in the background, so that the child never blocks on a full pipe.
+pub fn drain(lines: Receiver<String>) {
+    std::thread::spawn(move || while lines.recv().is_ok() {});
+}
