@@ -4,7 +4,7 @@ use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
-use crate::FetchError;
+use crate::error::FetchError;
 
 const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
     .with_decode_padding_mode(DecodePaddingMode::Indifferent)

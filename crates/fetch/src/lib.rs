@@ -16,11 +16,13 @@
 #![forbid(unsafe_code)]
 
 mod data_uri;
+mod error;
 mod fetch;
 mod guard;
 mod sniff;
 
 pub use data_uri::{DataUriDecoder, decode_data_uri, is_data_uri};
-pub use fetch::{FETCH_USER_AGENT, FetchConfig, FetchError, Fetcher};
+pub use error::FetchError;
+pub use fetch::{FETCH_USER_AGENT, FetchConfig, Fetcher};
 pub use guard::{BlockedError, GuardedConnector, Policy as GuardPolicy, is_refused};
 pub use sniff::{Format, MediaKind, SNIFF_LEN, image_dimensions, sniff};

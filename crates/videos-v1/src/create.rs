@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use validator::ValidateUrl;
 
-use crate::MODEL;
 use crate::framing::{MAX_SIDE, MIN_SIDE, Ratio, Size};
+
+/// The one model of the first format.
+pub const MODEL: &str = "model_h3";
 
 /// Longest prompt, in characters (Unicode scalar values).
 pub const MAX_PROMPT_CHARS: usize = 10_000;

@@ -22,8 +22,8 @@ pub mod record;
 mod tests;
 
 pub use create::{
-    DEFAULT_DURATION, FieldValue, FilePart, MAX_DURATION, MAX_PROMPT_CHARS, MIN_DURATION, Media,
-    REFERENCE_FIELDS, RawCreate, ValidCreate, first_frame_param, validate,
+    DEFAULT_DURATION, FieldValue, FilePart, MAX_DURATION, MAX_PROMPT_CHARS, MIN_DURATION, MODEL,
+    Media, REFERENCE_FIELDS, RawCreate, ValidCreate, first_frame_param, validate,
 };
 pub use framing::{
     Framing, MAX_SIDE, MIN_SIDE, Ratio, Size, frame_ratio_warning, resolve_framing, snap_ratio,
@@ -33,6 +33,3 @@ pub use query::{
     parse_list_query,
 };
 pub use record::{DeletedVideo, VideoError, VideoList, VideoObject, VideoStatus};
-
-/// The one model of the first format.
-pub const MODEL: &str = "model_h3";
