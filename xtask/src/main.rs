@@ -22,7 +22,7 @@ mod sdk;
 
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
-  ci        fmt check, clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
+  ci        fmt check, floors (no circle of files), clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
             a short fuzz pass (5 s per target), a short crash run, the official SDK checks
             and a bounded Schemathesis pass
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
@@ -111,6 +111,9 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         "cargo fmt --check",
         cmd::cargo().args(["fmt", "--all", "--check"]),
     )?;
+    if !floors::run(&["--quiet".to_owned()])? {
+        bail!("a crate has a circle of files (cargo xtask floors)");
+    }
     cmd::run(
         "cargo clippy",
         cmd::cargo().args([

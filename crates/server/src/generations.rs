@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use engine::formats::generation::{GenParams, TaskAsset};
 use engine::formats::read_params;
-use engine::{now_ms, now_secs};
+use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
-use store::{Outputs, Task, TaskKind, TaskStatus};
+use store::{Task, TaskKind, TaskStatus};
 use video_generations::{
     GenerationError, GenerationList, GenerationObject, GenerationStatus, ModerationCategory,
     ModerationResult, ModerationStatus, Role, Usage,
@@ -105,20 +105,8 @@ pub fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
     })
 }
 
-/// `POST /v1/video/generations`.
+/// `POST /v1/video/generations`: the new task (its answer: `tasks::created`).
 pub async fn create(
-    app: &Arc<App>,
-    key: &store::Key,
-    headers: &HeaderMap,
-    body: Incoming,
-) -> Answer {
-    match create_inner(app, key, headers, body).await {
-        Ok(task) => tasks::answer::<Generations>(app, &task),
-        Err(e) => error(&e),
-    }
-}
-
-async fn create_inner(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
@@ -141,13 +129,7 @@ async fn create_inner(
     let value = parse_json(&bytes)?;
     let family = app.config.groups.get(&key.group).map(String::as_str);
     let valid = video_generations::validate(&value, &app.catalog, family)?;
-    if !crate::auth::may_use_model(key, &valid.model) {
-        return Err(ApiError::field(
-            ErrorCode::InvalidModel,
-            "model",
-            format!("this key may not use model {}", valid.model),
-        ));
-    }
+    tasks::may_use(key, &valid.model)?;
     let ids: Vec<String> = valid.assets.iter().map(|a| a.id.clone()).collect();
     let facts = crate::assets::asset_facts(app, key, &ids).await?;
     let generic: Vec<video_generations::AssetFact> = facts.iter().map(|f| f.fact.clone()).collect();
@@ -156,12 +138,7 @@ async fn create_inner(
         return Err(crate::http::too_large());
     }
     let sim = crate::http::sim_directives(app.sim_scenarios(), headers)?;
-    if app.engine.channel_for(&valid.model).is_none() {
-        return Err(ApiError::new(
-            ErrorCode::Unavailable,
-            format!("no channel serves model {} now", valid.model),
-        ));
-    }
+    tasks::served(app, &valid.model)?;
     let model = app
         .catalog
         .model(&valid.model)
@@ -205,32 +182,15 @@ async fn create_inner(
         seed,
         sim: sim.clone(),
     };
-    let now = now_ms();
-    let task = Task {
+    let draft = tasks::Draft {
         id: format!("gen_{}", ulid::Ulid::new()),
-        kind: TaskKind::Generation,
-        owner: key.id.clone(),
-        model: valid.model.clone(),
-        status: TaskStatus::Queued,
-        progress: 0,
-        created_at: now / 1000,
-        updated_at: now / 1000,
-        completed_at: None,
-        expires_at: None,
-        deadline_ms: now + app.config.tasks.timeout_secs * 1000,
-        next_poll_ms: Some(now),
-        params: store::Params::new(&gen_params)
-            .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("task params: {e}")))?,
-        channel: None,
-        upstream_id: None,
-        submitted_ms: None,
-        attempts: 0,
-        sim: (!sim.is_empty()).then(|| serde_json::to_string(&sim).unwrap_or_default()),
-        outputs: Outputs::default(),
-        error: None,
+        model: &valid.model,
+        params: &gen_params,
+        sim: &sim,
         warnings: Vec::new(),
         price,
     };
+    let task = tasks::new_task::<Generations, _>(app, key, draft)?;
     tasks::create(app, &task).await?;
     Ok(task)
 }

@@ -344,13 +344,19 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 return res;
             }
             match route {
-                Route::CreateVideo => videos::create(app, &key, headers, body).await,
+                Route::CreateVideo => {
+                    let task = videos::create(app, &key, headers, body).await;
+                    tasks::created::<Videos>(app, task)
+                }
                 Route::ListVideos => tasks::list::<Videos>(app, &key, query).await,
                 Route::GetVideo(id) => tasks::get::<Videos>(app, &key, id).await,
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
-                Route::CreateGeneration => generations::create(app, &key, headers, body).await,
+                Route::CreateGeneration => {
+                    let task = generations::create(app, &key, headers, body).await;
+                    tasks::created::<Generations>(app, task)
+                }
                 Route::ListGenerations => tasks::list::<Generations>(app, &key, query).await,
                 Route::GetGeneration(id) => tasks::get::<Generations>(app, &key, id).await,
                 Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,

@@ -4,12 +4,15 @@
 
 use std::sync::Arc;
 
+use channels::SimDirectives;
+use engine::now_ms;
 use error_codes::{ApiError, ErrorCode};
 use http::HeaderValue;
 use serde::Serialize;
-use store::{Key, StoreError, Task, TaskKind};
+use store::{Key, Outputs, StoreError, Task, TaskKind, TaskStatus};
 
 use crate::app::{App, blocking};
+use crate::auth::may_use_model;
 use crate::http::{Answer, MAX_ID_LEN, error, ok, store_unavailable};
 
 /// A task format as the shared handlers see it.
@@ -36,6 +39,84 @@ pub fn answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
         Ok(record) => ok(&record),
         Err(e) => error(&e),
     }
+}
+
+/// `create`'s answer: the new task's record, or the error.
+pub fn created<F: TaskFormat>(app: &App, result: Result<Task, ApiError>) -> Answer {
+    match result {
+        Ok(task) => answer::<F>(app, &task),
+        Err(e) => error(&e),
+    }
+}
+
+/// `invalid model` unless `key` may use `model`.
+pub fn may_use(key: &Key, model: &str) -> Result<(), ApiError> {
+    if may_use_model(key, model) {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        ErrorCode::InvalidModel,
+        "model",
+        format!("this key may not use model {model}"),
+    ))
+}
+
+/// `unavailable` unless a channel serves `model`.
+pub fn served(app: &App, model: &str) -> Result<(), ApiError> {
+    match app.engine.channel_for(model) {
+        Some(_) => Ok(()),
+        None => Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!("no channel serves model {model} now"),
+        )),
+    }
+}
+
+/// What a format gives for a new task.
+pub struct Draft<'a, P> {
+    pub id: String,
+    pub model: &'a str,
+    /// The format's params (`engine::formats`).
+    pub params: &'a P,
+    pub sim: &'a SimDirectives,
+    pub warnings: Vec<String>,
+    pub price: i64,
+}
+
+/// A new `queued` task of format `F` owned by `key`, due now, with the configured deadline.
+pub fn new_task<F: TaskFormat, P: Serialize>(
+    app: &App,
+    key: &Key,
+    draft: Draft<'_, P>,
+) -> Result<Task, ApiError> {
+    let now = now_ms();
+    let params = store::Params::new(draft.params)
+        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("task params: {e}")))?;
+    let sim = draft.sim;
+    Ok(Task {
+        id: draft.id,
+        kind: F::KIND,
+        owner: key.id.clone(),
+        model: draft.model.to_owned(),
+        status: TaskStatus::Queued,
+        progress: 0,
+        created_at: now / 1000,
+        updated_at: now / 1000,
+        completed_at: None,
+        expires_at: None,
+        deadline_ms: now + app.config.tasks.timeout_secs * 1000,
+        next_poll_ms: Some(now),
+        params,
+        channel: None,
+        upstream_id: None,
+        submitted_ms: None,
+        attempts: 0,
+        sim: (!sim.is_empty()).then(|| serde_json::to_string(sim).unwrap_or_default()),
+        outputs: Outputs::default(),
+        error: None,
+        warnings: draft.warnings,
+        price: draft.price,
+    })
 }
 
 /// Stores a new task with its pre-deduction, durably, and wakes the engine.
@@ -138,7 +219,7 @@ async fn cancel_owned(
     kind: TaskKind,
 ) -> Result<Task, ApiError> {
     let task = owned(app, key, id, kind).await?;
-    let not_cancellable = |status: store::TaskStatus| {
+    let not_cancellable = |status: TaskStatus| {
         ApiError::new(
             ErrorCode::TaskNotCancellable,
             format!("task {id} has already ended ({status:?})").to_lowercase(),

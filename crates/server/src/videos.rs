@@ -4,17 +4,16 @@ mod media;
 
 use std::sync::Arc;
 
-use channels::SimDirectives;
 use engine::formats::read_params;
 use engine::formats::video::V1Params;
-use engine::{now_ms, now_secs};
+use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use fetch::MediaKind;
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
-use store::{Outputs, Task, TaskKind, TaskStatus};
-use videos_v1::{RawCreate, ValidCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
+use store::{Task, TaskKind, TaskStatus};
+use videos_v1::{RawCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
 
 use crate::app::App;
 use crate::config::ContentMode;
@@ -78,20 +77,8 @@ pub fn record(task: &Task) -> Result<VideoObject, ApiError> {
     })
 }
 
-/// `POST /v1/videos`.
+/// `POST /v1/videos`: the new task (its answer: `tasks::created`).
 pub async fn create(
-    app: &Arc<App>,
-    key: &store::Key,
-    headers: &HeaderMap,
-    body: Incoming,
-) -> Answer {
-    match create_inner(app, key, headers, body).await {
-        Ok(task) => tasks::answer::<Videos>(app, &task),
-        Err(e) => error(&e),
-    }
-}
-
-async fn create_inner(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
@@ -133,21 +120,9 @@ async fn create_inner(
     let first_frame_param = videos_v1::first_frame_param(&raw);
     // A `data:` URI is in `valid` now; the request's own copy of it goes.
     drop(raw);
-    if !crate::auth::may_use_model(key, &valid.model) {
-        return Err(ApiError::field(
-            ErrorCode::InvalidModel,
-            "model",
-            format!("this key may not use model {}", valid.model),
-        ));
-    }
+    tasks::may_use(key, &valid.model)?;
     let sim = crate::http::sim_directives(app.sim_scenarios(), headers)?;
-    let channel = app.engine.channel_for(&valid.model).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::Unavailable,
-            format!("no channel serves model {} now", valid.model),
-        )
-    })?;
-    let _ = channel;
+    tasks::served(app, &valid.model)?;
 
     // I/O checks, in the contract's order: images, audio, video.
     let first = match &valid.first_frame {
@@ -221,61 +196,18 @@ async fn create_inner(
         reference_video_audio: valid.reference_video_audio,
         sim: sim.clone(),
     };
-    let task = new_task(
-        app,
-        key,
-        &id,
-        TaskKind::Video,
-        &valid,
-        params,
+    let draft = tasks::Draft {
+        id,
+        model: &valid.model,
+        params: &params,
+        sim: &sim,
         warnings,
         price,
-        sim,
-    )?;
+    };
+    let task = tasks::new_task::<Videos, _>(app, key, draft)?;
     tasks::create(app, &task).await?;
     stored.keep_all();
     Ok(task)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn new_task(
-    app: &App,
-    key: &store::Key,
-    id: &str,
-    kind: TaskKind,
-    valid: &ValidCreate,
-    params: V1Params,
-    warnings: Vec<String>,
-    price: i64,
-    sim: SimDirectives,
-) -> Result<Task, ApiError> {
-    let now = now_ms();
-    let params = store::Params::new(&params)
-        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("task params: {e}")))?;
-    Ok(Task {
-        id: id.to_owned(),
-        kind,
-        owner: key.id.clone(),
-        model: valid.model.clone(),
-        status: TaskStatus::Queued,
-        progress: 0,
-        created_at: now / 1000,
-        updated_at: now / 1000,
-        completed_at: None,
-        expires_at: None,
-        deadline_ms: now + app.config.tasks.timeout_secs * 1000,
-        next_poll_ms: Some(now),
-        params,
-        channel: None,
-        upstream_id: None,
-        submitted_ms: None,
-        attempts: 0,
-        sim: (!sim.is_empty()).then(|| serde_json::to_string(&sim).unwrap_or_default()),
-        outputs: Outputs::default(),
-        error: None,
-        warnings,
-        price,
-    })
 }
 
 /// `GET /v1/videos/{id}/content`.
