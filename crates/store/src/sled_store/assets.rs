@@ -21,7 +21,9 @@ use sled::transaction::{
 };
 use sled::{Db, IVec, Tree};
 
-use super::{TxResult, abort, backend, check_id, corrupt, decode, encode, range_is_empty};
+use super::index::range_is_empty;
+use super::record::{backend, check_id, corrupt, decode, encode};
+use super::txn::{TxResult, abort};
 use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};
 
 const LIBRARIES: &str = "libraries";

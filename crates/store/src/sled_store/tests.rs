@@ -2,7 +2,7 @@ use std::sync::{Arc, Barrier};
 
 use super::*;
 use crate::test_util::TempDir;
-use crate::{KeyStatus, LedgerKind, Outputs};
+use crate::{KeyStatus, LedgerKind, Outputs, TaskKind};
 
 fn open() -> (TempDir, SledStore) {
     let dir = TempDir::new();
