@@ -14,16 +14,12 @@
 //! and an `assets_processing` entry exactly when it is `processing`. A library's
 //! `asset_count` is changed in the same transaction as every asset creation and deletion.
 
-use std::ops::Bound;
+use sled::transaction::TransactionalTree;
+use sled::{Db, Tree};
 
-use sled::transaction::{
-    ConflictableTransactionError, TransactionError, Transactional, TransactionalTree,
-};
-use sled::{Db, IVec, Tree};
-
-use super::index::range_is_empty;
-use super::record::{backend, check_id, corrupt, decode, encode};
-use super::txn::{TxResult, abort};
+use super::index::{children, move_entry, pair_key, prefix, split_time_key, time_key};
+use super::record::{backend, check_id, encode, open_tree, read};
+use super::txn::{TxResult, abort, ensure_new, get, put, run};
 use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};
 
 const LIBRARIES: &str = "libraries";
@@ -60,10 +56,7 @@ struct Tx<'a> {
 
 impl AssetTrees {
     pub(super) fn open(db: &Db) -> Result<AssetTrees, StoreError> {
-        let tree = |name: &'static str| {
-            db.open_tree(name)
-                .map_err(|e| StoreError::Backend(format!("open tree {name}: {e}")))
-        };
+        let tree = |name| open_tree(db, name);
         Ok(AssetTrees {
             libraries: tree(LIBRARIES)?,
             libraries_by_owner: tree(LIBRARIES_BY_OWNER)?,
@@ -83,7 +76,9 @@ impl AssetTrees {
             &self.assets_by_expiry,
             &self.assets_processing,
         );
-        let result = trees.transaction(
+        run(
+            what,
+            &trees,
             |(
                 libraries,
                 libraries_by_owner,
@@ -101,12 +96,7 @@ impl AssetTrees {
                     assets_processing,
                 })
             },
-        );
-        match result {
-            Ok(a) => Ok(a),
-            Err(TransactionError::Abort(e)) => Err(e),
-            Err(TransactionError::Storage(e)) => Err(backend(what, e)),
-        }
+        )
     }
 
     pub(super) fn create_library(&self, library: &Library) -> Result<(), StoreError> {
@@ -117,12 +107,7 @@ impl AssetTrees {
         let bytes = encode("library", &library)?;
         let what = format!("create library {}", library.id);
         self.tx(&what, |tx| {
-            if tx.libraries.get(library.id.as_bytes())?.is_some() {
-                return abort(StoreError::Backend(format!(
-                    "library {} already exists",
-                    library.id
-                )));
-            }
+            ensure_new(tx.libraries, "library", &library.id)?;
             tx.libraries
                 .insert(library.id.as_bytes(), bytes.as_slice())?;
             tx.libraries_by_owner
@@ -132,11 +117,7 @@ impl AssetTrees {
     }
 
     pub(super) fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
-        match self.libraries.get(id.as_bytes()) {
-            Ok(Some(bytes)) => decode(LIBRARIES, &bytes).map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(backend("read library", e)),
-        }
+        read(&self.libraries, LIBRARIES, id.as_bytes(), "read library")
     }
 
     pub(super) fn list_libraries(
@@ -149,7 +130,13 @@ impl AssetTrees {
         let limit = limit.clamp(1, MAX_PAGE);
         let mut items = Vec::new();
         let mut has_more = false;
-        for id in suffixes(&self.libraries_by_owner, owner, after, order) {
+        for id in children(
+            &self.libraries_by_owner,
+            prefix(owner),
+            after,
+            order,
+            "read index",
+        ) {
             let id = id?;
             let Some(library) = self.library(&String::from_utf8_lossy(&id))? else {
                 // Deleted between the index read and this one.
@@ -179,18 +166,15 @@ impl AssetTrees {
                 ids.push(key[id.len() + 1..].to_vec());
             }
             let outcome = self.tx(&what, |tx| {
-                let Some(bytes) = tx.libraries.get(id.as_bytes())? else {
+                let Some(library): Option<Library> = get(tx.libraries, LIBRARIES, id.as_bytes())?
+                else {
                     return Ok(Some(None));
                 };
-                let library: Library =
-                    decode(LIBRARIES, &bytes).map_err(ConflictableTransactionError::Abort)?;
                 let mut removed = Vec::with_capacity(ids.len());
                 for asset_id in &ids {
-                    let Some(bytes) = tx.assets.get(asset_id.as_slice())? else {
+                    let Some(asset): Option<AssetRecord> = get(tx.assets, ASSETS, asset_id)? else {
                         continue;
                     };
-                    let asset: AssetRecord =
-                        decode(ASSETS, &bytes).map_err(ConflictableTransactionError::Abort)?;
                     if asset.library_id == library.id {
                         removed.push(asset);
                     }
@@ -223,20 +207,15 @@ impl AssetTrees {
         let bytes = encode("asset", asset)?;
         let what = format!("create asset {}", asset.id);
         self.tx(&what, |tx| {
-            let Some(lib_bytes) = tx.libraries.get(asset.library_id.as_bytes())? else {
+            let Some(mut library): Option<Library> =
+                get(tx.libraries, LIBRARIES, asset.library_id.as_bytes())?
+            else {
                 return abort(StoreError::LibraryNotFound(asset.library_id.clone()));
             };
-            let mut library: Library =
-                decode(LIBRARIES, &lib_bytes).map_err(ConflictableTransactionError::Abort)?;
             if library.owner != asset.owner || library.family != asset.family {
                 return abort(StoreError::LibraryNotFound(asset.library_id.clone()));
             }
-            if tx.assets.get(asset.id.as_bytes())?.is_some() {
-                return abort(StoreError::Backend(format!(
-                    "asset {} already exists",
-                    asset.id
-                )));
-            }
+            ensure_new(tx.assets, "asset", &asset.id)?;
             tx.assets.insert(asset.id.as_bytes(), bytes.as_slice())?;
             tx.assets_by_library
                 .insert(pair_key(&asset.library_id, &asset.id), &[][..])?;
@@ -247,9 +226,7 @@ impl AssetTrees {
                 tx.assets_by_expiry.insert(k, &[][..])?;
             }
             library.asset_count += 1;
-            let lib_bytes =
-                encode("library", &library).map_err(ConflictableTransactionError::Abort)?;
-            tx.libraries.insert(library.id.as_bytes(), lib_bytes)?;
+            put(tx.libraries, library.id.as_bytes(), "library", &library)?;
             Ok(())
         })
     }
@@ -259,22 +236,19 @@ impl AssetTrees {
     }
 
     fn asset_by_bytes(&self, id: &[u8]) -> Result<Option<AssetRecord>, StoreError> {
-        match self.assets.get(id) {
-            Ok(Some(bytes)) => decode(ASSETS, &bytes).map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(backend("read asset", e)),
-        }
+        read(&self.assets, ASSETS, id, "read asset")
     }
 
     pub(super) fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError> {
         let limit = query.limit.clamp(1, MAX_PAGE);
         let mut items = Vec::new();
         let mut has_more = false;
-        let ids = suffixes(
+        let ids = children(
             &self.assets_by_library,
-            &query.library_id,
+            prefix(&query.library_id),
             query.after.as_deref(),
             query.order,
+            "read index",
         );
         for id in ids {
             let id = id?;
@@ -306,11 +280,9 @@ impl AssetTrees {
     ) -> Result<AssetRecord, StoreError> {
         let what = format!("transition asset {id}");
         self.tx(&what, |tx| {
-            let Some(bytes) = tx.assets.get(id.as_bytes())? else {
+            let Some(old): Option<AssetRecord> = get(tx.assets, ASSETS, id.as_bytes())? else {
                 return abort(StoreError::AssetNotFound(id.to_owned()));
             };
-            let old: AssetRecord =
-                decode(ASSETS, &bytes).map_err(ConflictableTransactionError::Abort)?;
             let allowed = !old.status.is_final()
                 && from.contains(&old.status)
                 && (old.status == to || old.status.can_move_to(to));
@@ -334,17 +306,8 @@ impl AssetTrees {
             if old.status == AssetStatus::Processing && to != AssetStatus::Processing {
                 tx.assets_processing.remove(id.as_bytes())?;
             }
-            let (old_expiry, new_expiry) = (expiry_key(&old), expiry_key(&new));
-            if old_expiry != new_expiry {
-                if let Some(k) = old_expiry {
-                    tx.assets_by_expiry.remove(k)?;
-                }
-                if let Some(k) = new_expiry {
-                    tx.assets_by_expiry.insert(k, &[][..])?;
-                }
-            }
-            let bytes = encode("asset", &new).map_err(ConflictableTransactionError::Abort)?;
-            tx.assets.insert(id.as_bytes(), bytes)?;
+            move_entry(tx.assets_by_expiry, expiry_key(&old), expiry_key(&new))?;
+            put(tx.assets, id.as_bytes(), "asset", &new)?;
             Ok(new)
         })
     }
@@ -360,10 +323,7 @@ impl AssetTrees {
                 break;
             }
             let key = key.map_err(|e| backend("read asset expiry index", e))?;
-            let (at, id) = match key.split_first_chunk::<8>() {
-                Some((at, id)) if !id.is_empty() => (u64::from_be_bytes(*at), id),
-                _ => return Err(corrupt(ASSETS_BY_EXPIRY, "key shorter than 9 bytes")),
-            };
+            let (at, id) = split_time_key(&key, ASSETS_BY_EXPIRY, "key shorter than 9 bytes")?;
             if at > now_secs {
                 break;
             }
@@ -391,19 +351,15 @@ impl AssetTrees {
     pub(super) fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
         let what = format!("delete asset {id}");
         self.tx(&what, |tx| {
-            let Some(bytes) = tx.assets.get(id.as_bytes())? else {
+            let Some(asset): Option<AssetRecord> = get(tx.assets, ASSETS, id.as_bytes())? else {
                 return Ok(None);
             };
-            let asset: AssetRecord =
-                decode(ASSETS, &bytes).map_err(ConflictableTransactionError::Abort)?;
             remove_asset(tx, &asset)?;
-            if let Some(lib_bytes) = tx.libraries.get(asset.library_id.as_bytes())? {
-                let mut library: Library =
-                    decode(LIBRARIES, &lib_bytes).map_err(ConflictableTransactionError::Abort)?;
+            let library: Option<Library> =
+                get(tx.libraries, LIBRARIES, asset.library_id.as_bytes())?;
+            if let Some(mut library) = library {
                 library.asset_count = library.asset_count.saturating_sub(1);
-                let lib_bytes =
-                    encode("library", &library).map_err(ConflictableTransactionError::Abort)?;
-                tx.libraries.insert(library.id.as_bytes(), lib_bytes)?;
+                put(tx.libraries, library.id.as_bytes(), "library", &library)?;
             }
             Ok(Some(asset))
         })
@@ -422,57 +378,12 @@ fn remove_asset(tx: &Tx<'_>, asset: &AssetRecord) -> TxResult<()> {
     Ok(())
 }
 
-fn prefix(parent: &str) -> Vec<u8> {
-    [parent.as_bytes(), &[0]].concat()
-}
-
-fn pair_key(parent: &str, id: &str) -> Vec<u8> {
-    [parent.as_bytes(), &[0], id.as_bytes()].concat()
-}
-
 /// The expiry index key: only an active asset with an `expires_at` has one.
 fn expiry_key(asset: &AssetRecord) -> Option<Vec<u8>> {
     match (asset.status, asset.expires_at) {
-        (AssetStatus::Active, Some(at)) => {
-            Some([at.to_be_bytes().as_slice(), asset.id.as_bytes()].concat())
-        }
+        (AssetStatus::Active, Some(at)) => Some(time_key(at, asset.id.as_bytes())),
         _ => None,
     }
-}
-
-/// The child ids under `parent` in an index of `parent \0 id` keys, in `order`, strictly past
-/// `after`; lazily, so a caller that filters reads only as far as it needs.
-fn suffixes<'a>(
-    tree: &'a Tree,
-    parent: &str,
-    after: Option<&str>,
-    order: Order,
-) -> Box<dyn Iterator<Item = Result<Vec<u8>, StoreError>> + 'a> {
-    let lo_key = prefix(parent);
-    let mut upper = lo_key.clone();
-    // The prefix ends in `\0`; bumping it bounds the range to this parent.
-    if let Some(last) = upper.last_mut() {
-        *last = 1;
-    }
-    let cursor = after.map(|a| pair_key(parent, a));
-    let (lo, hi) = match (order, cursor) {
-        (Order::Desc, Some(c)) => (Bound::Included(lo_key.clone()), Bound::Excluded(c)),
-        (Order::Asc, Some(c)) => (Bound::Excluded(c), Bound::Excluded(upper)),
-        (_, None) => (Bound::Included(lo_key.clone()), Bound::Excluded(upper)),
-    };
-    if range_is_empty(&lo, &hi) {
-        return Box::new(std::iter::empty());
-    }
-    let skip = lo_key.len();
-    let range = tree.range::<Vec<u8>, _>((lo, hi));
-    let keys: Box<dyn Iterator<Item = sled::Result<(IVec, IVec)>>> = match order {
-        Order::Desc => Box::new(range.rev()),
-        Order::Asc => Box::new(range),
-    };
-    Box::new(keys.map(move |item| {
-        item.map(|(k, _)| k[skip..].to_vec())
-            .map_err(|e| backend("read index", e))
-    }))
 }
 
 #[cfg(test)]

@@ -11,6 +11,16 @@ use super::record::{backend, corrupt};
 use super::txn::TxResult;
 use crate::{Order, StoreError};
 
+/// `parent \0`: the start of every key of `parent`'s children.
+pub(super) fn prefix(parent: &str) -> Vec<u8> {
+    [parent.as_bytes(), &[0]].concat()
+}
+
+/// `parent \0 id`.
+pub(super) fn pair_key(parent: &str, id: &str) -> Vec<u8> {
+    [parent.as_bytes(), &[0], id.as_bytes()].concat()
+}
+
 /// The children (what follows `prefix`, which ends in `\0`) in an index, in `order`, strictly
 /// past the child `after`; lazily, so a caller that filters reads only as far as it needs.
 /// `what` names the read in an error.
@@ -47,7 +57,7 @@ pub(super) fn children<'a>(
     }))
 }
 
-pub(super) fn range_is_empty(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+fn range_is_empty(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
     match (lo, hi) {
         (Bound::Included(l), Bound::Excluded(h)) => l >= h,
         (Bound::Excluded(l), Bound::Excluded(h)) => l >= h,
