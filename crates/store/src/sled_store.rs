@@ -39,7 +39,7 @@
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `index`      | index keys and ranges every index shares                           |
-//! | `txn`        | running a transaction and mapping its outcome to [`StoreError`]    |
+//! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
 //! | `record`     | records as JSON, reads by id, sled's errors as the store's         |
 //! | `flush`      | group commit                                                       |
 
@@ -118,7 +118,7 @@ impl Store for SledStore {
     }
 
     fn key_count(&self) -> Result<usize, StoreError> {
-        Ok(self.keys.len())
+        Ok(self.trees.keys.len())
     }
 
     fn update_key(&self, id: &str, update: &dyn Fn(&mut Key)) -> Result<Key, StoreError> {

@@ -14,12 +14,9 @@
 //! and an `assets_processing` entry exactly when it is `processing`. A library's
 //! `asset_count` is changed in the same transaction as every asset creation and deletion.
 
-use sled::transaction::TransactionalTree;
-use sled::{Db, Tree};
-
 use super::index::{children, move_entry, pair_key, prefix, split_time_key, time_key};
-use super::record::{backend, check_id, encode, open_tree, read};
-use super::txn::{TxResult, abort, ensure_new, get, put, run};
+use super::record::{backend, check_id, encode, read};
+use super::txn::{TxResult, abort, ensure_new, get, put, tree_set};
 use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};
 
 const LIBRARIES: &str = "libraries";
@@ -34,71 +31,19 @@ const MAX_PAGE: usize = 100;
 /// Times `delete_library` starts over when assets were added meanwhile.
 const DELETE_ATTEMPTS: usize = 8;
 
-/// The asset trees of a [`super::SledStore`].
-#[derive(Clone)]
-pub(super) struct AssetTrees {
-    libraries: Tree,
-    libraries_by_owner: Tree,
-    assets: Tree,
-    assets_by_library: Tree,
-    assets_by_expiry: Tree,
-    assets_processing: Tree,
-}
-
-struct Tx<'a> {
-    libraries: &'a TransactionalTree,
-    libraries_by_owner: &'a TransactionalTree,
-    assets: &'a TransactionalTree,
-    assets_by_library: &'a TransactionalTree,
-    assets_by_expiry: &'a TransactionalTree,
-    assets_processing: &'a TransactionalTree,
+tree_set! {
+    /// The asset trees of a [`SledStore`](super::trees::SledStore).
+    pub(super) struct AssetTrees / Tx {
+        libraries: LIBRARIES,
+        libraries_by_owner: LIBRARIES_BY_OWNER,
+        assets: ASSETS,
+        assets_by_library: ASSETS_BY_LIBRARY,
+        assets_by_expiry: ASSETS_BY_EXPIRY,
+        assets_processing: ASSETS_PROCESSING,
+    }
 }
 
 impl AssetTrees {
-    pub(super) fn open(db: &Db) -> Result<AssetTrees, StoreError> {
-        let tree = |name| open_tree(db, name);
-        Ok(AssetTrees {
-            libraries: tree(LIBRARIES)?,
-            libraries_by_owner: tree(LIBRARIES_BY_OWNER)?,
-            assets: tree(ASSETS)?,
-            assets_by_library: tree(ASSETS_BY_LIBRARY)?,
-            assets_by_expiry: tree(ASSETS_BY_EXPIRY)?,
-            assets_processing: tree(ASSETS_PROCESSING)?,
-        })
-    }
-
-    fn tx<A>(&self, what: &str, f: impl Fn(&Tx<'_>) -> TxResult<A>) -> Result<A, StoreError> {
-        let trees = (
-            &self.libraries,
-            &self.libraries_by_owner,
-            &self.assets,
-            &self.assets_by_library,
-            &self.assets_by_expiry,
-            &self.assets_processing,
-        );
-        run(
-            what,
-            &trees,
-            |(
-                libraries,
-                libraries_by_owner,
-                assets,
-                assets_by_library,
-                assets_by_expiry,
-                assets_processing,
-            )| {
-                f(&Tx {
-                    libraries,
-                    libraries_by_owner,
-                    assets,
-                    assets_by_library,
-                    assets_by_expiry,
-                    assets_processing,
-                })
-            },
-        )
-    }
-
     pub(super) fn create_library(&self, library: &Library) -> Result<(), StoreError> {
         check_id("library id", &library.id)?;
         check_id("library owner", &library.owner)?;

@@ -11,7 +11,7 @@ pub(super) fn create(store: &SledStore, key: &Key) -> Result<(), StoreError> {
     check_id("key id", &key.id)?;
     let bytes = encode("key", key)?;
     let what = format!("create key {}", key.id);
-    store.tx(&what, |tx| {
+    store.trees.tx(&what, |tx| {
         ensure_new(tx.keys, "key", &key.id)?;
         if tx.keys_by_hash.get(key.hash.as_bytes())?.is_some() {
             return abort(StoreError::DuplicateKey);
@@ -25,17 +25,18 @@ pub(super) fn create(store: &SledStore, key: &Key) -> Result<(), StoreError> {
 }
 
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Key>, StoreError> {
-    read(&store.keys, KEYS, id.as_bytes(), "read key")
+    read(&store.trees.keys, KEYS, id.as_bytes(), "read key")
 }
 
 /// [`crate::Store::key_by_hash`].
 pub(super) fn by_hash(store: &SledStore, hash: &str) -> Result<Option<Key>, StoreError> {
     let id = store
+        .trees
         .keys_by_hash
         .get(hash.as_bytes())
         .map_err(|e| backend("read key hash index", e))?;
     let Some(id) = id else { return Ok(None) };
-    let key = read(&store.keys, KEYS, &id, "read key")?;
+    let key = read(&store.trees.keys, KEYS, &id, "read key")?;
     if key.is_none() {
         tracing::warn!(key = %String::from_utf8_lossy(&id), "hash index entry without a key");
     }
@@ -44,7 +45,7 @@ pub(super) fn by_hash(store: &SledStore, hash: &str) -> Result<Option<Key>, Stor
 
 pub(super) fn all(store: &SledStore) -> Result<Vec<Key>, StoreError> {
     let mut out = Vec::new();
-    for item in store.keys.iter().values() {
+    for item in store.trees.keys.iter().values() {
         let bytes = item.map_err(|e| backend("list keys", e))?;
         out.push(decode(KEYS, &bytes)?);
     }
@@ -58,7 +59,7 @@ pub(super) fn update(
     update: &dyn Fn(&mut Key),
 ) -> Result<Key, StoreError> {
     let what = format!("update key {id}");
-    let key = store.tx(&what, |tx| {
+    let key = store.trees.tx(&what, |tx| {
         let Some(old): Option<Key> = get(tx.keys, KEYS, id.as_bytes())? else {
             return abort(StoreError::KeyNotFound(id.to_owned()));
         };

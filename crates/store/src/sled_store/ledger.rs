@@ -114,7 +114,7 @@ pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry
     let mut prefix = key_id.as_bytes().to_vec();
     prefix.push(0);
     let mut out = Vec::new();
-    for item in store.ledger.scan_prefix(prefix).values() {
+    for item in store.trees.ledger.scan_prefix(prefix).values() {
         let bytes = item.map_err(|e| backend("read ledger", e))?;
         out.push(decode(LEDGER, &bytes)?);
     }

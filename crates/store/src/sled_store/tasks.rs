@@ -28,7 +28,7 @@ pub(super) fn create(
     let bytes = encode("task", &task)?;
     let at = unix_secs();
     let what = format!("create task {}", task.id);
-    store.tx(&what, |tx| {
+    store.trees.tx(&what, |tx| {
         ensure_new(tx.tasks, "task", &task.id)?;
         tx.tasks.insert(task.id.as_bytes(), bytes.as_slice())?;
         tx.tasks_by_owner
@@ -42,7 +42,7 @@ pub(super) fn create(
 }
 
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
-    read(&store.tasks, TASKS, id.as_bytes(), "read task")
+    read(&store.trees.tasks, TASKS, id.as_bytes(), "read task")
 }
 
 /// [`crate::Store::list_tasks`].
@@ -87,7 +87,7 @@ pub(super) fn list(store: &SledStore, query: &TaskQuery) -> Result<Page<Task>, S
 /// [`crate::Store::all_tasks`].
 pub(super) fn all(store: &SledStore, limit: usize) -> Result<Vec<Task>, StoreError> {
     let mut ids = Vec::new();
-    for key in store.tasks.iter().keys() {
+    for key in store.trees.tasks.iter().keys() {
         ids.push(key.map_err(|e| backend("list all tasks", e))?.to_vec());
     }
     ids.sort_by(|a, b| sort_key(b).cmp(&sort_key(a)));
@@ -106,7 +106,7 @@ pub(super) fn transition(
 ) -> Result<Task, StoreError> {
     let at = unix_secs();
     let what = format!("transition task {id}");
-    let task = store.tx(&what, |tx| {
+    let task = store.trees.tx(&what, |tx| {
         let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
             return abort(StoreError::TaskNotFound(id.to_owned()));
         };
@@ -140,7 +140,7 @@ pub(super) fn transition(
 /// [`crate::Store::due_tasks`].
 pub(super) fn due(store: &SledStore, now_ms: u64, limit: usize) -> Result<Vec<Task>, StoreError> {
     let mut ids = Vec::new();
-    for key in store.due.iter().keys().take(limit) {
+    for key in store.trees.due.iter().keys().take(limit) {
         let key = key.map_err(|e| backend("read due index", e))?;
         let (ms, id) = split_due_key(&key)?;
         if ms > now_ms {
@@ -154,7 +154,7 @@ pub(super) fn due(store: &SledStore, now_ms: u64, limit: usize) -> Result<Vec<Ta
 /// [`crate::Store::unfinished_tasks`].
 pub(super) fn unfinished(store: &SledStore, limit: usize) -> Result<Vec<Task>, StoreError> {
     let mut ids = Vec::new();
-    for key in store.due.iter().keys().take(limit) {
+    for key in store.trees.due.iter().keys().take(limit) {
         let key = key.map_err(|e| backend("read due index", e))?;
         let (_, id) = split_due_key(&key)?;
         ids.push(id.to_vec());
@@ -165,7 +165,7 @@ pub(super) fn unfinished(store: &SledStore, limit: usize) -> Result<Vec<Task>, S
 /// [`crate::Store::delete_task`].
 pub(super) fn delete(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
     let what = format!("delete task {id}");
-    let removed = store.tx(&what, |tx| {
+    let removed = store.trees.tx(&what, |tx| {
         let Some(bytes) = tx.tasks.remove(id.as_bytes())? else {
             return Ok(None);
         };
@@ -192,7 +192,7 @@ fn tasks_for(
 ) -> Result<Vec<Task>, StoreError> {
     let mut out = Vec::new();
     for id in ids {
-        match read(&store.tasks, TASKS, &id, "read task")? {
+        match read(&store.trees.tasks, TASKS, &id, "read task")? {
             Some(task) => out.push(task),
             None => tracing::warn!(
                 index,
@@ -215,7 +215,13 @@ fn owner_ids(
     n: usize,
 ) -> Result<Vec<Vec<u8>>, StoreError> {
     let prefix = owner_prefix(owner, kind);
-    children(&store.tasks_by_owner, prefix, after, order, "list tasks")
-        .take(n)
-        .collect()
+    children(
+        &store.trees.tasks_by_owner,
+        prefix,
+        after,
+        order,
+        "list tasks",
+    )
+    .take(n)
+    .collect()
 }

@@ -232,7 +232,11 @@ fn delete_removes_task_and_indexes_but_not_ledger() {
 #[test]
 fn corrupt_record_is_an_error_not_a_panic() {
     let (_dir, store) = open();
-    store.tasks.insert("video_bad", &b"{not json"[..]).unwrap();
+    store
+        .trees
+        .tasks
+        .insert("video_bad", &b"{not json"[..])
+        .unwrap();
     let err = store.task("video_bad").unwrap_err();
     assert!(
         matches!(err, StoreError::Corrupt { tree: "tasks", .. }),
@@ -438,7 +442,7 @@ fn due_index_follows_next_poll_and_final_status() {
         [d.clone(), c.clone(), b.clone()]
     );
     assert_eq!(ids(&store.unfinished_tasks(10).unwrap()), [d, c, b]);
-    assert_eq!(store.due.len(), 3);
+    assert_eq!(store.trees.due.len(), 3);
 }
 
 // ---- ledger ----

@@ -1,6 +1,6 @@
 //! [`SledStore`] itself: the database and its trees, opening them, the two transactions a
-//! business step runs in (over every tree but `meta`, or over the ledger's trees only) and
-//! the flush after a step.
+//! business step runs in (over every tree but `meta` and the asset trees, or over the ledger's
+//! trees only) and the flush after a step.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use sled::{Db, Tree};
 use super::assets::AssetTrees;
 use super::flush::GroupFlush;
 use super::record::open_tree;
-use super::txn::{TxResult, run};
+use super::txn::{TxResult, run, tree_set};
 use crate::StoreError;
 
 pub(super) const TASKS: &str = "tasks";
@@ -30,13 +30,7 @@ const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
 #[derive(Clone)]
 pub struct SledStore {
     db: Db,
-    pub(super) tasks: Tree,
-    pub(super) tasks_by_owner: Tree,
-    pub(super) due: Tree,
-    pub(super) keys: Tree,
-    pub(super) keys_by_hash: Tree,
-    pub(super) ledger: Tree,
-    ledger_by_task: Tree,
+    pub(super) trees: Trees,
     pub(super) meta: Tree,
     pub(super) assets: AssetTrees,
     flusher: Arc<GroupFlush>,
@@ -48,15 +42,18 @@ impl std::fmt::Debug for SledStore {
     }
 }
 
-/// The transactional views of the trees a business step touches.
-pub(super) struct Tx<'a> {
-    pub(super) tasks: &'a TransactionalTree,
-    pub(super) tasks_by_owner: &'a TransactionalTree,
-    pub(super) due: &'a TransactionalTree,
-    pub(super) keys: &'a TransactionalTree,
-    pub(super) keys_by_hash: &'a TransactionalTree,
-    ledger: &'a TransactionalTree,
-    ledger_by_task: &'a TransactionalTree,
+tree_set! {
+    /// The trees of tasks, keys and the ledger: a business step but an asset one runs as one
+    /// transaction over them all.
+    pub(super) struct Trees / Tx {
+        tasks: TASKS,
+        tasks_by_owner: TASKS_BY_OWNER,
+        due: DUE,
+        keys: KEYS,
+        keys_by_hash: KEYS_BY_HASH,
+        ledger: LEDGER,
+        ledger_by_task: LEDGER_BY_TASK,
+    }
 }
 
 /// The trees a ledger entry touches.
@@ -93,58 +90,19 @@ impl SledStore {
             .cache_capacity(cache_bytes.max(1 << 20))
             .open()
             .map_err(|e| StoreError::Backend(format!("open database in {}: {e}", dir.display())))?;
-        let tree = |name| open_tree(&db, name);
         let store = SledStore {
-            tasks: tree(TASKS)?,
-            tasks_by_owner: tree(TASKS_BY_OWNER)?,
-            due: tree(DUE)?,
-            keys: tree(KEYS)?,
-            keys_by_hash: tree(KEYS_BY_HASH)?,
-            ledger: tree(LEDGER)?,
-            ledger_by_task: tree(LEDGER_BY_TASK)?,
-            meta: tree(META)?,
+            trees: Trees::open(&db)?,
+            meta: open_tree(&db, META)?,
             assets: AssetTrees::open(&db)?,
             flusher: Arc::default(),
             db,
         };
         tracing::debug!(
-            tasks = store.tasks.len(),
-            keys = store.keys.len(),
+            tasks = store.trees.tasks.len(),
+            keys = store.trees.keys.len(),
             "store opened"
         );
         Ok(store)
-    }
-
-    /// Runs `f` as one transaction over every tree but `meta`.
-    pub(super) fn tx<A>(
-        &self,
-        what: &str,
-        f: impl Fn(&Tx<'_>) -> TxResult<A>,
-    ) -> Result<A, StoreError> {
-        let trees = (
-            &self.tasks,
-            &self.tasks_by_owner,
-            &self.due,
-            &self.keys,
-            &self.keys_by_hash,
-            &self.ledger,
-            &self.ledger_by_task,
-        );
-        run(
-            what,
-            &trees,
-            |(tasks, tasks_by_owner, due, keys, keys_by_hash, ledger, ledger_by_task)| {
-                f(&Tx {
-                    tasks,
-                    tasks_by_owner,
-                    due,
-                    keys,
-                    keys_by_hash,
-                    ledger,
-                    ledger_by_task,
-                })
-            },
-        )
     }
 
     /// Runs `f` as one transaction over the ledger's trees only.
@@ -153,14 +111,23 @@ impl SledStore {
         what: &str,
         f: impl Fn(&LedgerTx<'_>) -> TxResult<A>,
     ) -> Result<A, StoreError> {
-        let trees = (&self.keys, &self.ledger, &self.ledger_by_task);
-        run(what, &trees, |(keys, ledger, ledger_by_task)| {
-            f(&LedgerTx {
-                keys,
-                ledger,
-                ledger_by_task,
-            })
-        })
+        let Trees {
+            keys,
+            ledger,
+            ledger_by_task,
+            ..
+        } = &self.trees;
+        run(
+            what,
+            &(keys, ledger, ledger_by_task),
+            |(keys, ledger, ledger_by_task)| {
+                f(&LedgerTx {
+                    keys,
+                    ledger,
+                    ledger_by_task,
+                })
+            },
+        )
     }
 
     /// Makes everything written so far durable, sharing a flush with concurrent callers;

@@ -70,3 +70,51 @@ pub(super) fn ensure_new(tree: &TransactionalTree, what: &str, id: &str) -> TxRe
     }
     Ok(())
 }
+
+/// Declares a set of trees that steps run transactions over: `$trees` holds each one as a
+/// [`sled::Tree`] and opens them all by name (`open`); `$tx` holds each one as a
+/// `&TransactionalTree`, and `$trees::tx(what, step)` runs `step` on a `$tx` as one
+/// transaction over all of them.
+macro_rules! tree_set {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $trees:ident / $tx:ident {
+            $($field:ident: $name:expr),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        $vis struct $trees {
+            $($vis $field: ::sled::Tree,)+
+        }
+
+        #[doc = concat!("The transactional views of the trees of a [`", stringify!($trees), "`].")]
+        $vis struct $tx<'a> {
+            $($vis $field: &'a ::sled::transaction::TransactionalTree,)+
+        }
+
+        impl $trees {
+            $vis fn open(db: &::sled::Db) -> Result<$trees, $crate::StoreError> {
+                use $crate::sled_store::record::open_tree;
+                Ok($trees {
+                    $($field: open_tree(db, $name)?,)+
+                })
+            }
+
+            /// Runs `step` as one transaction over every tree of the set; `what` names the step
+            /// in a storage error.
+            $vis fn tx<A>(
+                &self,
+                what: &str,
+                step: impl Fn(&$tx<'_>) -> $crate::sled_store::txn::TxResult<A>,
+            ) -> Result<A, $crate::StoreError> {
+                $crate::sled_store::txn::run(
+                    what,
+                    &($(&self.$field,)+),
+                    |($($field,)+)| step(&$tx { $($field,)+ }),
+                )
+            }
+        }
+    };
+}
+pub(super) use tree_set;
