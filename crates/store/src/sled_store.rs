@@ -27,8 +27,9 @@
 //! sled 0.34 runs transactions under one process-wide lock, so they are serialised; closures
 //! only use the transactional trees (a plain tree call inside one would deadlock).
 //!
-//! Here the steps are only named; each lives in a module of its own, and a module uses only
-//! those below it:
+//! Here the steps are named, and a task's creation or transition is put together with its
+//! ledger entries into one transaction (no status change without its ledger entries); each
+//! step lives in a module of its own, and a module uses only those below it:
 //!
 //! | module       | holds                                                              |
 //! |--------------|--------------------------------------------------------------------|
@@ -63,7 +64,14 @@ pub use trees::SledStore;
 
 impl Store for SledStore {
     fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
-        tasks::create(self, task, ledger)
+        let (task, bytes) = tasks::new_record(task)?;
+        let at = ledger::unix_secs();
+        let what = format!("create task {}", task.id);
+        self.trees.tx(&what, |tx| {
+            tasks::insert(tx, &task, &bytes)?;
+            ledger::apply(&tx.ledger(), ledger, at)
+        })?;
+        self.flush_after(&what)
     }
 
     fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
@@ -86,7 +94,15 @@ impl Store for SledStore {
         update: &dyn Fn(&mut Task),
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError> {
-        tasks::transition(self, id, from, to, update, ledger)
+        let at = ledger::unix_secs();
+        let what = format!("transition task {id}");
+        let task = self.trees.tx(&what, |tx| {
+            let task = tasks::transition(tx, id, from, to, update)?;
+            ledger::apply(&tx.ledger(), ledger, at)?;
+            Ok(task)
+        })?;
+        self.flush_after(&what)?;
+        Ok(task)
     }
 
     fn due_tasks(&self, now_ms: u64, limit: usize) -> Result<Vec<Task>, StoreError> {

@@ -1,24 +1,20 @@
-//! The task steps: creation with its pre-deduction, the compare-and-swap transition with its
-//! ledger entries, deletion, and the reads: by id, one owner's pages, all tasks, and the due
-//! and unfinished tasks from the `due` index.
+//! The task steps: creation and the compare-and-swap transition (each put together with its
+//! ledger entries by the caller, in one transaction), deletion, and the reads: by id, one
+//! owner's pages, all tasks, and the due and unfinished tasks from the `due` index.
 
 use super::index::{children, move_entry};
-use super::ledger::{self, unix_secs};
 use super::record::{backend, check_id, decode, encode, read};
 use super::task_index::{due_key, owner_key, owner_prefix, sort_key, split_due_key};
-use super::trees::{DUE, SledStore, TASKS, TASKS_BY_OWNER};
-use super::txn::{abort, ensure_new, get, or_abort, put};
-use crate::{LedgerDraft, Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus};
+use super::trees::{DUE, SledStore, TASKS, TASKS_BY_OWNER, Tx};
+use super::txn::{TxResult, abort, ensure_new, get, or_abort, put};
+use crate::{Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus};
 
 /// Largest page `list_tasks` returns.
 const MAX_PAGE: usize = 100;
 
-/// [`crate::Store::create_task`].
-pub(super) fn create(
-    store: &SledStore,
-    task: &Task,
-    ledger: &[LedgerDraft],
-) -> Result<(), StoreError> {
+/// A new task as it is written: its ids checked (they are parts of index keys), without a
+/// poll time when it is final; and its record.
+pub(super) fn new_record(task: &Task) -> Result<(Task, Vec<u8>), StoreError> {
     check_id("task id", &task.id)?;
     check_id("task owner", &task.owner)?;
     let mut task = task.clone();
@@ -26,19 +22,19 @@ pub(super) fn create(
         task.next_poll_ms = None;
     }
     let bytes = encode("task", &task)?;
-    let at = unix_secs();
-    let what = format!("create task {}", task.id);
-    store.trees.tx(&what, |tx| {
-        ensure_new(tx.tasks, "task", &task.id)?;
-        tx.tasks.insert(task.id.as_bytes(), bytes.as_slice())?;
-        tx.tasks_by_owner
-            .insert(owner_key(&task.owner, task.kind, &task.id), &[][..])?;
-        if let Some(due) = due_key(&task) {
-            tx.due.insert(due, &[][..])?;
-        }
-        ledger::apply(&tx.ledger(), ledger, at)
-    })?;
-    store.flush_after(&what)
+    Ok((task, bytes))
+}
+
+/// Writes a new task (`bytes` is its record) and its index entries; an id in use aborts.
+pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
+    ensure_new(tx.tasks, "task", &task.id)?;
+    tx.tasks.insert(task.id.as_bytes(), bytes)?;
+    tx.tasks_by_owner
+        .insert(owner_key(&task.owner, task.kind, &task.id), &[][..])?;
+    if let Some(due) = due_key(task) {
+        tx.due.insert(due, &[][..])?;
+    }
+    Ok(())
 }
 
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
@@ -95,46 +91,39 @@ pub(super) fn all(store: &SledStore, limit: usize) -> Result<Vec<Task>, StoreErr
     tasks_for(store, TASKS, ids)
 }
 
-/// [`crate::Store::transition`].
+/// The compare-and-swap of [`crate::Store::transition`] on the task alone, keeping the due
+/// index in step; returns the task as written.
 pub(super) fn transition(
-    store: &SledStore,
+    tx: &Tx<'_>,
     id: &str,
     from: &[TaskStatus],
     to: TaskStatus,
     update: &dyn Fn(&mut Task),
-    ledger: &[LedgerDraft],
-) -> Result<Task, StoreError> {
-    let at = unix_secs();
-    let what = format!("transition task {id}");
-    let task = store.trees.tx(&what, |tx| {
-        let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
-            return abort(StoreError::TaskNotFound(id.to_owned()));
-        };
-        if old.status.is_final() || !from.contains(&old.status) {
-            return abort(StoreError::WrongStatus {
-                task_id: id.to_owned(),
-                expected: from.to_vec(),
-                actual: old.status,
-            });
-        }
-        let mut new = old.clone();
-        update(&mut new);
-        // Identity fields key the indexes; an update cannot move a task.
-        new.id.clone_from(&old.id);
-        new.owner.clone_from(&old.owner);
-        new.kind = old.kind;
-        new.status = to;
-        new.progress = new.progress.max(old.progress).min(100);
-        if to.is_final() {
-            new.next_poll_ms = None;
-        }
-        move_entry(tx.due, due_key(&old), due_key(&new))?;
-        put(tx.tasks, id.as_bytes(), "task", &new)?;
-        ledger::apply(&tx.ledger(), ledger, at)?;
-        Ok(new)
-    })?;
-    store.flush_after(&what)?;
-    Ok(task)
+) -> TxResult<Task> {
+    let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
+        return abort(StoreError::TaskNotFound(id.to_owned()));
+    };
+    if old.status.is_final() || !from.contains(&old.status) {
+        return abort(StoreError::WrongStatus {
+            task_id: id.to_owned(),
+            expected: from.to_vec(),
+            actual: old.status,
+        });
+    }
+    let mut new = old.clone();
+    update(&mut new);
+    // Identity fields key the indexes; an update cannot move a task.
+    new.id.clone_from(&old.id);
+    new.owner.clone_from(&old.owner);
+    new.kind = old.kind;
+    new.status = to;
+    new.progress = new.progress.max(old.progress).min(100);
+    if to.is_final() {
+        new.next_poll_ms = None;
+    }
+    move_entry(tx.due, due_key(&old), due_key(&new))?;
+    put(tx.tasks, id.as_bytes(), "task", &new)?;
+    Ok(new)
 }
 
 /// [`crate::Store::due_tasks`].
