@@ -162,12 +162,12 @@ impl Store for SledStore {
     }
 
     fn create_library(&self, library: &Library) -> Result<(), StoreError> {
-        self.assets.create_library(library)?;
+        assets::create_library(&self.assets, library)?;
         self.flush_after(&format!("create library {}", library.id))
     }
 
     fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
-        self.assets.library(id)
+        assets::library(&self.assets, id)
     }
 
     fn list_libraries(
@@ -177,11 +177,11 @@ impl Store for SledStore {
         limit: usize,
         order: Order,
     ) -> Result<Page<Library>, StoreError> {
-        self.assets.list_libraries(owner, after, limit, order)
+        assets::list_libraries(&self.assets, owner, after, limit, order)
     }
 
     fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError> {
-        let removed = self.assets.delete_library(id)?;
+        let removed = assets::delete_library(&self.assets, id)?;
         if removed.is_some() {
             self.flush_after(&format!("delete library {id}"))?;
         }
@@ -189,16 +189,16 @@ impl Store for SledStore {
     }
 
     fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
-        self.assets.create_asset(asset)?;
+        assets::create_asset(&self.assets, asset)?;
         self.flush_after(&format!("create asset {}", asset.id))
     }
 
     fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
-        self.assets.asset(id)
+        assets::asset(&self.assets, id)
     }
 
     fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError> {
-        self.assets.list_assets(query)
+        assets::list_assets(&self.assets, query)
     }
 
     fn transition_asset(
@@ -208,21 +208,21 @@ impl Store for SledStore {
         to: AssetStatus,
         update: &dyn Fn(&mut AssetRecord),
     ) -> Result<AssetRecord, StoreError> {
-        let asset = self.assets.transition_asset(id, from, to, update)?;
+        let asset = assets::transition_asset(&self.assets, id, from, to, update)?;
         self.flush_after(&format!("transition asset {id}"))?;
         Ok(asset)
     }
 
     fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
-        self.assets.expired_assets(now_secs, limit)
+        assets::expired_assets(&self.assets, now_secs, limit)
     }
 
     fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
-        self.assets.processing_assets(limit)
+        assets::processing_assets(&self.assets, limit)
     }
 
     fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
-        let removed = self.assets.delete_asset(id)?;
+        let removed = assets::delete_asset(&self.assets, id)?;
         if removed.is_some() {
             self.flush_after(&format!("delete asset {id}"))?;
         }
