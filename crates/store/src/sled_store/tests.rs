@@ -2,22 +2,8 @@
 //! and tested in the modules below.
 
 use super::*;
-use crate::test_util::TempDir;
+use crate::test_util::{TempDir, open_store, tid};
 use crate::{KeyStatus, LedgerKind, Outputs, TaskKind};
-
-fn open() -> (TempDir, SledStore) {
-    let dir = TempDir::new();
-    let store = SledStore::open(dir.path()).expect("open store");
-    (dir, store)
-}
-
-/// `prefix_<ULID>` whose ULID encodes time `n`, so ids sort by `n`.
-fn tid(prefix: &str, n: u64) -> String {
-    format!(
-        "{prefix}_{}",
-        ulid::Ulid::from_parts(1_700_000_000_000 + n, 0)
-    )
-}
 
 fn key(id: &str, hash: &str, quota: Option<i64>) -> Key {
     Key {
@@ -82,6 +68,11 @@ fn ids(tasks: &[Task]) -> Vec<String> {
 
 fn noop(_: &mut Task) {}
 
+/// One field of each entry of a key's ledger, oldest first.
+fn ledger_of<T>(store: &SledStore, key_id: &str, field: impl Fn(&LedgerEntry) -> T) -> Vec<T> {
+    store.ledger(key_id).unwrap().iter().map(field).collect()
+}
+
 /// Creates a queued task of `owner`, due at 5 ms, with `ledger`.
 fn create(
     store: &SledStore,
@@ -106,7 +97,7 @@ fn prededuct(store: &SledStore, id: &str, owner: &str, amount: i64) -> Result<()
 /// A store with the key `key_a` (quota 100) and one queued task of it, whose pre-deduction
 /// took 30; and the task's id.
 fn with_a_task() -> (TempDir, SledStore, String) {
-    let (dir, store) = open();
+    let (dir, store) = open_store();
     store.create_key(&key("key_a", "ha", Some(100))).unwrap();
     let id = tid("video", 1);
     prededuct(&store, &id, "key_a", -30).unwrap();

@@ -3,21 +3,24 @@
 
 use std::sync::{Arc, Barrier};
 
-use super::{draft, ids, key, noop, open, owner_page, prededuct, step, task, tid};
-use crate::test_util::TempDir;
-use crate::{LedgerKind, SledStore, Store, StoreError, Task, TaskStatus};
+use super::{draft, ids, key, ledger_of, noop, owner_page, prededuct, step, task};
+use crate::test_util::{TempDir, open_store, tid};
+use crate::{SledStore, Store, StoreError, Task};
+
+use crate::LedgerKind::{Prededuct, Refund, Settle};
+use crate::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
 
 #[test]
 fn racing_final_moves_have_exactly_one_winner() {
     for round in 0..5 {
-        let (_dir, store) = open();
+        let (_dir, store) = open_store();
         let store = Arc::new(store);
         store.create_key(&key("key_a", "ha", Some(100))).unwrap();
         let id = tid("video", round);
         store
             .create_task(
-                &task(&id, "key_a", TaskStatus::Running, Some(5)),
-                &[draft("key_a", &id, LedgerKind::Prededuct, -30)],
+                &task(&id, "key_a", Running, Some(5)),
+                &[draft("key_a", &id, Prededuct, -30)],
             )
             .unwrap();
 
@@ -28,18 +31,12 @@ fn racing_final_moves_have_exactly_one_winner() {
                 let (store, barrier, id) = (Arc::clone(&store), Arc::clone(&barrier), id.clone());
                 std::thread::spawn(move || {
                     let (to, entry) = if i % 2 == 0 {
-                        (
-                            TaskStatus::Succeeded,
-                            draft("key_a", &id, LedgerKind::Settle, 5),
-                        )
+                        (Succeeded, draft("key_a", &id, Settle, 5))
                     } else {
-                        (
-                            TaskStatus::Cancelled,
-                            draft("key_a", &id, LedgerKind::Refund, 30),
-                        )
+                        (Cancelled, draft("key_a", &id, Refund, 30))
                     };
                     barrier.wait();
-                    store.transition(&id, &[TaskStatus::Running], to, &noop, &[entry])
+                    store.transition(&id, &[Running], to, &noop, &[entry])
                 })
             })
             .collect();
@@ -56,10 +53,10 @@ fn racing_final_moves_have_exactly_one_winner() {
         let ledger = store.ledger("key_a").unwrap();
         let kinds: Vec<_> = ledger.iter().map(|e| e.kind).collect();
         let (expected_kind, expected_quota) = match won {
-            TaskStatus::Succeeded => (LedgerKind::Settle, 75),
-            _ => (LedgerKind::Refund, 100),
+            Succeeded => (Settle, 75),
+            _ => (Refund, 100),
         };
-        assert_eq!(kinds, [LedgerKind::Prededuct, expected_kind]);
+        assert_eq!(kinds, [Prededuct, expected_kind]);
         assert_eq!(
             store.key("key_a").unwrap().and_then(|k| k.quota),
             Some(expected_quota)
@@ -79,29 +76,17 @@ fn reopening_keeps_everything() {
         prededuct(&store, &id, "key_a", -30).unwrap();
         store
             .create_task(
-                &task(&done, "key_a", TaskStatus::Queued, Some(6)),
-                &[draft("key_a", &done, LedgerKind::Prededuct, -20)],
+                &task(&done, "key_a", Queued, Some(6)),
+                &[draft("key_a", &done, Prededuct, -20)],
             )
             .unwrap();
-        step(
-            &store,
-            &done,
-            TaskStatus::Queued,
-            TaskStatus::Failed,
-            &[draft("key_a", &done, LedgerKind::Refund, 20)],
-        )
-        .unwrap();
+        let refund = draft("key_a", &done, Refund, 20);
+        step(&store, &done, Queued, Failed, &[refund]).unwrap();
         store.meta_init("admin", b"tok").unwrap();
     }
     let store = SledStore::open(dir.path()).unwrap();
-    assert_eq!(
-        store.task(&id).unwrap().map(|t| t.status),
-        Some(TaskStatus::Queued)
-    );
-    assert_eq!(
-        store.task(&done).unwrap().map(|t| t.status),
-        Some(TaskStatus::Failed)
-    );
+    assert_eq!(store.task(&id).unwrap().map(|t| t.status), Some(Queued));
+    assert_eq!(store.task(&done).unwrap().map(|t| t.status), Some(Failed));
     assert_eq!(ids(&store.due_tasks(10, 10).unwrap()), [id.as_str()]);
     assert_eq!(
         store.key_by_hash("ha").unwrap().and_then(|k| k.quota),
@@ -112,39 +97,14 @@ fn reopening_keeps_everything() {
     let page = owner_page(&store, "key_a", 10);
     assert_eq!(ids(&page.items), [done.clone(), id.clone()]);
     // Uniqueness survives too.
-    let err = step(
-        &store,
-        &id,
-        TaskStatus::Queued,
-        TaskStatus::Queued,
-        &[draft("key_a", &id, LedgerKind::Prededuct, -30)],
-    )
-    .unwrap_err();
+    let again = draft("key_a", &id, Prededuct, -30);
+    let err = step(&store, &id, Queued, Queued, &[again]).unwrap_err();
     assert!(matches!(err, StoreError::DuplicateLedger { .. }), "{err}");
     // New ledger entries still sort after the old ones.
-    step(
-        &store,
-        &id,
-        TaskStatus::Queued,
-        TaskStatus::Cancelled,
-        &[draft("key_a", &id, LedgerKind::Refund, 30)],
-    )
-    .unwrap();
-    let kinds: Vec<_> = store
-        .ledger("key_a")
-        .unwrap()
-        .iter()
-        .map(|e| e.kind)
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            LedgerKind::Prededuct,
-            LedgerKind::Prededuct,
-            LedgerKind::Refund,
-            LedgerKind::Refund
-        ]
-    );
+    let refund = draft("key_a", &id, Refund, 30);
+    step(&store, &id, Queued, Cancelled, &[refund]).unwrap();
+    let kinds = ledger_of(&store, "key_a", |e| e.kind);
+    assert_eq!(kinds, [Prededuct, Prededuct, Refund, Refund]);
 }
 
 #[test]
@@ -169,12 +129,7 @@ fn concurrent_flushes_all_return_and_keep_their_writes() {
                     for i in 0..25 {
                         store
                             .create_task(
-                                &task(
-                                    &format!("task_{t}_{i}"),
-                                    "key_f",
-                                    TaskStatus::Queued,
-                                    Some(1),
-                                ),
+                                &task(&format!("task_{t}_{i}"), "key_f", Queued, Some(1)),
                                 &[],
                             )
                             .unwrap();

@@ -1,11 +1,22 @@
 //! Keys by id and by hash, and `meta`.
 
-use super::{key, open};
+use super::key;
+use crate::test_util::open_store;
 use crate::{KeyStatus, Store, StoreError};
 
 #[test]
+fn meta_init_keeps_the_first_value() {
+    let (_dir, store) = open_store();
+    assert_eq!(store.meta("admin").unwrap(), None);
+    assert_eq!(store.meta_init("admin", b"one").unwrap(), b"one");
+    assert_eq!(store.meta_init("admin", b"two").unwrap(), b"one");
+    assert_eq!(store.meta("admin").unwrap(), Some(b"one".to_vec()));
+    assert_eq!(store.meta_init("secret", b"s").unwrap(), b"s");
+}
+
+#[test]
 fn keys_by_id_and_hash() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     assert_eq!(store.key_count().unwrap(), 0);
     store.create_key(&key("key_1", "aaa", Some(10))).unwrap();
     store.create_key(&key("key_2", "bbb", None)).unwrap();
@@ -54,14 +65,4 @@ fn keys_by_id_and_hash() {
         matches!(&err, StoreError::KeyNotFound(k) if k == "key_9"),
         "{err}"
     );
-}
-
-#[test]
-fn meta_init_keeps_the_first_value() {
-    let (_dir, store) = open();
-    assert_eq!(store.meta("admin").unwrap(), None);
-    assert_eq!(store.meta_init("admin", b"one").unwrap(), b"one");
-    assert_eq!(store.meta_init("admin", b"two").unwrap(), b"one");
-    assert_eq!(store.meta("admin").unwrap(), Some(b"one".to_vec()));
-    assert_eq!(store.meta_init("secret", b"s").unwrap(), b"s");
 }

@@ -1,8 +1,12 @@
 //! The ledger: pre-deduction, settlement and refund against the key's quota, uniqueness per
 //! task and kind, all-or-nothing steps, unlimited keys, charges without a task.
 
-use super::{charge, create, draft, key, open, owner_page, prededuct, step, tid, with_a_task};
-use crate::{LedgerKind, Store, StoreError, TaskStatus};
+use super::{charge, create, draft, key, ledger_of, owner_page, prededuct, step, with_a_task};
+use crate::test_util::{open_store, tid};
+use crate::{LedgerKind, Store, StoreError};
+
+use crate::LedgerKind::{Charge, Prededuct, Refund, Settle};
+use crate::TaskStatus::{Failed, Queued, Running, Succeeded};
 
 #[test]
 fn prededuct_then_refund_restores_quota() {
@@ -10,14 +14,8 @@ fn prededuct_then_refund_restores_quota() {
     let k = store.key("key_a").unwrap().unwrap();
     assert_eq!((k.quota, k.quota_used), (Some(70), 30));
 
-    step(
-        &store,
-        &id,
-        TaskStatus::Queued,
-        TaskStatus::Failed,
-        &[draft("key_a", &id, LedgerKind::Refund, 30)],
-    )
-    .unwrap();
+    let refund = draft("key_a", &id, Refund, 30);
+    step(&store, &id, Queued, Failed, &[refund]).unwrap();
     let k = store.key("key_a").unwrap().unwrap();
     assert_eq!((k.quota, k.quota_used), (Some(100), 0));
 
@@ -29,8 +27,8 @@ fn prededuct_then_refund_restores_quota() {
     assert_eq!(
         seen,
         [
-            (LedgerKind::Prededuct, -30, Some(70), id.as_str()),
-            (LedgerKind::Refund, 30, Some(100), id.as_str()),
+            (Prededuct, -30, Some(70), id.as_str()),
+            (Refund, 30, Some(100), id.as_str()),
         ]
     );
     assert!(
@@ -48,39 +46,30 @@ fn ledger_kind_is_unique_per_task_and_a_failed_step_writes_nothing() {
     let err = step(
         &store,
         &id,
-        TaskStatus::Queued,
-        TaskStatus::Failed,
+        Queued,
+        Failed,
         &[
-            draft("key_a", &id, LedgerKind::Refund, 30),
-            draft("key_a", &id, LedgerKind::Refund, 30),
+            draft("key_a", &id, Refund, 30),
+            draft("key_a", &id, Refund, 30),
         ],
     )
     .unwrap_err();
     assert!(
-        matches!(&err, StoreError::DuplicateLedger { kind: LedgerKind::Refund, task_id } if *task_id == id),
+        matches!(&err, StoreError::DuplicateLedger { kind: Refund, task_id } if *task_id == id),
         "{err}"
     );
-    assert_eq!(
-        store.task(&id).unwrap().map(|t| t.status),
-        Some(TaskStatus::Queued)
-    );
+    assert_eq!(store.task(&id).unwrap().map(|t| t.status), Some(Queued));
     assert_eq!(store.ledger("key_a").unwrap().len(), 1);
     assert_eq!(store.key("key_a").unwrap().and_then(|k| k.quota), Some(70));
 
     // A second prededuct for the same task, from a progress update.
-    let err = step(
-        &store,
-        &id,
-        TaskStatus::Queued,
-        TaskStatus::Running,
-        &[draft("key_a", &id, LedgerKind::Prededuct, -30)],
-    )
-    .unwrap_err();
+    let again = draft("key_a", &id, Prededuct, -30);
+    let err = step(&store, &id, Queued, Running, &[again]).unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::DuplicateLedger {
-                kind: LedgerKind::Prededuct,
+                kind: Prededuct,
                 ..
             }
         ),
@@ -89,27 +78,18 @@ fn ledger_kind_is_unique_per_task_and_a_failed_step_writes_nothing() {
     assert_eq!(store.key("key_a").unwrap().and_then(|k| k.quota), Some(70));
 
     // An unknown key.
-    let err = step(
-        &store,
-        &id,
-        TaskStatus::Queued,
-        TaskStatus::Failed,
-        &[draft("key_nope", &id, LedgerKind::Refund, 30)],
-    )
-    .unwrap_err();
+    let unknown = draft("key_nope", &id, Refund, 30);
+    let err = step(&store, &id, Queued, Failed, &[unknown]).unwrap_err();
     assert!(
         matches!(&err, StoreError::KeyNotFound(k) if k == "key_nope"),
         "{err}"
     );
-    assert_eq!(
-        store.task(&id).unwrap().map(|t| t.status),
-        Some(TaskStatus::Queued)
-    );
+    assert_eq!(store.task(&id).unwrap().map(|t| t.status), Some(Queued));
 }
 
 #[test]
 fn insufficient_quota_writes_nothing() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     store.create_key(&key("key_a", "ha", Some(50))).unwrap();
     let id = tid("video", 1);
     let err = prededuct(&store, &id, "key_a", -60).unwrap_err();
@@ -136,7 +116,7 @@ fn insufficient_quota_writes_nothing() {
         &store,
         &id2,
         "key_a",
-        &[draft("key_nope", &id2, LedgerKind::Prededuct, -1)],
+        &[draft("key_nope", &id2, Prededuct, -1)],
     )
     .unwrap_err();
     assert!(matches!(err, StoreError::KeyNotFound(_)), "{err}");
@@ -145,32 +125,21 @@ fn insufficient_quota_writes_nothing() {
 
 #[test]
 fn unlimited_key_has_no_balance_but_counts_usage() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     store.create_key(&key("key_u", "hu", None)).unwrap();
     let id = tid("gen", 1);
     prededuct(&store, &id, "key_u", -1_000_000).unwrap();
-    step(
-        &store,
-        &id,
-        TaskStatus::Queued,
-        TaskStatus::Succeeded,
-        &[draft("key_u", &id, LedgerKind::Settle, 400_000)],
-    )
-    .unwrap();
+    let settle = draft("key_u", &id, Settle, 400_000);
+    step(&store, &id, Queued, Succeeded, &[settle]).unwrap();
     let k = store.key("key_u").unwrap().unwrap();
     assert_eq!((k.quota, k.quota_used), (None, 600_000));
-    let balances: Vec<_> = store
-        .ledger("key_u")
-        .unwrap()
-        .iter()
-        .map(|e| e.balance_after)
-        .collect();
+    let balances = ledger_of(&store, "key_u", |e| e.balance_after);
     assert_eq!(balances, [None, None]);
 }
 
 #[test]
 fn charges_without_a_task_take_at_most_what_is_left() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     store.create_key(&key("key_c", "hc", Some(100))).unwrap();
     store.create_key(&key("key_u", "hu", None)).unwrap();
     assert_eq!(
@@ -201,10 +170,10 @@ fn charges_without_a_task_take_at_most_what_is_left() {
     assert_eq!(
         amounts,
         vec![
-            ("msg_1".into(), LedgerKind::Charge, -30, Some(70)),
-            ("msg_3".into(), LedgerKind::Charge, -50, Some(20)),
-            ("msg_5".into(), LedgerKind::Charge, -20, Some(0)),
-            ("msg_6".into(), LedgerKind::Charge, 0, Some(0)),
+            ("msg_1".into(), Charge, -30, Some(70)),
+            ("msg_3".into(), Charge, -50, Some(20)),
+            ("msg_5".into(), Charge, -20, Some(0)),
+            ("msg_6".into(), Charge, 0, Some(0)),
         ]
     );
     assert_eq!(store.key("key_u").unwrap().unwrap().quota_used, 12);

@@ -1,12 +1,13 @@
 //! Tasks: creation, reads by id, one owner's pages with cursors over both kinds, deletion,
 //! corrupt records.
 
-use super::{ids, open, owner_page, step, task, tid, with_a_task};
+use super::{ids, owner_page, step, task, with_a_task};
+use crate::test_util::{open_store, tid};
 use crate::{Order, Store, StoreError, TaskKind, TaskQuery, TaskStatus};
 
 #[test]
 fn create_get_and_list_with_cursors() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     // Owner a: videos at times 1..=5, generations at 2, 4, 6; owner b: one video at 7.
     let videos: Vec<String> = (1..=5).map(|n| tid("video", n * 10)).collect();
     let gens: Vec<String> = [20, 40, 60].iter().map(|&n| tid("gen", n + 1)).collect();
@@ -99,7 +100,7 @@ fn create_get_and_list_with_cursors() {
 
 #[test]
 fn create_refuses_an_existing_id() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     let id = tid("video", 1);
     let t = task(&id, "key_a", TaskStatus::Queued, Some(5));
     store.create_task(&t, &[]).unwrap();
@@ -126,7 +127,7 @@ fn delete_removes_task_and_indexes_but_not_ledger() {
 
 #[test]
 fn corrupt_record_is_an_error_not_a_panic() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     store
         .trees
         .tasks

@@ -1,21 +1,24 @@
 //! Transitions: the compare-and-swap on the status, and the due index kept in step with it.
 
-use super::{ids, noop, open, step, task, tid};
-use crate::{Store, StoreError, TaskStatus};
+use super::{ids, noop, step, task};
+use crate::test_util::{open_store, tid};
+use crate::{Store, StoreError};
+
+use crate::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
 
 #[test]
 fn transitions_compare_and_swap_on_status() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     let id = tid("video", 1);
     store
-        .create_task(&task(&id, "key_a", TaskStatus::Queued, Some(5)), &[])
+        .create_task(&task(&id, "key_a", Queued, Some(5)), &[])
         .unwrap();
 
     let t = store
         .transition(
             &id,
-            &[TaskStatus::Queued],
-            TaskStatus::Running,
+            &[Queued],
+            Running,
             &|t| {
                 t.progress = 40;
                 t.upstream_id = Some("up-1".to_owned());
@@ -26,80 +29,54 @@ fn transitions_compare_and_swap_on_status() {
             &[],
         )
         .unwrap();
-    assert_eq!((t.status, t.progress), (TaskStatus::Running, 40));
+    assert_eq!((t.status, t.progress), (Running, 40));
     assert_eq!((t.id.as_str(), t.owner.as_str()), (id.as_str(), "key_a"));
     assert_eq!(store.task(&id).unwrap(), Some(t));
 
     // Wrong current status.
     let err = store
-        .transition(&id, &[TaskStatus::Queued], TaskStatus::Running, &noop, &[])
+        .transition(&id, &[Queued], Running, &noop, &[])
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::WrongStatus { actual: TaskStatus::Running, expected, .. }
-            if expected == &[TaskStatus::Queued]),
+        matches!(&err, StoreError::WrongStatus { actual: Running, expected, .. }
+            if expected == &[Queued]),
         "{err}"
     );
 
     // Progress update without status change; progress never goes down.
     let t = store
-        .transition(
-            &id,
-            &[TaskStatus::Running],
-            TaskStatus::Running,
-            &|t| t.progress = 10,
-            &[],
-        )
+        .transition(&id, &[Running], Running, &|t| t.progress = 10, &[])
         .unwrap();
     assert_eq!(t.progress, 40);
 
     // To a final status: next_poll_ms cleared.
     let t = store
-        .transition(
-            &id,
-            &[TaskStatus::Running],
-            TaskStatus::Succeeded,
-            &|t| t.progress = 100,
-            &[],
-        )
+        .transition(&id, &[Running], Succeeded, &|t| t.progress = 100, &[])
         .unwrap();
     assert_eq!(
         (t.status, t.progress, t.next_poll_ms),
-        (TaskStatus::Succeeded, 100, None)
+        (Succeeded, 100, None)
     );
 
     // A final task never changes, even when `from` lists its status.
-    for to in [
-        TaskStatus::Succeeded,
-        TaskStatus::Failed,
-        TaskStatus::Running,
-    ] {
+    for to in [Succeeded, Failed, Running] {
         let err = store
-            .transition(&id, &[TaskStatus::Succeeded], to, &noop, &[])
+            .transition(&id, &[Succeeded], to, &noop, &[])
             .unwrap_err();
         assert!(
             matches!(
                 err,
                 StoreError::WrongStatus {
-                    actual: TaskStatus::Succeeded,
+                    actual: Succeeded,
                     ..
                 }
             ),
             "{err}"
         );
     }
-    assert_eq!(
-        store.task(&id).unwrap().map(|t| t.status),
-        Some(TaskStatus::Succeeded)
-    );
+    assert_eq!(store.task(&id).unwrap().map(|t| t.status), Some(Succeeded));
 
-    let err = step(
-        &store,
-        "video_nope",
-        TaskStatus::Queued,
-        TaskStatus::Running,
-        &[],
-    )
-    .unwrap_err();
+    let err = step(&store, "video_nope", Queued, Running, &[]).unwrap_err();
     assert!(
         matches!(&err, StoreError::TaskNotFound(id) if id == "video_nope"),
         "{err}"
@@ -108,27 +85,27 @@ fn transitions_compare_and_swap_on_status() {
 
 #[test]
 fn due_index_follows_next_poll_and_final_status() {
-    let (_dir, store) = open();
+    let (_dir, store) = open_store();
     let a = tid("video", 1);
     let b = tid("video", 2);
     let c = tid("gen", 3);
     let d = tid("video", 4);
     let done = tid("video", 5);
     store
-        .create_task(&task(&a, "k", TaskStatus::Queued, Some(100)), &[])
+        .create_task(&task(&a, "k", Queued, Some(100)), &[])
         .unwrap();
     store
-        .create_task(&task(&b, "k", TaskStatus::Running, Some(50)), &[])
+        .create_task(&task(&b, "k", Running, Some(50)), &[])
         .unwrap();
     store
-        .create_task(&task(&c, "k", TaskStatus::Queued, Some(300)), &[])
+        .create_task(&task(&c, "k", Queued, Some(300)), &[])
         .unwrap();
     // Unfinished without a poll time: never due, but still unfinished.
     store
-        .create_task(&task(&d, "k", TaskStatus::Queued, None), &[])
+        .create_task(&task(&d, "k", Queued, None), &[])
         .unwrap();
     store
-        .create_task(&task(&done, "k", TaskStatus::Failed, Some(10)), &[])
+        .create_task(&task(&done, "k", Failed, Some(10)), &[])
         .unwrap();
     assert_eq!(
         store.task(&done).unwrap().and_then(|t| t.next_poll_ms),
@@ -154,8 +131,8 @@ fn due_index_follows_next_poll_and_final_status() {
     store
         .transition(
             &b,
-            &[TaskStatus::Running],
-            TaskStatus::Running,
+            &[Running],
+            Running,
             &|t| t.next_poll_ms = Some(400),
             &[],
         )
@@ -167,16 +144,10 @@ fn due_index_follows_next_poll_and_final_status() {
 
     // Final tasks leave the index.
     store
-        .transition(&a, &[TaskStatus::Queued], TaskStatus::Cancelled, &noop, &[])
+        .transition(&a, &[Queued], Cancelled, &noop, &[])
         .unwrap();
     store
-        .transition(
-            &d,
-            &[TaskStatus::Queued],
-            TaskStatus::Running,
-            &|t| t.next_poll_ms = Some(1),
-            &[],
-        )
+        .transition(&d, &[Queued], Running, &|t| t.next_poll_ms = Some(1), &[])
         .unwrap();
     assert_eq!(
         ids(&store.due_tasks(1_000, 10).unwrap()),
