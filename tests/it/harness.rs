@@ -116,6 +116,19 @@ impl Relay {
         self.client.send(method, &self.url(path), body, &all).await
     }
 
+    /// A request with only `headers`: no key unless they carry one.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body,
+        headers: &[(&str, String)],
+    ) -> Answer {
+        self.client
+            .send(method, &self.url(path), body, headers)
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> Answer {
         self.call(Method::GET, path, Body::Empty).await
     }

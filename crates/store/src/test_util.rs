@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::SledStore;
+
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(PathBuf);
 
@@ -21,4 +23,19 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A store in a fresh directory, which lives as long as the [`TempDir`].
+pub fn open_store() -> (TempDir, SledStore) {
+    let dir = TempDir::new();
+    let store = SledStore::open(dir.path()).expect("open store");
+    (dir, store)
+}
+
+/// `prefix_<ULID>` whose ULID encodes time `n`, so ids sort by `n`.
+pub fn tid(prefix: &str, n: u64) -> String {
+    format!(
+        "{prefix}_{}",
+        ulid::Ulid::from_parts(1_700_000_000_000 + n, 0)
+    )
 }

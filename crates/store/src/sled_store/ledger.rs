@@ -1,0 +1,159 @@
+//! The ledger steps: a task step's drafts (pre-deduction, settlement, refund) taken from or
+//! given back to their key's quota, one entry each, unique per `(task_id, kind)`; the charges
+//! of work without a task; a key's ledger.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sled::transaction::ConflictableTransactionError;
+
+use super::record::{backend, check_id, decode};
+use super::trees::{KEYS, LEDGER, LedgerTx, SledStore};
+use super::txn::{TxResult, abort, get, put};
+use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
+
+/// Applies ledger drafts inside a transaction: checks `(task_id, kind)` uniqueness, moves the
+/// key's quota, writes the entries.
+pub(super) fn apply(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<()> {
+    for draft in drafts {
+        let by_task = by_task_key(&draft.task_id, draft.kind);
+        if tx.ledger_by_task.get(by_task.as_slice())?.is_some() {
+            return abort(StoreError::DuplicateLedger {
+                task_id: draft.task_id.clone(),
+                kind: draft.kind,
+            });
+        }
+        let Some(mut key): Option<Key> = get(tx.keys, KEYS, draft.key_id.as_bytes())? else {
+            return abort(StoreError::KeyNotFound(draft.key_id.clone()));
+        };
+        let overflow = || {
+            ConflictableTransactionError::Abort(StoreError::Backend(format!(
+                "ledger {} on key {}: amount {} overflows the quota",
+                draft.kind.as_str(),
+                draft.key_id,
+                draft.amount
+            )))
+        };
+        let balance_after = match key.quota {
+            Some(remaining) => {
+                let after = remaining.checked_add(draft.amount).ok_or_else(overflow)?;
+                if draft.amount < 0 && after < 0 {
+                    return abort(StoreError::InsufficientQuota {
+                        key_id: draft.key_id.clone(),
+                        needed: draft.amount.saturating_neg(),
+                        remaining,
+                    });
+                }
+                Some(after)
+            }
+            None => None,
+        };
+        key.quota = balance_after;
+        key.quota_used = key
+            .quota_used
+            .checked_sub(draft.amount)
+            .ok_or_else(overflow)?;
+        put(tx.keys, draft.key_id.as_bytes(), "key", &key)?;
+
+        write_entry(tx, draft, by_task, balance_after, at)?;
+    }
+    Ok(())
+}
+
+/// [`crate::Store::charges`]: each charge takes what its key has left at the most, in one
+/// transaction over the ledger's trees, not flushed.
+pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
+    let at = unix_secs();
+    store.ledger_tx("charges", |tx| {
+        // Each key is read and written once, however many of its charges the batch holds.
+        let mut keys: HashMap<&str, Key> = HashMap::new();
+        let mut taken = Vec::with_capacity(charges.len());
+        for charge in charges {
+            let by_task = by_task_key(&charge.task_id, LedgerKind::Charge);
+            if check_id("charge id", &charge.task_id).is_err()
+                || tx.ledger_by_task.get(by_task.as_slice())?.is_some()
+            {
+                taken.push(0);
+                continue;
+            }
+            let key = match keys.entry(charge.key_id.as_str()) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => match get(tx.keys, KEYS, charge.key_id.as_bytes())? {
+                    Some(key) => e.insert(key),
+                    None => {
+                        taken.push(0);
+                        continue;
+                    }
+                },
+            };
+            let take = match key.quota {
+                Some(remaining) => charge.amount.clamp(0, remaining.max(0)),
+                None => charge.amount.max(0),
+            };
+            key.quota = key.quota.map(|q| q - take);
+            key.quota_used = key.quota_used.saturating_add(take);
+            let draft = LedgerDraft {
+                key_id: charge.key_id.clone(),
+                task_id: charge.task_id.clone(),
+                kind: LedgerKind::Charge,
+                amount: -take,
+            };
+            write_entry(tx, &draft, by_task, key.quota, at)?;
+            taken.push(take);
+        }
+        for (id, key) in &keys {
+            put(tx.keys, id.as_bytes(), "key", key)?;
+        }
+        Ok(taken)
+    })
+}
+
+/// A key's ledger, oldest first.
+pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+    let mut prefix = key_id.as_bytes().to_vec();
+    prefix.push(0);
+    let mut out = Vec::new();
+    for item in store.trees.ledger.scan_prefix(prefix).values() {
+        let bytes = item.map_err(|e| backend("read ledger", e))?;
+        out.push(decode(LEDGER, &bytes)?);
+    }
+    Ok(out)
+}
+
+/// The `ledger_by_task` key of a task's entry of one kind.
+fn by_task_key(task_id: &str, kind: LedgerKind) -> Vec<u8> {
+    [task_id.as_bytes(), &[0], kind.as_str().as_bytes()].concat()
+}
+
+/// Writes one ledger entry and its `ledger_by_task` index entry (the key record is the
+/// caller's).
+fn write_entry(
+    tx: &LedgerTx<'_>,
+    draft: &LedgerDraft,
+    by_task: Vec<u8>,
+    balance_after: Option<i64>,
+    at: u64,
+) -> TxResult<()> {
+    let entry = LedgerEntry {
+        id: format!("led_{}", ulid::Ulid::new()),
+        key_id: draft.key_id.clone(),
+        task_id: draft.task_id.clone(),
+        kind: draft.kind,
+        amount: draft.amount,
+        balance_after,
+        at,
+    };
+    let seq = tx.ledger.generate_id()?;
+    let ledger_key = [draft.key_id.as_bytes(), &[0], seq.to_be_bytes().as_slice()].concat();
+    put(tx.ledger, &ledger_key, "ledger entry", &entry)?;
+    tx.ledger_by_task.insert(by_task, entry.id.as_bytes())?;
+    Ok(())
+}
+
+/// The time of a ledger entry, in seconds since the epoch.
+pub(super) fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

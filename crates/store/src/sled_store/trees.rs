@@ -1,0 +1,140 @@
+//! [`SledStore`] itself: the database and its trees, opening them, the two transactions a
+//! business step runs in (over every tree but `meta` and the asset trees, or over the ledger's
+//! trees only) and the flush after a step.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sled::transaction::TransactionalTree;
+use sled::{Db, Tree};
+
+use super::assets::AssetTrees;
+use super::flush::GroupFlush;
+use super::record::open_tree;
+use super::txn::{TxResult, run, tree_set};
+use crate::StoreError;
+
+pub(super) const TASKS: &str = "tasks";
+pub(super) const TASKS_BY_OWNER: &str = "tasks_by_owner";
+pub(super) const DUE: &str = "due";
+pub(super) const KEYS: &str = "keys";
+const KEYS_BY_HASH: &str = "keys_by_hash";
+pub(super) const LEDGER: &str = "ledger";
+const LEDGER_BY_TASK: &str = "ledger_by_task";
+const META: &str = "meta";
+
+/// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
+const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+
+/// The embedded store: a sled database in one directory.
+#[derive(Clone)]
+pub struct SledStore {
+    db: Db,
+    pub(super) trees: Trees,
+    pub(super) meta: Tree,
+    pub(super) assets: AssetTrees,
+    flusher: Arc<GroupFlush>,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore").finish_non_exhaustive()
+    }
+}
+
+tree_set! {
+    /// The trees of tasks, keys and the ledger: a business step but an asset one runs as one
+    /// transaction over them all.
+    pub(super) struct Trees / Tx {
+        tasks: TASKS,
+        tasks_by_owner: TASKS_BY_OWNER,
+        due: DUE,
+        keys: KEYS,
+        keys_by_hash: KEYS_BY_HASH,
+        ledger: LEDGER,
+        ledger_by_task: LEDGER_BY_TASK,
+    }
+}
+
+/// The trees a ledger entry touches.
+pub(super) struct LedgerTx<'a> {
+    pub(super) keys: &'a TransactionalTree,
+    pub(super) ledger: &'a TransactionalTree,
+    pub(super) ledger_by_task: &'a TransactionalTree,
+}
+
+impl<'a> Tx<'a> {
+    pub(super) fn ledger(&self) -> LedgerTx<'a> {
+        LedgerTx {
+            keys: self.keys,
+            ledger: self.ledger,
+            ledger_by_task: self.ledger_by_task,
+        }
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the database in `dir`.
+    ///
+    /// A database sled cannot open (for instance after an abrupt stop) is an error, never a
+    /// panic: the caller decides what to do with it.
+    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database in `dir`, caching at most about `cache_bytes` of its
+    /// pages in memory.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes.max(1 << 20))
+            .open()
+            .map_err(|e| StoreError::Backend(format!("open database in {}: {e}", dir.display())))?;
+        let store = SledStore {
+            trees: Trees::open(&db)?,
+            meta: open_tree(&db, META)?,
+            assets: AssetTrees::open(&db)?,
+            flusher: Arc::default(),
+            db,
+        };
+        tracing::debug!(
+            tasks = store.trees.tasks.len(),
+            keys = store.trees.keys.len(),
+            "store opened"
+        );
+        Ok(store)
+    }
+
+    /// Runs `f` as one transaction over the ledger's trees only.
+    pub(super) fn ledger_tx<A>(
+        &self,
+        what: &str,
+        f: impl Fn(&LedgerTx<'_>) -> TxResult<A>,
+    ) -> Result<A, StoreError> {
+        let Trees {
+            keys,
+            ledger,
+            ledger_by_task,
+            ..
+        } = &self.trees;
+        run(
+            what,
+            &(keys, ledger, ledger_by_task),
+            |(keys, ledger, ledger_by_task)| {
+                f(&LedgerTx {
+                    keys,
+                    ledger,
+                    ledger_by_task,
+                })
+            },
+        )
+    }
+
+    /// Makes everything written so far durable, sharing a flush with concurrent callers;
+    /// `what` names the step in an error.
+    pub(super) fn flush_after(&self, what: &str) -> Result<(), StoreError> {
+        self.flusher
+            .flush(&self.db)
+            .map_err(|e| StoreError::Backend(format!("{what}: flush: {e}")))
+    }
+}
