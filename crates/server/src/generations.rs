@@ -39,16 +39,6 @@ pub fn dimensions(resolution: &str, ratio: &str) -> (u32, u32) {
     }
 }
 
-fn status_of(status: TaskStatus) -> GenerationStatus {
-    match status {
-        TaskStatus::Queued => GenerationStatus::Queued,
-        TaskStatus::Running => GenerationStatus::Running,
-        TaskStatus::Succeeded => GenerationStatus::Succeeded,
-        TaskStatus::Failed => GenerationStatus::Failed,
-        TaskStatus::Cancelled => GenerationStatus::Cancelled,
-    }
-}
-
 /// The second format as the shared task handlers see it.
 pub struct Generations;
 
@@ -57,8 +47,43 @@ impl TaskFormat for Generations {
     type Record = GenerationObject;
     type List = GenerationList;
 
+    /// The task record as clients see it, with fresh signed URLs once it succeeded.
     fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
-        record(app, task)
+        let p: GenParams = read_params(task).map_err(unreadable)?;
+        let succeeded = task.status == TaskStatus::Succeeded;
+        let expires = now_secs() + app.config.server.signed_url_ttl_secs;
+        let base = app.public_base_url();
+        let url = |blob: &Option<String>| {
+            blob.as_ref()
+                .filter(|_| succeeded)
+                .map(|b| app.signer.url(&base, b, expires))
+        };
+        Ok(GenerationObject {
+            task_id: task.id.clone(),
+            object: "video.generation".into(),
+            model: task.model.clone(),
+            status: status_of(task.status),
+            progress: task.progress,
+            duration: p.duration,
+            resolution: p.resolution,
+            ratio: p.ratio,
+            seed: Some(p.seed),
+            video_url: url(&task.outputs.video),
+            last_frame_url: if p.return_last_frame {
+                url(&task.outputs.last_frame)
+            } else {
+                None
+            },
+            usage: succeeded.then_some(Usage {
+                duration_seconds: p.duration,
+            }),
+            created_at: task.created_at,
+            updated_at: task.updated_at,
+            error: task.error.as_ref().map(|e| GenerationError {
+                code: e.code.clone(),
+                message: e.message.clone(),
+            }),
+        })
     }
 
     fn list(data: Vec<GenerationObject>, has_more: bool) -> GenerationList {
@@ -66,43 +91,14 @@ impl TaskFormat for Generations {
     }
 }
 
-/// The task record as clients see it, with fresh signed URLs once it succeeded.
-pub fn record(app: &App, task: &Task) -> Result<GenerationObject, ApiError> {
-    let p: GenParams = read_params(task).map_err(unreadable)?;
-    let succeeded = task.status == TaskStatus::Succeeded;
-    let expires = now_secs() + app.config.server.signed_url_ttl_secs;
-    let base = app.public_base_url();
-    let url = |blob: &Option<String>| {
-        blob.as_ref()
-            .filter(|_| succeeded)
-            .map(|b| app.signer.url(&base, b, expires))
-    };
-    Ok(GenerationObject {
-        task_id: task.id.clone(),
-        object: "video.generation".into(),
-        model: task.model.clone(),
-        status: status_of(task.status),
-        progress: task.progress,
-        duration: p.duration,
-        resolution: p.resolution,
-        ratio: p.ratio,
-        seed: Some(p.seed),
-        video_url: url(&task.outputs.video),
-        last_frame_url: if p.return_last_frame {
-            url(&task.outputs.last_frame)
-        } else {
-            None
-        },
-        usage: succeeded.then_some(Usage {
-            duration_seconds: p.duration,
-        }),
-        created_at: task.created_at,
-        updated_at: task.updated_at,
-        error: task.error.as_ref().map(|e| GenerationError {
-            code: e.code.clone(),
-            message: e.message.clone(),
-        }),
-    })
+fn status_of(status: TaskStatus) -> GenerationStatus {
+    match status {
+        TaskStatus::Queued => GenerationStatus::Queued,
+        TaskStatus::Running => GenerationStatus::Running,
+        TaskStatus::Succeeded => GenerationStatus::Succeeded,
+        TaskStatus::Failed => GenerationStatus::Failed,
+        TaskStatus::Cancelled => GenerationStatus::Cancelled,
+    }
 }
 
 /// `POST /v1/video/generations`: the new task (its answer: `tasks::created`).

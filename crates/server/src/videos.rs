@@ -23,16 +23,6 @@ use crate::multipart::{self, Uploads};
 use crate::tasks::{self, TaskFormat, unreadable};
 use media::{StoredFiles, image, reference};
 
-pub fn status_of(status: TaskStatus) -> VideoStatus {
-    match status {
-        TaskStatus::Queued => VideoStatus::Queued,
-        TaskStatus::Running => VideoStatus::InProgress,
-        TaskStatus::Succeeded => VideoStatus::Completed,
-        TaskStatus::Failed => VideoStatus::Failed,
-        TaskStatus::Cancelled => VideoStatus::Cancelled,
-    }
-}
-
 /// The first format as the shared task handlers see it.
 pub struct Videos;
 
@@ -41,8 +31,31 @@ impl TaskFormat for Videos {
     type Record = VideoObject;
     type List = VideoList;
 
+    /// The task record as clients see it (CONTRACT §1.2).
     fn record(_: &App, task: &Task) -> Result<VideoObject, ApiError> {
-        record(task)
+        let p: V1Params = read_params(task).map_err(unreadable)?;
+        Ok(VideoObject {
+            id: task.id.clone(),
+            task_id: task.id.clone(),
+            object: "video".into(),
+            model: task.model.clone(),
+            status: status_of(task.status),
+            progress: task.progress,
+            prompt: p.prompt,
+            size: format!("{}x{}", p.width, p.height),
+            aspect_ratio: p.aspect_ratio,
+            duration: p.duration,
+            seconds: p.duration.to_string(),
+            created_at: task.created_at,
+            completed_at: task.completed_at,
+            expires_at: task.expires_at,
+            error: task.error.as_ref().map(|e| VideoError {
+                code: e.code.clone(),
+                message: e.message.clone(),
+            }),
+            warnings: task.warnings.clone(),
+            remixed_from_video_id: None,
+        })
     }
 
     fn list(data: Vec<VideoObject>, has_more: bool) -> VideoList {
@@ -50,31 +63,14 @@ impl TaskFormat for Videos {
     }
 }
 
-/// The task record as clients see it (CONTRACT §1.2).
-pub fn record(task: &Task) -> Result<VideoObject, ApiError> {
-    let p: V1Params = read_params(task).map_err(unreadable)?;
-    Ok(VideoObject {
-        id: task.id.clone(),
-        task_id: task.id.clone(),
-        object: "video".into(),
-        model: task.model.clone(),
-        status: status_of(task.status),
-        progress: task.progress,
-        prompt: p.prompt,
-        size: format!("{}x{}", p.width, p.height),
-        aspect_ratio: p.aspect_ratio,
-        duration: p.duration,
-        seconds: p.duration.to_string(),
-        created_at: task.created_at,
-        completed_at: task.completed_at,
-        expires_at: task.expires_at,
-        error: task.error.as_ref().map(|e| VideoError {
-            code: e.code.clone(),
-            message: e.message.clone(),
-        }),
-        warnings: task.warnings.clone(),
-        remixed_from_video_id: None,
-    })
+pub fn status_of(status: TaskStatus) -> VideoStatus {
+    match status {
+        TaskStatus::Queued => VideoStatus::Queued,
+        TaskStatus::Running => VideoStatus::InProgress,
+        TaskStatus::Succeeded => VideoStatus::Completed,
+        TaskStatus::Failed => VideoStatus::Failed,
+        TaskStatus::Cancelled => VideoStatus::Cancelled,
+    }
 }
 
 /// `POST /v1/videos`: the new task (its answer: `tasks::created`).

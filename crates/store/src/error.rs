@@ -1,0 +1,48 @@
+//! Why a store step failed.
+
+use crate::model::{AssetStatus, LedgerKind, TaskStatus};
+
+/// Failure of a store operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store: {0}")]
+    Backend(String),
+    #[error("store: corrupt record in {tree}: {source}")]
+    Corrupt {
+        tree: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("insufficient quota on key {key_id}: {needed} needed, {remaining} remaining")]
+    InsufficientQuota {
+        key_id: String,
+        needed: i64,
+        remaining: i64,
+    },
+    #[error("key {0} not found")]
+    KeyNotFound(String),
+    #[error("task {0} not found")]
+    TaskNotFound(String),
+    #[error("task {task_id}: status is {actual:?}, not one of {expected:?}")]
+    WrongStatus {
+        task_id: String,
+        expected: Vec<TaskStatus>,
+        actual: TaskStatus,
+    },
+    #[error("ledger entry {kind:?} for task {task_id} already exists")]
+    DuplicateLedger { task_id: String, kind: LedgerKind },
+    #[error("key hash already in use")]
+    DuplicateKey,
+    #[error("asset library {0} not found")]
+    LibraryNotFound(String),
+    #[error("asset {0} not found")]
+    AssetNotFound(String),
+    #[error(
+        "asset {asset_id}: status is {actual:?}, cannot move to {to:?} (expected one of {expected:?})"
+    )]
+    AssetWrongStatus {
+        asset_id: String,
+        expected: Vec<AssetStatus>,
+        to: AssetStatus,
+        actual: AssetStatus,
+    },
+}
