@@ -112,8 +112,7 @@ async fn step(engine: &Arc<Engine>, task: Task) {
             let job = match job_for(engine, &task, &channel) {
                 Ok(job) => job,
                 Err(message) => {
-                    let owned = task.clone();
-                    fail_task(engine, &owned, "upstream_error", &message).await;
+                    fail_task(engine, &task, "upstream_error", &message).await;
                     return;
                 }
             };
