@@ -66,9 +66,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Writes the `charge` entries of work that has no task (chat messages, billed when they
     /// end), all in one transaction: each takes its `amount` credits (`amount` >= 0) from its
-    /// key, or what the key has left when that is less. A charge whose `(task_id, charge)`
-    /// entry exists already, or whose key is unknown, takes nothing and writes nothing. Returns
-    /// the amount each took, in order.
+    /// key, or what the key has left when that is less. A charge's id (`task_id`) is minted by
+    /// the caller for one piece of work (a message's `msg_` id) and given once: a repeated id
+    /// within the call, or a charge whose key is unknown, takes nothing and writes nothing; the
+    /// store keeps no index per charge to look ids up across calls. Returns the amount each
+    /// took, in order.
     ///
     /// Not flushed: a charge lost in a crash costs the operator, never the client, and the next
     /// flush (the store's own, at most a moment later, or any durable step) takes it to disk.

@@ -2,14 +2,14 @@
 //! given back to their key's quota, one entry each, unique per `(task_id, kind)`; the charges
 //! of work without a task; a key's ledger.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sled::transaction::ConflictableTransactionError;
 
 use super::record::{backend, check_id, decode};
-use super::trees::{KEYS, LEDGER, LedgerTx, SledStore};
+use super::trees::{KEYS, LEDGER, LedgerTx, SledStore, USAGE};
 use super::txn::{TxResult, abort, get, put};
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 
@@ -61,18 +61,24 @@ pub(super) fn apply(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxRes
     Ok(())
 }
 
+/// Charge entries per chunk of the usage log: a batch of charges costs one insert per chunk
+/// (and one per key in it), not one per charge, so a busy chat path writes little.
+const USAGE_CHUNK: usize = 64;
+
 /// [`crate::Store::charges`]: each charge takes what its key has left at the most, in one
-/// transaction over the ledger's trees, not flushed.
+/// transaction, not flushed. The entries go to the usage log in chunks (see [`USAGE_CHUNK`]);
+/// each key is read and written once per batch. Charge ids are the caller's, minted once each
+/// (a message's id): they are checked within the batch, with no index to keep per charge.
 pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
     let at = unix_secs();
-    store.ledger_tx("charges", |tx| {
-        // Each key is read and written once, however many of its charges the batch holds.
+    store.charge_tx("charges", |tx| {
         let mut keys: HashMap<&str, Key> = HashMap::new();
         let mut taken = Vec::with_capacity(charges.len());
+        let mut entries = Vec::with_capacity(charges.len());
+        let mut ids: HashSet<&str> = HashSet::with_capacity(charges.len());
         for charge in charges {
-            let by_task = by_task_key(&charge.task_id, LedgerKind::Charge);
             if check_id("charge id", &charge.task_id).is_err()
-                || tx.ledger_by_task.get(by_task.as_slice())?.is_some()
+                || !ids.insert(charge.task_id.as_str())
             {
                 taken.push(0);
                 continue;
@@ -93,14 +99,29 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
             };
             key.quota = key.quota.map(|q| q - take);
             key.quota_used = key.quota_used.saturating_add(take);
-            let draft = LedgerDraft {
+            let entry = LedgerEntry {
+                id: format!("led_{}", ulid::Ulid::new()),
                 key_id: charge.key_id.clone(),
                 task_id: charge.task_id.clone(),
                 kind: LedgerKind::Charge,
                 amount: -take,
+                balance_after: key.quota,
+                at,
             };
-            write_entry(tx, &draft, by_task, key.quota, at)?;
+            entries.push(entry);
             taken.push(take);
+        }
+        for chunk in entries.chunks(USAGE_CHUNK) {
+            let seq = tx.usage.generate_id()?.to_be_bytes();
+            put(tx.usage, &seq, "usage chunk", &chunk)?;
+            let mut holders: Vec<&str> = Vec::new();
+            for entry in chunk {
+                if !holders.contains(&entry.key_id.as_str()) {
+                    holders.push(&entry.key_id);
+                    tx.usage_by_key
+                        .insert([entry.key_id.as_bytes(), &[0], &seq].concat(), &[])?;
+                }
+            }
         }
         for (id, key) in &keys {
             put(tx.keys, id.as_bytes(), "key", key)?;
@@ -109,16 +130,38 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
     })
 }
 
-/// A key's ledger, oldest first.
+/// A key's ledger, oldest first: its task entries and its charges from the usage log, in the
+/// order of their sequence numbers (one counter serves both).
 pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
     let mut prefix = key_id.as_bytes().to_vec();
     prefix.push(0);
-    let mut out = Vec::new();
-    for item in store.trees.ledger.scan_prefix(prefix).values() {
-        let bytes = item.map_err(|e| backend("read ledger", e))?;
-        out.push(decode(LEDGER, &bytes)?);
+    let seq_of = |stored: &[u8]| {
+        let tail = stored.get(prefix.len()..).unwrap_or_default();
+        <[u8; 8]>::try_from(tail).map_or(0, u64::from_be_bytes)
+    };
+    let mut runs: Vec<(u64, Vec<LedgerEntry>)> = Vec::new();
+    for item in store.trees.ledger.scan_prefix(&prefix) {
+        let (id, bytes) = item.map_err(|e| backend("read ledger", e))?;
+        runs.push((seq_of(&id), vec![decode(LEDGER, &bytes)?]));
     }
-    Ok(out)
+    for item in store.usage_by_key.scan_prefix(&prefix).keys() {
+        let id = item.map_err(|e| backend("read usage index", e))?;
+        let seq = seq_of(&id);
+        let Some(bytes) = store
+            .usage
+            .get(seq.to_be_bytes())
+            .map_err(|e| backend("read usage", e))?
+        else {
+            continue;
+        };
+        let chunk: Vec<LedgerEntry> = decode(USAGE, &bytes)?;
+        runs.push((
+            seq,
+            chunk.into_iter().filter(|e| e.key_id == key_id).collect(),
+        ));
+    }
+    runs.sort_by_key(|(seq, _)| *seq);
+    Ok(runs.into_iter().flat_map(|(_, run)| run).collect())
 }
 
 /// The `ledger_by_task` key of a task's entry of one kind.

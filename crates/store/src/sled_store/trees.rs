@@ -1,6 +1,6 @@
 //! [`SledStore`] itself: the database and its trees, opening them, the two transactions a
-//! business step runs in (over every tree but `meta` and the asset trees, or over the ledger's
-//! trees only) and the flush after a step.
+//! business step runs in (over every tree but `meta` and the asset trees, or over the trees of
+//! a batch of charges) and the flush after a step.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +21,8 @@ pub(super) const KEYS: &str = "keys";
 const KEYS_BY_HASH: &str = "keys_by_hash";
 pub(super) const LEDGER: &str = "ledger";
 const LEDGER_BY_TASK: &str = "ledger_by_task";
+pub(super) const USAGE: &str = "usage";
+const USAGE_BY_KEY: &str = "usage_by_key";
 const META: &str = "meta";
 
 /// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
@@ -32,6 +34,10 @@ pub struct SledStore {
     db: Db,
     pub(super) trees: Trees,
     pub(super) meta: Tree,
+    /// The usage log: charge entries in chunks, by sequence number.
+    pub(super) usage: Tree,
+    /// `key_id \0 seq` for each chunk of the usage log holding the key's entries.
+    pub(super) usage_by_key: Tree,
     pub(super) assets: AssetTrees,
     flusher: Arc<GroupFlush>,
 }
@@ -54,6 +60,15 @@ tree_set! {
         ledger: LEDGER,
         ledger_by_task: LEDGER_BY_TASK,
     }
+}
+
+/// The trees a batch of charges touches: the keys and the usage log
+/// (`usage`: the charges' entries in chunks under an increasing sequence number;
+/// `usage_by_key`: which chunks hold a key's entries).
+pub(super) struct ChargeTx<'a> {
+    pub(super) keys: &'a TransactionalTree,
+    pub(super) usage: &'a TransactionalTree,
+    pub(super) usage_by_key: &'a TransactionalTree,
 }
 
 /// The trees a ledger entry touches.
@@ -93,6 +108,8 @@ impl SledStore {
         let store = SledStore {
             trees: Trees::open(&db)?,
             meta: open_tree(&db, META)?,
+            usage: open_tree(&db, USAGE)?,
+            usage_by_key: open_tree(&db, USAGE_BY_KEY)?,
             assets: AssetTrees::open(&db)?,
             flusher: Arc::default(),
             db,
@@ -105,26 +122,20 @@ impl SledStore {
         Ok(store)
     }
 
-    /// Runs `f` as one transaction over the ledger's trees only.
-    pub(super) fn ledger_tx<A>(
+    /// Runs `f` as one transaction over the trees of charges only.
+    pub(super) fn charge_tx<A>(
         &self,
         what: &str,
-        f: impl Fn(&LedgerTx<'_>) -> TxResult<A>,
+        f: impl Fn(&ChargeTx<'_>) -> TxResult<A>,
     ) -> Result<A, StoreError> {
-        let Trees {
-            keys,
-            ledger,
-            ledger_by_task,
-            ..
-        } = &self.trees;
         run(
             what,
-            &(keys, ledger, ledger_by_task),
-            |(keys, ledger, ledger_by_task)| {
-                f(&LedgerTx {
+            &(&self.trees.keys, &self.usage, &self.usage_by_key),
+            |(keys, usage, usage_by_key)| {
+                f(&ChargeTx {
                     keys,
-                    ledger,
-                    ledger_by_task,
+                    usage,
+                    usage_by_key,
                 })
             },
         )

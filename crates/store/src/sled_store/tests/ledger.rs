@@ -146,19 +146,20 @@ fn charges_without_a_task_take_at_most_what_is_left() {
         store.charges(&[charge("key_c", "msg_1", 30)]).unwrap(),
         vec![30]
     );
-    // One batch: a repeated id and an unknown key take nothing; two charges of one key see
-    // each other; more than is left takes what is left; unlimited keys pay in full.
+    // One batch: an unknown key and an id repeated within the batch take nothing; two charges
+    // of one key see each other; more than is left takes what is left; unlimited keys pay in
+    // full.
     let taken = store
         .charges(&[
-            charge("key_c", "msg_1", 5),
             charge("key_nope", "msg_2", 1),
             charge("key_c", "msg_3", 50),
+            charge("key_c", "msg_3", 7),
             charge("key_u", "msg_4", 12),
             charge("key_c", "msg_5", 500),
             charge("key_c", "msg_6", 1),
         ])
         .unwrap();
-    assert_eq!(taken, vec![0, 0, 50, 12, 20, 0]);
+    assert_eq!(taken, vec![0, 50, 0, 12, 20, 0]);
     let k = store.key("key_c").unwrap().unwrap();
     assert_eq!((k.quota, k.quota_used), (Some(0), 100));
     let amounts: Vec<(String, LedgerKind, i64, Option<i64>)> = store
@@ -177,4 +178,47 @@ fn charges_without_a_task_take_at_most_what_is_left() {
         ]
     );
     assert_eq!(store.key("key_u").unwrap().unwrap().quota_used, 12);
+}
+
+#[test]
+fn charges_in_the_usage_log_interleave_with_task_entries_in_order() {
+    let (dir, store) = open_store();
+    store.create_key(&key("key_c", "hc", Some(10_000))).unwrap();
+    store.create_key(&key("key_d", "hd", None)).unwrap();
+    let first = tid("video", 1);
+    prededuct(&store, &first, "key_c", -100).unwrap();
+    // Two keys in one batch of more than two chunks.
+    let batch: Vec<crate::Charge> = (0..150)
+        .map(|n| {
+            let owner = if n % 2 == 0 { "key_c" } else { "key_d" };
+            charge(owner, &format!("msg_{n:03}"), 1)
+        })
+        .collect();
+    assert_eq!(store.charges(&batch).unwrap(), vec![1; 150]);
+    let second = tid("video", 2);
+    prededuct(&store, &second, "key_c", -100).unwrap();
+    store.charges(&[charge("key_c", "msg_last", 5)]).unwrap();
+
+    let ledger = store.ledger("key_c").unwrap();
+    let ids: Vec<&str> = ledger.iter().map(|e| e.task_id.as_str()).collect();
+    let mut expected = vec![first.clone()];
+    expected.extend((0..150).step_by(2).map(|n| format!("msg_{n:03}")));
+    expected.push(second.clone());
+    expected.push("msg_last".into());
+    assert_eq!(ids, expected);
+    // The balance after each entry runs down one by one, whichever store they came from.
+    let balances: Vec<i64> = ledger.iter().filter_map(|e| e.balance_after).collect();
+    let mut balance = 10_000;
+    let mut want = Vec::new();
+    for e in &ledger {
+        balance += e.amount;
+        want.push(balance);
+    }
+    assert_eq!(balances, want);
+    assert_eq!(balance, 10_000 - 100 - 75 - 100 - 5);
+    assert_eq!(store.ledger("key_d").unwrap().len(), 75);
+    // And it all survives reopening.
+    drop(store);
+    let store = crate::SledStore::open(dir.path()).unwrap();
+    assert_eq!(store.ledger("key_c").unwrap().len(), ledger.len());
 }
