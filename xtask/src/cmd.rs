@@ -95,3 +95,23 @@ pub fn stdout_lines(child: &mut Child, what: &str) -> anyhow::Result<Receiver<St
 pub fn drain(lines: Receiver<String>) {
     std::thread::spawn(move || while lines.recv().is_ok() {});
 }
+
+/// Installs a Debian package with apt-get (through sudo when not root), saying so.
+pub fn apt_install(package: &str) -> anyhow::Result<()> {
+    eprintln!("xtask: {package} is missing; installing it with apt-get");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut install = if root {
+        Command::new("apt-get")
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg("apt-get");
+        sudo
+    };
+    run(
+        &format!("apt-get install {package}"),
+        install.args(["install", "-y", package]),
+    )
+}

@@ -16,6 +16,7 @@ mod fake_video;
 mod floors;
 mod fuzz;
 mod openapi;
+mod profile;
 mod relay;
 mod schemathesis;
 mod sdk;
@@ -33,6 +34,8 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
                 `conformance --start` builds and starts a relay and runs the suite against it
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
                 relay by hand; `fake-upstream --help` lists its switches
+  profile       instructions per request of the release relay under callgrind: a whole
+                /v1/messages answer, a stream, a GET /v1/videos/{id} poll (`profile --help`)
   bench         the relay against a bare proxy and the direct path, its memory while videos
                 are downloaded, its poller with 10,000 tasks in flight, reads and start-up over
                 1M stored tasks; writes BENCHMARKS.md. `bench --only SECTION` runs one part
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Some("openapi") => openapi::validate(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
+        Some("profile") => profile::run(&args[1..]),
         Some("crash") => crash::run(&args[1..]),
         Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("bench") => bench::bench(&cmd::root(), &cmd::target_dir(), &args[1..]),

@@ -70,11 +70,45 @@ pub fn start_relay_logged(
         ),
         None => Stdio::inherit(),
     };
-    let mut child = relay_command(binary, config, data, admin_token, log)
+    let command = relay_command(binary, config, data, admin_token, log);
+    spawn_started(command, key, stderr)
+}
+
+/// [`start_relay`] under a wrapper program (`wrapper[0]`, with the rest of `wrapper` as its
+/// arguments before the relay's own command line), its log off.
+pub fn start_relay_under(
+    wrapper: &[String],
+    binary: &Path,
+    config: &Path,
+    data: &Path,
+    admin_token: &str,
+) -> anyhow::Result<StartedRelay> {
+    let relay = relay_command(binary, config, data, admin_token, "error");
+    let (program, before) = wrapper.split_first().context("an empty wrapper")?;
+    let mut command = Command::new(program);
+    command
+        .args(before)
+        .arg(relay.get_program())
+        .args(relay.get_args());
+    for (name, value) in relay.get_envs() {
+        if let Some(value) = value {
+            command.env(name, value);
+        }
+    }
+    spawn_started(command, None, Stdio::inherit())
+}
+
+/// Spawns `command` (a relay) and reads its start-up lines.
+fn spawn_started(
+    mut command: Command,
+    key: Option<&str>,
+    stderr: Stdio,
+) -> anyhow::Result<StartedRelay> {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
+        .with_context(|| format!("starting {:?}", command.get_program()))?;
     match read_startup(&mut child, key) {
         Ok((base, key)) => Ok(StartedRelay { child, base, key }),
         Err(e) => {
