@@ -65,6 +65,9 @@ fn main() -> ExitCode {
         Some("crash") => crash::run(&args[1..]),
         Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("bench") => bench::bench(&cmd::root(), &cmd::target_dir(), &args[1..]),
+        // The bench's parties and load generator, each in a process of its own.
+        Some("bench-party") => bench::party::run(&args[1..]),
+        Some("bench-load") => bench::loadgen::run(&args[1..]),
         Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
             conformance::ci::run()
         }

@@ -7,7 +7,9 @@
 //! Sections (each can run alone with `--only`): `messages`, `submissions` and `polling` share
 //! one relay; `downloads`, `poller` and `stored` start their own.
 mod load;
+pub mod loadgen;
 mod messages;
+pub mod party;
 mod relays;
 mod report;
 mod stored;
