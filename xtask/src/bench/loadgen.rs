@@ -3,7 +3,7 @@
 //! connection (no pipelining), one thread. Requests are written as prepared bytes and answers
 //! read with a minimal parser (a head, then `content-length` bytes or chunks), so that the
 //! generator costs about what `wrk` costs. Unlike `wrk` it also times each answer's first body
-//! byte. It prints one `bench-result` line.
+//! byte. It prints one `bench-result` line (see [`parse_result`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -329,6 +329,57 @@ fn chunks_end(body: &[u8]) -> Option<Option<usize>> {
     }
 }
 
+/// A generator's result line (ours or the one the `wrk` script prints): requests answered as
+/// expected, errors, seconds, and latency percentiles in µs (`ttfb_*`: to the first body
+/// byte; ours only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub requests: u64,
+    pub errors: u64,
+    pub secs: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub ttfb_us: Option<(f64, f64)>,
+}
+
+impl Outcome {
+    pub fn rps(&self) -> f64 {
+        self.requests as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// The `bench-result k=v ...` line in a generator's output.
+pub fn parse_result(output: &str) -> anyhow::Result<Outcome> {
+    let line = output
+        .lines()
+        .find_map(|l| l.strip_prefix("bench-result "))
+        .context("no bench-result line in the generator's output")?;
+    let mut out = Outcome::default();
+    let mut ttfb = (None, None);
+    for pair in line.split_whitespace() {
+        let Some((k, v)) = pair.split_once('=') else {
+            continue;
+        };
+        let number: f64 = v
+            .parse()
+            .with_context(|| format!("bench-result: {k}={v} is not a number"))?;
+        match k {
+            "requests" => out.requests = number as u64,
+            "errors" => out.errors = number as u64,
+            "secs" => out.secs = number,
+            "p50_us" => out.p50_us = number,
+            "p99_us" => out.p99_us = number,
+            "ttfb_p50_us" => ttfb.0 = Some(number),
+            "ttfb_p99_us" => ttfb.1 = Some(number),
+            _ => {}
+        }
+    }
+    if let (Some(a), Some(b)) = ttfb {
+        out.ttfb_us = Some((a, b));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,6 +440,24 @@ mod tests {
     fn answers_this_parser_does_not_read() {
         assert_eq!(parse(b"HTTP/1.1 200 OK\r\n\r\nuntil close"), Parsed::Bad);
         assert_eq!(parse(b"SSH-2.0-OpenSSH\r\n\r\n"), Parsed::Bad);
+    }
+
+    #[test]
+    fn result_lines() {
+        let out = parse_result(
+            "Running 5s test\nbench-result requests=100 errors=2 secs=2.000 p50_us=98 p99_us=310.5\n",
+        )
+        .unwrap();
+        assert_eq!(out.requests, 100);
+        assert_eq!(out.errors, 2);
+        assert_eq!(out.rps(), 50.0);
+        assert_eq!((out.p50_us, out.p99_us, out.ttfb_us), (98.0, 310.5, None));
+        let ours = parse_result(
+            "bench-result requests=1 errors=0 secs=1 p50_us=1 p99_us=2 ttfb_p50_us=3 ttfb_p99_us=4",
+        )
+        .unwrap();
+        assert_eq!(ours.ttfb_us, Some((3.0, 4.0)));
+        assert!(parse_result("nothing here").is_err());
     }
 
     #[test]

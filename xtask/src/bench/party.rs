@@ -12,10 +12,14 @@
 //!
 //! Each prints its bound port on stdout, then serves until its stdin closes (so that a bench
 //! that dies takes its parties with it) or it is killed.
+//!
+//! [`Party`] is the bench's handle on one.
 
 use std::convert::Infallible;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -32,6 +36,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+use crate::cmd::{drain, stdout_lines};
 use crate::fake_video::{FakeVideo, Switches};
 
 pub const USAGE: &str =
@@ -261,4 +266,54 @@ fn status(code: StatusCode) -> Response<Body> {
     let mut res = Response::new(Full::new(Bytes::new()).map_err(|n| match n {}).boxed());
     *res.status_mut() = code;
     res
+}
+
+/// A party started by the bench from the release xtask; stopped when dropped.
+pub struct Party {
+    child: Child,
+    /// Held open: the party serves until it closes.
+    _stdin: ChildStdin,
+    pub addr: SocketAddr,
+}
+
+impl Party {
+    /// Starts `xtask bench-party KIND ARGS...` and reads its port.
+    pub fn start(xtask: &Path, kind: &str, args: &[&str]) -> anyhow::Result<Party> {
+        let mut child = Command::new(xtask)
+            .arg("bench-party")
+            .arg(kind)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {} bench-party {kind}", xtask.display()))?;
+        let stdin = child.stdin.take().context("bench-party stdin")?;
+        let lines = stdout_lines(&mut child, kind)?;
+        let port = match lines.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => line.trim().parse::<u16>().ok(),
+            Err(_) => None,
+        };
+        let Some(port) = port else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("bench-party {kind} did not print its port");
+        };
+        drain(lines);
+        Ok(Party {
+            child,
+            _stdin: stdin,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Party {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
