@@ -4,6 +4,7 @@
 //! own processes. A run that other processes disturbed is run again, a few times at most, and
 //! the least disturbed one is kept.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::generator::{Gen, Generators, Load};
@@ -44,6 +45,9 @@ pub struct Run {
     pub niced_pct: f64,
     /// Runs made to keep this one.
     pub attempts: u32,
+    /// The server's threads by name (trailing numbers dropped), most CPU first: CPU µs and
+    /// context switches per request. Threads that ended during the run are left out.
+    pub threads: Vec<(String, f64, f64)>,
 }
 
 impl Run {
@@ -91,11 +95,51 @@ fn reset_peak(pid: u32) -> bool {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
+/// (name, CPU ticks, context switches) of each thread of `pid`, by thread id.
+fn threads(pid: u32) -> BTreeMap<u32, (String, u64, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let dir = task.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let name = read("comm").trim().to_owned();
+        let stat = read("stat");
+        let ticks: u64 = stat
+            .rsplit(") ")
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse::<u64>().ok())
+            .sum();
+        let switches: u64 = read("status")
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        out.insert(tid, (name, ticks, switches));
+    }
+    out
+}
+
+/// A thread's name without its number (`sled-io-3` is one of `sled-io`).
+fn thread_group(name: &str) -> &str {
+    name.trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches(['-', '_', '#'])
+}
+
 struct Snapshot {
     at: Instant,
     machine: (u64, u64),
     own: u64,
     server: u64,
+    threads: BTreeMap<u32, (String, u64, u64)>,
 }
 
 impl Snapshot {
@@ -105,6 +149,7 @@ impl Snapshot {
             machine: machine_ticks(),
             own: self_ticks() + watch.own.iter().map(|p| proc_stats(*p).0).sum::<u64>(),
             server: proc_stats(watch.server).0,
+            threads: threads(watch.server),
         }
     }
 }
@@ -198,6 +243,28 @@ fn summarize(
     let server = after.server.saturating_sub(before.server);
     let tick_us = 1_000_000.0 / TICKS_PER_SEC;
     let requests = out.requests.max(1) as f64;
+    let mut groups: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (tid, (name, ticks, switches)) in &after.threads {
+        let (t0, s0) = before
+            .threads
+            .get(tid)
+            .map(|(_, t, s)| (*t, *s))
+            .unwrap_or((0, 0));
+        let g = groups.entry(thread_group(name)).or_default();
+        g.0 += ticks.saturating_sub(t0);
+        g.1 += switches.saturating_sub(s0);
+    }
+    let mut threads: Vec<(String, f64, f64)> = groups
+        .into_iter()
+        .map(|(name, (ticks, switches))| {
+            (
+                name.to_owned(),
+                ticks as f64 * tick_us / requests,
+                switches as f64 / requests,
+            )
+        })
+        .collect();
+    threads.sort_by(|a, b| b.1.total_cmp(&a.1));
     Run {
         generator,
         conns,
@@ -208,6 +275,7 @@ fn summarize(
         foreign_pct: pct_of_core(foreign, secs),
         niced_pct: pct_of_core(niced.min(foreign), secs),
         attempts: 1,
+        threads,
     }
 }
 
@@ -257,11 +325,13 @@ mod tests {
     #[test]
     fn foreign_cpu_is_the_machine_less_the_bench() {
         let at = Instant::now();
+        let thread = |ticks, switches| (String::from("sled-io-1"), ticks, switches);
         let before = Snapshot {
             at,
             machine: (1000, 50),
             own: 300,
             server: 100,
+            threads: BTreeMap::from([(7, thread(10, 100)), (8, thread(20, 100))]),
         };
         let after = Snapshot {
             at: at + Duration::from_secs(5),
@@ -269,6 +339,7 @@ mod tests {
             machine: (1900, 80),
             own: 1150,
             server: 500,
+            threads: BTreeMap::from([(7, thread(30, 4100)), (8, thread(20, 100))]),
         };
         let out = Outcome {
             requests: 40_000,
@@ -283,5 +354,17 @@ mod tests {
         assert!((run.niced_pct - 6.0).abs() < 1e-9);
         assert!(run.disturbed());
         assert_eq!(run.rss_peak_kib, 2048);
+        // 20 ticks and 4,000 switches of one thread over 40,000 requests.
+        assert_eq!(run.threads.len(), 1);
+        assert_eq!(run.threads[0].0, "sled-io");
+        assert!((run.threads[0].1 - 5.0).abs() < 1e-9);
+        assert!((run.threads[0].2 - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn thread_groups() {
+        assert_eq!(thread_group("sled-io-3"), "sled-io");
+        assert_eq!(thread_group("tokio-rt-worker"), "tokio-rt-worker");
+        assert_eq!(thread_group("log_flusher"), "log_flusher");
     }
 }

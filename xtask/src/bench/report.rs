@@ -178,6 +178,36 @@ pub fn render(report: &Report, secs: u64) -> String {
         }
         out.push('\n');
     }
+    let split: Vec<&(String, Run)> = report
+        .runs
+        .iter()
+        .filter(|(_, r)| r.threads.len() > 1)
+        .collect();
+    if !split.is_empty() {
+        out.push_str(
+            "## Where the relay's CPU goes
+
+             Per request, by thread (numbers dropped from names: `sled-io` is every `sled-io-N`):
+             CPU µs, and context switches in brackets.
+
+",
+        );
+        for (what, r) in split {
+            let threads: Vec<String> = r
+                .threads
+                .iter()
+                .filter(|t| t.1 >= 0.05 || t.2 >= 0.05)
+                .map(|(name, cpu, switches)| format!("{name} {cpu:.1} ({switches:.1})"))
+                .collect();
+            out.push_str(&format!(
+                "- {what}, {} conns: {}
+",
+                r.conns,
+                threads.join(", ")
+            ));
+        }
+        out.push('\n');
+    }
     if !report.generators.is_empty() {
         out.push_str("## Load generators on the direct path\n\n");
         for line in &report.generators {
