@@ -9,7 +9,7 @@ use super::load::{mib, proc_stats};
 use super::measure::{ATTEMPTS, RssTrace, Run, Watch, measured};
 use super::party::Party;
 use super::relays::{Ctx, messages_config, start_in_temp};
-use super::report::{Report, thousands};
+use super::report::{Report, conns, thousands};
 
 const REQUEST: &str =
     r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}"#;
@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     let own = [fake.pid(), floor.pid(), relay.pid()];
     let measure = |what: &str, generator: Gen, load: &Load, server: u32| {
         let watch = Watch { server, own: &own };
-        let label = format!("{what}, {} conns, {}", load.conns, generator.name());
+        let label = format!("{what}, {}, {}", conns(load.conns), generator.name());
         let run = measured(&ctx.gens, generator, load, &watch, ATTEMPTS, &label)?;
         anyhow::Ok(run)
     };

@@ -67,6 +67,15 @@ pub fn thousands(x: f64) -> String {
     out
 }
 
+/// `n` connections, in words.
+pub fn conns(n: usize) -> String {
+    if n == 1 {
+        "1 conn".into()
+    } else {
+        format!("{n} conns")
+    }
+}
+
 /// The machine: (cores, CPU model, kernel).
 fn machine() -> (usize, String, String) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -185,12 +194,9 @@ pub fn render(report: &Report, secs: u64) -> String {
         .collect();
     if !split.is_empty() {
         out.push_str(
-            "## Where the relay's CPU goes
-
-             Per request, by thread (numbers dropped from names: `sled-io` is every `sled-io-N`):
-             CPU µs, and context switches in brackets.
-
-",
+            "## Where the relay's CPU goes\n\n\
+             Per request, by thread (numbers dropped from names: `sled-io` is every `sled-io-N`):\n\
+             CPU µs, and context switches in brackets.\n\n",
         );
         for (what, r) in split {
             let threads: Vec<String> = r
@@ -200,9 +206,8 @@ pub fn render(report: &Report, secs: u64) -> String {
                 .map(|(name, cpu, switches)| format!("{name} {cpu:.1} ({switches:.1})"))
                 .collect();
             out.push_str(&format!(
-                "- {what}, {} conns: {}
-",
-                r.conns,
+                "- {what}, {}: {}\n",
+                conns(r.conns),
                 threads.join(", ")
             ));
         }
