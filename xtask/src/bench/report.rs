@@ -269,9 +269,11 @@ fn method(secs: u64) -> String {
          and p99 are the generator's. CPU per request is the server's user + system time from\n\
          `/proc/PID/stat` over the run, divided by the requests answered. RSS is `VmRSS` at the\n\
          end and `VmHWM` (reset before the run through `clear_refs`). Foreign CPU is the whole\n\
-         machine's user + nice + system time from `/proc/stat` less that of the bench's own\n\
-         processes (orchestrator, generator, relay, parties); interrupt time is left out on both\n\
-         sides. Processes at a lower priority (nice > 0) count as foreign: their part is shown.\n\
+         machine's busy time from `/proc/stat` (user, nice, system, and interrupts unless the\n\
+         kernel keeps them apart from processes) less that of the bench's own processes\n\
+         (orchestrator, generator, relay, parties). Processes at a lower priority (nice > 0)\n\
+         count as foreign: their part is shown. `/proc/stat` is sampled at each clock tick, the\n\
+         processes' times are not: a few percent of a core either way is noise.\n\
          A run that saw more than {FOREIGN_LIMIT_PCT:.0}% of a core of foreign CPU is run again, up to {ATTEMPTS}\n\
          times, and the least disturbed one is kept; it is marked when none was quiet.\n\n\
          The video rows use the integration tests' fake video upstream, in the bench's own\n\
