@@ -1,196 +1,24 @@
-//! The bench's servers and load generator: a loopback hyper server for canned answers, a bare
-//! "hello" server, and fixed-connection load, plus the process statistics it reads.
+//! The bench's own few requests (set-up calls on a fresh connection) and the process
+//! statistics it reads.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::Request;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-/// Serves `make(request)` on a fresh loopback port until the process ends.
-pub async fn serve<F>(make: F) -> anyhow::Result<SocketAddr>
-where
-    F: Fn(
-            Request<Incoming>,
-        )
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = Response<Full<Bytes>>> + Send>>
-        + Send
-        + Sync
-        + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let make = Arc::new(make);
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let make = make.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let make = make.clone();
-                    async move { Ok::<_, Infallible>(make(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    Ok(addr)
-}
-
-/// A bare hyper "hello" server.
-pub async fn hello() -> anyhow::Result<SocketAddr> {
-    serve(|_req| {
-        Box::pin(async { Response::new(Full::new(Bytes::from_static(b"{\"hello\":true}"))) })
-    })
-    .await
-}
-
+/// A request of the bench's own (set-up calls, not load).
 #[derive(Clone)]
 pub struct Call {
     pub method: &'static str,
     pub path: String,
     pub headers: Vec<(&'static str, String)>,
     pub body: Bytes,
-}
-
-/// The path of request number `n` (unique per run), when it varies.
-pub type Paths = Arc<dyn Fn(u64) -> String + Send + Sync>;
-
-#[derive(Debug, Default, Clone)]
-pub struct Load {
-    pub ok: u64,
-    pub errors: u64,
-    pub secs: f64,
-    pub latencies_us: Vec<u64>,
-    /// Time from sending each request to its answer's first body byte.
-    pub first_byte_us: Vec<u64>,
-}
-
-impl Load {
-    pub fn rps(&self) -> f64 {
-        self.ok as f64 / self.secs
-    }
-    pub fn pct(&self, p: f64) -> u64 {
-        percentile(&self.latencies_us, p)
-    }
-
-    /// A percentile of the time to the first body byte.
-    pub fn first_byte_pct(&self, p: f64) -> u64 {
-        percentile(&self.first_byte_us, p)
-    }
-}
-
-fn percentile(values: &[u64], p: f64) -> u64 {
-    if values.is_empty() {
-        return 0;
-    }
-    let mut v = values.to_vec();
-    v.sort_unstable();
-    v[((v.len() - 1) as f64 * p) as usize]
-}
-
-/// `conns` connections, each sending `call` back to back for `duration` (bounded).
-pub async fn load(
-    addr: SocketAddr,
-    conns: usize,
-    duration: Duration,
-    call: Call,
-    expect: u16,
-) -> Load {
-    load_paths(addr, conns, duration, call, None, expect).await
-}
-
-/// [`load`], with the path of each request from `paths` when given.
-pub async fn load_paths(
-    addr: SocketAddr,
-    conns: usize,
-    duration: Duration,
-    call: Call,
-    paths: Option<Paths>,
-    expect: u16,
-) -> Load {
-    let deadline = Instant::now() + duration;
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for worker in 0..conns {
-        let call = call.clone();
-        let paths = paths.clone();
-        workers.push(tokio::spawn(async move {
-            let mut out = Load::default();
-            let Ok(stream) = TcpStream::connect(addr).await else {
-                out.errors += 1;
-                return out;
-            };
-            let _ = stream.set_nodelay(true);
-            let Ok((mut send, conn)) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-            else {
-                out.errors += 1;
-                return out;
-            };
-            tokio::spawn(conn);
-            let mut n = (worker as u64) << 32;
-            while Instant::now() < deadline {
-                let mut req = Request::builder().method(call.method);
-                req = match &paths {
-                    Some(paths) => req.uri(paths(n)),
-                    None => req.uri(&call.path),
-                };
-                n += 1;
-                req = req.header("host", "bench");
-                for (k, v) in &call.headers {
-                    req = req.header(*k, v);
-                }
-                let Ok(req) = req.body(Full::new(call.body.clone())) else {
-                    break;
-                };
-                let t = Instant::now();
-                match send.send_request(req).await {
-                    Ok(res) => {
-                        let status = res.status().as_u16();
-                        let mut body = res.into_body();
-                        let first = body.frame().await;
-                        let first_byte = t.elapsed();
-                        let done =
-                            matches!(first, None | Some(Ok(_))) && body.collect().await.is_ok();
-                        if status == expect && done {
-                            out.ok += 1;
-                            out.latencies_us.push(t.elapsed().as_micros() as u64);
-                            out.first_byte_us.push(first_byte.as_micros() as u64);
-                        } else {
-                            out.errors += 1;
-                        }
-                    }
-                    Err(_) => {
-                        out.errors += 1;
-                        break;
-                    }
-                }
-            }
-            out
-        }));
-    }
-    let mut total = Load::default();
-    for w in workers {
-        if let Ok(l) = w.await {
-            total.ok += l.ok;
-            total.errors += l.errors;
-            total.latencies_us.extend(l.latencies_us);
-            total.first_byte_us.extend(l.first_byte_us);
-        }
-    }
-    total.secs = started.elapsed().as_secs_f64();
-    total
 }
 
 /// One request on a fresh connection: the status and the whole body.

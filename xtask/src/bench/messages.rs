@@ -1,135 +1,35 @@
-//! The `messages` section: `/v1/messages` through the relay against a bare hyper reverse proxy
-//! (the floor) and the direct path, over a fake native (Anthropic) upstream.
+//! The `messages` and `rss` sections: `/v1/messages` through the relay against the floor (a
+//! bare hyper reverse proxy) and the direct path to the fake native upstream, whole answers and
+//! streams, at 32 connections and at one; then the relay's memory over 60 s at full load.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use super::generator::{Gen, Load};
+use super::load::{mib, proc_stats};
+use super::measure::{ATTEMPTS, RssTrace, Run, Watch, measured};
+use super::party::Party;
+use super::relays::{Ctx, messages_config, start_in_temp};
+use super::report::{Report, conns, thousands};
 
-use super::load::{Call, load, proc_stats, serve};
-use super::relays::RelayProc;
-use super::report::Report;
-
-const MESSAGE: &str = r#"{"id":"msg_bench","type":"message","role":"assistant","model":"bench-chat","content":[{"type":"text","text":"Hello from the bench upstream."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#;
 const REQUEST: &str =
     r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}"#;
 
-fn stream_body() -> String {
-    let events = [
-        (
-            "message_start",
-            r#"{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","model":"bench-chat","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}"#,
-        ),
-        (
-            "content_block_start",
-            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-        ),
-        (
-            "content_block_delta",
-            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
-        ),
-        (
-            "content_block_delta",
-            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" there."}}"#,
-        ),
-        (
-            "content_block_stop",
-            r#"{"type":"content_block_stop","index":0}"#,
-        ),
-        (
-            "message_delta",
-            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}"#,
-        ),
-        ("message_stop", r#"{"type":"message_stop"}"#),
-    ];
-    events
-        .iter()
-        .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
-        .collect()
-}
+/// Ours must reach this share of `wrk`'s rate on the direct path to be used.
+const OURS_WITHIN: f64 = 0.9;
 
-/// The fake native upstream: a fixed message, streamed or not.
-pub async fn fake_upstream() -> anyhow::Result<SocketAddr> {
-    let stream = Bytes::from(stream_body());
-    serve(move |req| {
-        let stream = stream.clone();
-        Box::pin(async move {
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let streaming = body.windows(13).any(|w| w == b"\"stream\":true");
-            let (ct, bytes) = if streaming {
-                ("text/event-stream", stream)
-            } else {
-                ("application/json", Bytes::from_static(MESSAGE.as_bytes()))
-            };
-            let mut res = Response::new(Full::new(bytes));
-            res.headers_mut()
-                .insert("content-type", http::HeaderValue::from_static(ct));
-            res
-        })
-    })
-    .await
-}
+/// Connections of the loaded runs.
+const CONNS: usize = 32;
 
-/// The floor: a bare reverse proxy with a pooled client, no parsing.
-async fn floor_proxy(upstream: SocketAddr) -> anyhow::Result<SocketAddr> {
-    let client: Client<HttpConnector, Incoming> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let client = client.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |mut req: Request<Incoming>| {
-                    let client = client.clone();
-                    async move {
-                        let path = req
-                            .uri()
-                            .path_and_query()
-                            .map(|p| p.as_str())
-                            .unwrap_or("/")
-                            .to_owned();
-                        *req.uri_mut() = format!("http://{upstream}{path}").parse().expect("uri");
-                        let res = client.request(req).await;
-                        Ok::<_, Infallible>(match res {
-                            Ok(res) => res.map(|b| b.boxed()),
-                            Err(_) => Response::new(
-                                Full::new(Bytes::new()).map_err(|n| match n {}).boxed(),
-                            ),
-                        })
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    Ok(addr)
-}
-
-fn messages_call(key: &str, stream: bool) -> Call {
+fn messages_load(key: &str, stream: bool, addr: SocketAddr, secs: u64) -> Load {
     let body = if stream {
         REQUEST.replacen('{', "{\"stream\":true,", 1)
     } else {
         REQUEST.to_owned()
     };
-    Call {
+    Load {
+        addr,
+        conns: CONNS,
+        secs,
         method: "POST",
         path: "/v1/messages".into(),
         headers: vec![
@@ -137,115 +37,233 @@ fn messages_call(key: &str, stream: bool) -> Call {
             ("anthropic-version", "2023-06-01".into()),
             ("content-type", "application/json".into()),
         ],
-        body: Bytes::from(body),
+        body,
+        paths_file: None,
     }
 }
 
-/// The messages measurements on `relay`, whose `bench-chat` channel is `upstream`.
-pub async fn run(
-    report: &mut Report,
-    relay: &RelayProc,
-    upstream: SocketAddr,
-    secs: Duration,
-) -> anyhow::Result<()> {
-    let floor = floor_proxy(upstream).await?;
-    let pid = relay.relay.child.id();
+/// The three paths of one kind of answer, measured the same way.
+struct Paths {
+    direct: Run,
+    floor: Run,
+    relay: Run,
+}
 
-    // Warm up every path.
-    for addr in [relay.addr, floor, upstream] {
-        load(
-            addr,
-            4,
-            Duration::from_millis(500),
-            messages_call(&relay.key, false),
-            200,
-        )
-        .await;
+pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let fake = Party::start(&ctx.xtask, "fake-messages", &[])?;
+    let floor = Party::start(&ctx.xtask, "floor", &["--upstream", &fake.addr.to_string()])?;
+    let relay = start_in_temp(&ctx.relay, &messages_config(fake.addr))?;
+    let own = [fake.pid(), floor.pid(), relay.pid()];
+    let measure = |what: &str, generator: Gen, load: &Load, server: u32| {
+        let watch = Watch { server, own: &own };
+        let label = format!("{what}, {}, {}", conns(load.conns), generator.name());
+        let run = measured(&ctx.gens, generator, load, &watch, ATTEMPTS, &label)?;
+        anyhow::Ok(run)
+    };
+    let three = |kind: &str, load: &Load, generator: Gen| {
+        let direct = measure(&format!("{kind}: direct"), generator, load, fake.pid())?;
+        let f = measure(
+            &format!("{kind}: floor"),
+            generator,
+            &load.at(floor.addr),
+            floor.pid(),
+        )?;
+        let r = measure(
+            &format!("{kind}: relay"),
+            generator,
+            &load.at(relay.addr),
+            relay.pid(),
+        )?;
+        anyhow::Ok(Paths {
+            direct,
+            floor: f,
+            relay: r,
+        })
+    };
+
+    let whole = messages_load(&relay.key, false, fake.addr, ctx.secs);
+    let stream = messages_load(&relay.key, true, fake.addr, ctx.secs);
+
+    // Whole answers, 32 connections, with both generators on the direct path first.
+    let ours = measure("whole answers: direct", Gen::Ours, &whole, fake.pid())?;
+    let w32 = three("whole answers", &whole, Gen::Wrk)?;
+    rows(report, "whole answers", &w32, Some(&ours));
+    let share = ours.rps() / w32.direct.rps();
+    let ours_ok = share >= OURS_WITHIN;
+    report.generators(format!(
+        "whole answers, {CONNS} conns: wrk {} req/s, ours {} req/s ({share:.2} of wrk; p50 {:.0} / {:.0} µs): ours is {}",
+        thousands(w32.direct.rps()),
+        thousands(ours.rps()),
+        w32.direct.out.p50_us,
+        ours.out.p50_us,
+        if ours_ok {
+            "within 10%, used for the streams at one connection (time to first byte)"
+        } else {
+            "not within 10%: not used"
+        }
+    ));
+    let ours1 = measure(
+        "whole answers: direct",
+        Gen::Ours,
+        &whole.conns(1),
+        fake.pid(),
+    )?;
+    let w1 = three("whole answers", &whole.conns(1), Gen::Wrk)?;
+    rows(report, "whole answers", &w1, Some(&ours1));
+    report.generators(format!(
+        "whole answers, 1 conn: wrk {} req/s, p50 {:.0} µs; ours {} req/s, p50 {:.0} µs",
+        thousands(w1.direct.rps()),
+        w1.direct.out.p50_us,
+        thousands(ours1.rps()),
+        ours1.out.p50_us
+    ));
+    loaded_lines(report, "whole answers", &w32, 0.85);
+    latency_lines(report, "whole answers", &w1);
+
+    // Streams.
+    let s32 = three("streams", &stream, Gen::Wrk)?;
+    rows(report, "streams", &s32, None);
+    let gen1 = if ours_ok { Gen::Ours } else { Gen::Wrk };
+    let s1 = three("streams", &stream.conns(1), gen1)?;
+    rows(report, "streams", &s1, None);
+    loaded_lines(report, "streams", &s32, 0.9);
+    latency_lines(report, "streams", &s1);
+    Ok(())
+}
+
+/// The table rows of `p`, with a run of the other generator on the direct path.
+fn rows(report: &mut Report, kind: &str, p: &Paths, other: Option<&Run>) {
+    let direct = format!("`/v1/messages` {kind}: direct to the fake");
+    report.run(&direct, &p.direct);
+    if let Some(other) = other {
+        report.run(&direct, other);
     }
+    report.run(&format!("`/v1/messages` {kind}: floor proxy"), &p.floor);
+    report.run(&format!("`/v1/messages` {kind}: relay"), &p.relay);
+}
 
-    // Messages, non-stream and stream, 32 connections.
-    for stream in [false, true] {
-        let call = messages_call(&relay.key, stream);
-        let (t0, _, _) = proc_stats(pid);
-        let r = load(relay.addr, 32, secs, call.clone(), 200).await;
-        let (t1, rss, _) = proc_stats(pid);
-        let f = load(floor, 32, secs, call.clone(), 200).await;
-        let d = load(upstream, 32, secs, call, 200).await;
-        let kind = if stream { "stream" } else { "non-stream" };
-        let target = if stream { 1.0 } else { 0.85 };
-        let ratio = r.rps() / f.rps();
-        report.check(
-            &format!("messages {kind}, 32 conns: relay / floor throughput"),
+/// The ratio, CPU and memory lines and targets of the loaded runs of `kind`.
+fn loaded_lines(report: &mut Report, kind: &str, p: &Paths, target: f64) {
+    let ratio = p.relay.rps() / p.floor.rps();
+    report.ratio(format!(
+        "{kind}, {CONNS} conns: relay ÷ floor = {ratio:.2} ({} ÷ {} req/s; direct to the fake {} req/s)",
+        thousands(p.relay.rps()),
+        thousands(p.floor.rps()),
+        thousands(p.direct.rps())
+    ));
+    report.target(
+        ratio >= target,
+        format!(
+            "{kind}: relay ÷ floor >= {target} at {CONNS} conns: {ratio:.2} ({} ÷ {} req/s)",
+            thousands(p.relay.rps()),
+            thousands(p.floor.rps())
+        ),
+    );
+    report.ratio(format!(
+        "{kind}, CPU per request: relay {:.1} µs, floor {:.1} µs (relay − floor = {:+.1} µs), fake {:.1} µs; \
+         relay RSS {:.1} MiB at the end, peak {:.1} MiB",
+        p.relay.cpu_us,
+        p.floor.cpu_us,
+        p.relay.cpu_us - p.floor.cpu_us,
+        p.direct.cpu_us,
+        mib(p.relay.rss_end_kib),
+        mib(p.relay.rss_peak_kib)
+    ));
+    report.target(
+        p.relay.cpu_us <= p.floor.cpu_us + 15.0,
+        format!(
+            "{kind}: relay CPU per message <= floor + 15 µs: relay {:.1} µs, floor {:.1} µs ({:+.1} µs)",
+            p.relay.cpu_us,
+            p.floor.cpu_us,
+            p.relay.cpu_us - p.floor.cpu_us
+        ),
+    );
+}
+
+/// The latency lines of the one-connection runs of `kind` (the target on whole answers).
+fn latency_lines(report: &mut Report, kind: &str, p: &Paths) {
+    let diff = p.relay.out.p50_us - p.floor.out.p50_us;
+    let ttfb = match (
+        p.relay.out.ttfb_us,
+        p.floor.out.ttfb_us,
+        p.direct.out.ttfb_us,
+    ) {
+        (Some(r), Some(f), Some(d)) => format!(
+            "; first byte p50 relay {:.0} µs, floor {:.0} µs, direct {:.0} µs",
+            r.0, f.0, d.0
+        ),
+        _ => String::new(),
+    };
+    report.ratio(format!(
+        "{kind}, 1 conn: relay p50 − floor p50 = {diff:+.0} µs (p50 / p99: relay {:.0} / {:.0} µs, floor {:.0} / {:.0} µs, direct {:.0} / {:.0} µs){ttfb}",
+        p.relay.out.p50_us,
+        p.relay.out.p99_us,
+        p.floor.out.p50_us,
+        p.floor.out.p99_us,
+        p.direct.out.p50_us,
+        p.direct.out.p99_us
+    ));
+    if kind == "whole answers" {
+        report.target(
+            diff <= 20.0,
             format!(
-                "{ratio:.2} ({:.0} / {:.0} req/s; direct {:.0}; relay errors {})",
-                r.rps(),
-                f.rps(),
-                d.rps(),
-                r.errors
+                "{kind}, 1 conn: relay p50 − floor p50 <= 20 µs: {diff:+.0} µs ({:.0} − {:.0} µs)",
+                p.relay.out.p50_us, p.floor.out.p50_us
             ),
-            &format!(">= {target}"),
-            ratio >= target,
-        );
-        let tick_us = 1_000_000.0 / 100.0;
-        let cpu_us = (t1 - t0) as f64 * tick_us / r.ok.max(1) as f64;
-        report.check(
-            &format!("messages {kind}: relay CPU per request"),
-            format!("{cpu_us:.0} µs"),
-            "report",
-            true,
-        );
-        report.check(
-            &format!("messages {kind}: relay RSS under load"),
-            format!("{:.1} MiB", rss as f64 / 1024.0),
-            "<= 24 MiB",
-            rss <= 24 * 1024,
         );
     }
-    // One connection: latency.
-    let call = messages_call(&relay.key, false);
-    let r = load(relay.addr, 1, secs, call.clone(), 200).await;
-    let f = load(floor, 1, secs, call.clone(), 200).await;
-    let d = load(upstream, 1, secs, call, 200).await;
-    report.check(
-        "messages, 1 conn: p50 / p99 relay, floor, direct",
+}
+
+/// The relay's RSS over 60 s of whole answers at full load: steady or climbing.
+pub fn rss(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    const SECS: u64 = 60;
+    let fake = Party::start(&ctx.xtask, "fake-messages", &[])?;
+    let relay = start_in_temp(&ctx.relay, &messages_config(fake.addr))?;
+    let own = [fake.pid(), relay.pid()];
+    let (_, idle, _) = proc_stats(relay.pid());
+    let load = messages_load(&relay.key, false, relay.addr, SECS);
+    let trace = RssTrace::start(relay.pid());
+    let watch = Watch {
+        server: relay.pid(),
+        own: &own,
+    };
+    let run = measured(&ctx.gens, Gen::Wrk, &load, &watch, 1, "rss, 32 conns, wrk")?;
+    let samples = trace.stop();
+    report.run("`/v1/messages` whole answers for 60 s: relay", &run);
+    // The samples from the end of the warm-up on.
+    let start = samples.first().map(|s| s.0).unwrap_or(0.0) + super::measure::WARMUP_SECS as f64;
+    let at = |secs: f64| {
+        samples
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= start + secs)
+            .map(|s| s.1)
+            .unwrap_or(0)
+    };
+    let marks: Vec<String> = (1..=6)
+        .map(|i| format!("{:.1}", mib(at(f64::from(i) * 10.0))))
+        .collect();
+    let (mid, end) = (at(30.0), run.rss_end_kib);
+    let growth = end as i64 - mid as i64;
+    let steady = growth <= (1024).max(mid as i64 * 3 / 100);
+    report.memory(format!(
+        "{SECS} s of whole answers at {CONNS} conns ({} req/s): relay RSS idle {:.1} MiB; after 10, 20, ... 60 s: {} MiB; \
+         peak {:.1} MiB; {:+.1} MiB over the last 30 s: {}",
+        thousands(run.rps()),
+        mib(idle),
+        marks.join(", "),
+        mib(run.rss_peak_kib),
+        growth as f64 / 1024.0,
+        if steady { "steady" } else { "climbing" }
+    ));
+    report.target(
+        end <= 24 * 1024 && steady,
         format!(
-            "{} / {} µs, {} / {} µs, {} / {} µs",
-            r.pct(0.5),
-            r.pct(0.99),
-            f.pct(0.5),
-            f.pct(0.99),
-            d.pct(0.5),
-            d.pct(0.99)
+            "relay RSS <= 24 MiB after 60 s at full load, steady: {:.1} MiB, {:+.1} MiB over the last 30 s ({})",
+            mib(end),
+            growth as f64 / 1024.0,
+            if steady { "steady" } else { "climbing" }
         ),
-        "relay p50 <= floor p50 + 20 µs",
-        r.pct(0.5) <= f.pct(0.5) + 20,
-    );
-    let call = messages_call(&relay.key, true);
-    let r = load(relay.addr, 1, secs, call.clone(), 200).await;
-    let d = load(upstream, 1, secs, call, 200).await;
-    report.check(
-        "messages stream, 1 conn: time to first byte p50 / p99, relay vs direct",
-        format!(
-            "{} / {} µs vs {} / {} µs (p50 +{} µs)",
-            r.first_byte_pct(0.5),
-            r.first_byte_pct(0.99),
-            d.first_byte_pct(0.5),
-            d.first_byte_pct(0.99),
-            r.first_byte_pct(0.5).saturating_sub(d.first_byte_pct(0.5))
-        ),
-        "p50 within 1 ms of direct",
-        r.first_byte_pct(0.5) <= d.first_byte_pct(0.5) + 1000,
-    );
-    report.check(
-        "messages stream, 1 conn: whole-stream p50 relay vs direct",
-        format!(
-            "{} µs vs {} µs (+{} µs)",
-            r.pct(0.5),
-            d.pct(0.5),
-            r.pct(0.5).saturating_sub(d.pct(0.5))
-        ),
-        "report",
-        true,
     );
     Ok(())
 }

@@ -1,13 +1,18 @@
-//! `cargo xtask bench`: the relay against a bare hyper reverse proxy (the floor) and the
-//! direct path, on loopback, with our own fixed-connection load generator; then its memory
-//! while videos are downloaded, its poller with many tasks in flight against the fake video
-//! upstream, and its reads and start-up over large stores. It reports ratios rather than
-//! absolute times where it can, and writes BENCHMARKS.md.
+//! `cargo xtask bench`: the relay against a bare hyper reverse proxy (the floor), the direct
+//! path and a bare hello server, every party in an OS process of its own and the load from
+//! `wrk` (and our own generator where it is proven as fast), reporting rates, latencies, CPU per
+//! request, memory and the foreign CPU of every run; then its memory while videos are
+//! downloaded, its poller with many tasks in flight against the fake video upstream, and its
+//! reads and start-up over large stores. It writes BENCHMARKS.md.
 //!
-//! Sections (each can run alone with `--only`): `messages`, `submissions` and `polling` share
-//! one relay; `downloads`, `poller` and `stored` start their own.
+//! Sections (each can run alone with `--only`, each starts what it needs): `messages`, `rss`,
+//! `submissions`, `polling`, `downloads`, `poller`, `stored`.
+pub mod generator;
 mod load;
+pub mod loadgen;
+mod measure;
 mod messages;
+pub mod party;
 mod relays;
 mod report;
 mod stored;
@@ -16,17 +21,18 @@ mod video;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use self::load::{mib, proc_stats};
-use self::relays::start_relay;
+use self::generator::Generators;
+use self::relays::Ctx;
 use self::report::{Report, render};
 
 /// Every section, in the order a whole run takes them.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "messages",
+    "rss",
     "submissions",
     "polling",
     "downloads",
@@ -34,12 +40,18 @@ pub const SECTIONS: [&str; 6] = [
     "stored",
 ];
 
+/// Seconds of one measured run.
+const SECS: u64 = 5;
+
 pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
 
-  sections: messages, submissions, polling (one shared relay), downloads, poller, stored
-  A whole run writes BENCHMARKS.md; with --only the rows are printed, BENCHMARKS.md is left as
-  it is. `stored` seeds target/bench/seed-10k and seed-1m through the store crate on its first
-  run (minutes) and reuses them later; delete them after a change to the store's layout.";
+  sections: messages (whole answers and streams: relay, floor proxy, direct; 32 conns and 1),
+  rss (the relay's memory over 60 s of messages), submissions (durable POST /v1/videos),
+  polling (GET /v1/videos/{id} against a hello server), downloads, poller, stored
+  A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
+  as it is. Load comes from wrk (installed with apt-get when missing). `stored` seeds
+  target/bench/seed-10k and seed-1m through the store crate on its first run (minutes) and
+  reuses them later; delete them after a change to the store's layout.";
 
 /// Which sections `args` asks for.
 fn sections(args: &[String]) -> anyhow::Result<Vec<&'static str>> {
@@ -83,16 +95,27 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
     let whole = chosen.len() == SECTIONS.len();
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(root)
-        .args(["build", "--release", "-p", "relay"])
+        .args(["build", "--release", "-p", "relay", "-p", "xtask"])
         .status()?;
     if !status.success() {
-        bail!("cargo build --release -p relay failed");
+        bail!("cargo build --release -p relay -p xtask failed");
     }
-    let binary = target.join("release").join("relay");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let report = runtime.block_on(run(&binary, &target.join("bench"), &chosen))?;
+    let release = target.join("release");
+    let scratch = tempfile::Builder::new()
+        .prefix("relay-bench-load-")
+        .tempdir()
+        .context("creating a temporary directory")?;
+    let needs_load = chosen.iter().any(|s| !matches!(*s, "downloads" | "poller"));
+    let ctx = Ctx {
+        relay: release.join("relay"),
+        xtask: release.join("xtask"),
+        gens: Generators::new(&release.join("xtask"), scratch.path(), needs_load)?,
+        secs: SECS,
+        runtime: tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
+    let report = run(&ctx, &target.join("bench"), &chosen)?;
     println!("{report}");
     if whole {
         std::fs::write(root.join("BENCHMARKS.md"), report)?;
@@ -103,63 +126,56 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn run(binary: &Path, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
-    let secs = Duration::from_secs(5);
+fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
     let mut report = Report::default();
-    let mut times: Vec<(&str, Duration)> = Vec::new();
-    let has = |s: &str| chosen.contains(&s);
-
-    if has("messages") || has("submissions") || has("polling") {
-        let upstream = messages::fake_upstream().await?;
-        let relay = start_relay(binary, &work.join("relay"), upstream)?;
-        if has("messages") {
-            let started = Instant::now();
-            messages::run(&mut report, &relay, upstream, secs).await?;
-            times.push(("messages", started.elapsed()));
-        }
-        if has("submissions") {
-            let started = Instant::now();
-            tasks::submissions(&mut report, &relay, secs).await?;
-            times.push(("submissions", started.elapsed()));
-        }
-        if has("polling") {
-            let started = Instant::now();
-            tasks::polling(&mut report, &relay, secs).await?;
-            times.push(("polling", started.elapsed()));
-        }
-        let (_, _, peak) = proc_stats(relay.pid());
-        report.check(
-            "relay peak RSS over the run",
-            format!("{:.1} MiB", mib(peak)),
-            "report",
-            true,
-        );
-    }
-    if has("downloads") {
+    let mut times: Vec<(&str, f64)> = Vec::new();
+    let mut seeding = 0.0;
+    for section in chosen {
         let started = Instant::now();
-        video::downloads(&mut report, binary, &work.join("downloads")).await?;
-        times.push(("downloads", started.elapsed()));
-    }
-    if has("poller") {
-        let started = Instant::now();
-        video::poller(&mut report, binary, &work.join("poller")).await?;
-        times.push(("poller", started.elapsed()));
-    }
-    let mut seeding = None;
-    if has("stored") {
-        let started = Instant::now();
-        let seeded = stored::run(&mut report, binary, work).await?;
-        times.push(("stored", started.elapsed().saturating_sub(seeded)));
-        seeding = Some(seeded);
+        match *section {
+            "messages" => messages::run(ctx, &mut report)?,
+            "rss" => messages::rss(ctx, &mut report)?,
+            "submissions" => tasks::submissions(ctx, &mut report)?,
+            "polling" => tasks::polling(ctx, &mut report)?,
+            "downloads" => ctx.runtime.block_on(video::downloads(
+                &mut report,
+                &ctx.relay,
+                &work.join("downloads"),
+            ))?,
+            "poller" => ctx.runtime.block_on(video::poller(
+                &mut report,
+                &ctx.relay,
+                &work.join("poller"),
+            ))?,
+            "stored" => {
+                seeding = ctx
+                    .runtime
+                    .block_on(stored::run(
+                        &mut report,
+                        &ctx.relay,
+                        work,
+                        &ctx.gens,
+                        ctx.secs,
+                    ))?
+                    .as_secs_f64();
+            }
+            other => bail!("unknown section {other}"),
+        }
+        let took = started.elapsed().as_secs_f64();
+        times.push((
+            section,
+            if *section == "stored" {
+                took - seeding
+            } else {
+                took
+            },
+        ));
     }
     for (section, took) in &times {
-        eprintln!("bench: section {section}: {:.0} s", took.as_secs_f64());
+        eprintln!("bench: section {section}: {took:.0} s");
     }
-    if let Some(seeded) = seeding.filter(|s| !s.is_zero()) {
-        eprintln!(
-            "bench: seeding (not counted above): {:.0} s",
-            seeded.as_secs_f64()
-        );
+    if seeding > 0.0 {
+        eprintln!("bench: seeding (not counted above): {seeding:.0} s");
     }
-    Ok(render(&report, secs))
+    Ok(render(&report, ctx.secs))
 }

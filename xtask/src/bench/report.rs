@@ -1,59 +1,314 @@
-//! The bench's report: its rows as they are measured, and BENCHMARKS.md made of them.
+//! The bench's report: its runs, ratios and targets as they are measured, and BENCHMARKS.md
+//! made of them.
 
-use std::time::Duration;
+use super::load::mib;
+use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, WARMUP_SECS};
 
-/// The rows of the report.
+/// What the sections measured.
 #[derive(Default)]
 pub struct Report {
-    rows: Vec<(String, String, String, bool)>,
+    /// (what was measured, the kept run).
+    runs: Vec<(String, Run)>,
+    /// A ratio with the figures it comes from, a line each.
+    ratios: Vec<String>,
+    /// (met, the target and what the run gave).
+    targets: Vec<(bool, String)>,
+    /// The load generators side by side on the direct path.
+    generators: Vec<String>,
+    /// The relay's memory under a long load.
+    memory: Vec<String>,
+    /// Rows of the video and stored-task sections: (measurement, result, target, met).
+    checks: Vec<(String, String, String, bool)>,
 }
 
 impl Report {
+    pub fn run(&mut self, what: &str, run: &Run) {
+        self.runs.push((what.to_owned(), run.clone()));
+    }
+
+    pub fn ratio(&mut self, line: String) {
+        eprintln!("bench: {line}");
+        self.ratios.push(line);
+    }
+
+    pub fn target(&mut self, met: bool, line: String) {
+        eprintln!("bench: {} {line}", if met { "pass" } else { "FAIL" });
+        self.targets.push((met, line));
+    }
+
+    pub fn generators(&mut self, line: String) {
+        eprintln!("bench: {line}");
+        self.generators.push(line);
+    }
+
+    pub fn memory(&mut self, line: String) {
+        eprintln!("bench: {line}");
+        self.memory.push(line);
+    }
+
     pub fn check(&mut self, name: &str, value: String, target: &str, met: bool) {
         eprintln!("bench: {name}: {value} (target {target})");
-        self.rows
+        self.checks
             .push((name.to_owned(), value, target.to_owned(), met));
     }
 }
 
-pub fn render(report: &Report, secs: Duration) -> String {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+/// A whole number with thousands separators.
+pub fn thousands(x: f64) -> String {
+    let n = x.round().max(0.0) as u64;
+    let digits = n.to_string();
     let mut out = String::new();
-    out.push_str("# Benchmarks\n\n");
-    out.push_str(&format!(
-        "Measured by `cargo xtask bench` on a {cores}-core machine: the release relay, a fake native\n\
-         messages upstream, a bare hyper reverse proxy (the floor: pooled client, no parsing) and a\n\
-         bare hyper hello server, all on loopback, driven by the bench's own fixed-connection load\n\
-         generator for {} s per measurement. Ratios matter more than absolute numbers: the load\n\
-         generator shares the cores with what it measures.\n\n",
-        secs.as_secs()
-    ));
-    out.push_str(
-        "The video rows use the integration tests' fake video upstream on an `openai-videos`\n\
-         channel (default settings: at most 16 upstream calls at once). Memory is the relay's\n\
-         `VmRSS` sampled every 5 ms while it downloads a result the fake generates on the fly\n\
-         (an MP4: ftyp, moov, one large mdat), then while 16 clients download a stored one. The\n\
-         poller row keeps 10,000 tasks running upstream, every one always due, and times from\n\
-         the fake until each has been polled again. The stored-task rows seed finished tasks of\n\
-         one key through the store crate (cached under target/bench/seed-*), start the relay on\n\
-         a copy and read random ones, 1 s per store in turns; start-up is from spawning the\n\
-         process to its first answered task read, files in the page cache: first on the seeded\n\
-         copy (the store's first open after the writes), then after a clean stop.\n\n",
-    );
-    out.push_str("| measurement | result | target | met |\n|---|---|---|---|\n");
-    for (name, value, target, met) in &report.rows {
-        out.push_str(&format!(
-            "| {name} | {value} | {target} | {} |\n",
-            if *met { "yes" } else { "**no**" }
-        ));
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
     }
+    out
+}
+
+/// `n` connections, in words.
+pub fn conns(n: usize) -> String {
+    if n == 1 {
+        "1 conn".into()
+    } else {
+        format!("{n} conns")
+    }
+}
+
+/// The machine: (cores, CPU model, kernel).
+fn machine() -> (usize, String, String) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count()
+        .max(1);
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_owned())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| k.trim().to_owned())
+        .unwrap_or_default();
+    (cores, model, kernel)
+}
+
+/// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (days to a civil date, as in
+/// Howard Hinnant's `civil_from_days`).
+pub fn utc(secs: u64) -> String {
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60
+    )
+}
+
+fn run_row(what: &str, r: &Run) -> String {
+    let errors = if r.out.errors > 0 {
+        format!(" ({} errors)", r.out.errors)
+    } else {
+        String::new()
+    };
+    let ttfb = r
+        .out
+        .ttfb_us
+        .map(|(a, b)| format!(" (first byte {a:.0} / {b:.0})"))
+        .unwrap_or_default();
+    format!(
+        "| {what} | {} | {} | {}{errors} | {:.0} / {:.0}{ttfb} | {:.1} | {:.1} / {:.1} | {:.1}% ({:.1}% niced){} | {} |\n",
+        r.generator.name(),
+        r.conns,
+        thousands(r.rps()),
+        r.out.p50_us,
+        r.out.p99_us,
+        r.cpu_us,
+        mib(r.rss_end_kib),
+        mib(r.rss_peak_kib),
+        r.foreign_pct,
+        r.niced_pct,
+        if r.disturbed() { " **disturbed**" } else { "" },
+        r.attempts,
+    )
+}
+
+pub fn render(report: &Report, secs: u64) -> String {
+    let (cores, model, kernel) = machine();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut out = String::from("# Benchmarks\n\n");
+    out.push_str(&format!(
+        "Measured by `cargo xtask bench` on {}: {cores} cores ({model}), Linux {kernel}. How: see\n\
+         [Method](#method).\n\n",
+        utc(now)
+    ));
+    if !report.targets.is_empty() {
+        out.push_str("## Targets\n\n");
+        for (met, line) in &report.targets {
+            out.push_str(&format!(
+                "- {} {line}\n",
+                if *met { "pass:" } else { "**FAIL**:" }
+            ));
+        }
+        out.push('\n');
+    }
+    if !report.ratios.is_empty() {
+        out.push_str("## Ratios and the figures they come from\n\n");
+        for line in &report.ratios {
+            out.push_str(&format!("- {line}\n"));
+        }
+        out.push('\n');
+    }
+    if !report.runs.is_empty() {
+        out.push_str(
+            "## Runs\n\n\
+             CPU and RSS are the server's under test (the relay, the floor proxy, the fake or the\n\
+             hello server) alone; foreign CPU is what other processes used meanwhile, in percent\n\
+             of one core.\n\n\
+             | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request | RSS end / peak MiB | foreign CPU | runs |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
+        );
+        for (what, run) in &report.runs {
+            out.push_str(&run_row(what, run));
+        }
+        out.push('\n');
+    }
+    let split: Vec<&(String, Run)> = report
+        .runs
+        .iter()
+        .filter(|(_, r)| r.threads.len() > 1)
+        .collect();
+    if !split.is_empty() {
+        out.push_str(
+            "## Where the relay's CPU goes\n\n\
+             Per request, by thread (numbers dropped from names: `sled-io` is every `sled-io-N`):\n\
+             CPU µs, and context switches in brackets.\n\n",
+        );
+        for (what, r) in split {
+            let threads: Vec<String> = r
+                .threads
+                .iter()
+                .filter(|t| t.1 >= 0.05 || t.2 >= 0.05)
+                .map(|(name, cpu, switches)| format!("{name} {cpu:.1} ({switches:.1})"))
+                .collect();
+            out.push_str(&format!(
+                "- {what}, {}: {}\n",
+                conns(r.conns),
+                threads.join(", ")
+            ));
+        }
+        out.push('\n');
+    }
+    if !report.generators.is_empty() {
+        out.push_str("## Load generators on the direct path\n\n");
+        for line in &report.generators {
+            out.push_str(&format!("- {line}\n"));
+        }
+        out.push('\n');
+    }
+    if !report.memory.is_empty() {
+        out.push_str("## Relay memory under a long load\n\n");
+        for line in &report.memory {
+            out.push_str(&format!("- {line}\n"));
+        }
+        out.push('\n');
+    }
+    if !report.checks.is_empty() {
+        out.push_str(
+            "## Videos and stored tasks\n\n| measurement | result | target | met |\n|---|---|---|---|\n",
+        );
+        for (name, value, target, met) in &report.checks {
+            out.push_str(&format!(
+                "| {name} | {value} | {target} | {} |\n",
+                if *met { "yes" } else { "**no**" }
+            ));
+        }
+        out.push('\n');
+    }
+    out.push_str(&method(secs));
     out.push('\n');
     out.push_str(NOTES);
     out
 }
 
-/// What the table cannot say (the targets not met and why, profiling before and after),
-/// kept by hand in `bench/NOTES.md` and appended to every report.
+fn method(secs: u64) -> String {
+    format!(
+        "## Method\n\n\
+         Every party runs in an OS process of its own, on loopback: the load generator, the fake\n\
+         upstream, the floor, the hello server and the relay. The relay is the release binary,\n\
+         started with a config file in a temporary directory (rate limits out of the way). The\n\
+         others are `xtask bench-party fake-messages | fake-video | floor | hello` from a release\n\
+         build of xtask, each on one thread: the fake native messages upstream answers at once\n\
+         (a whole message, or a stream of 8 events), the floor is a bare hyper reverse proxy\n\
+         (pooled client, no parsing) to the same fake, the hello server answers a fixed small JSON\n\
+         (the floor of a task read), and the fake video upstream behind an `openai-videos` channel\n\
+         holds its tasks for an hour (nothing rendered or downloaded; the relay polls it at most\n\
+         once a minute).\n\n\
+         Load comes from `wrk` (one thread, keep-alive, a Lua script for the body, headers, random\n\
+         paths and the result), and from our own generator, `xtask bench-load` (release build, one\n\
+         thread, fixed connections, keep-alive, HTTP/1.1, no pipelining), which also times the\n\
+         first body byte. Both run on the direct path to the fake, to show ours is not the limit;\n\
+         ours is used only where it came within 10% of `wrk` there (the streams' rows at one\n\
+         connection, for their time to the first byte), `wrk` everywhere else.\n\n\
+         Each measurement is {WARMUP_SECS} s of warm-up, then {secs} s measured (the memory run: 60 s, RSS\n\
+         sampled every second). Requests per second count answers of the expected status; p50\n\
+         and p99 are the generator's. CPU per request is the server's user + system time from\n\
+         `/proc/PID/stat` over the run, divided by the requests answered. RSS is `VmRSS` at the\n\
+         end and `VmHWM` (reset before the run through `clear_refs`). Foreign CPU is the whole\n\
+         machine's busy time from `/proc/stat` (user, nice, system, and interrupts unless the\n\
+         kernel keeps them apart from processes) less that of the bench's own processes\n\
+         (orchestrator, generator, relay, parties). Processes at a lower priority (nice > 0)\n\
+         count as foreign: their part is shown. `/proc/stat` is sampled at each clock tick, the\n\
+         processes' times are not: a few percent of a core either way is noise.\n\
+         A run that saw more than {FOREIGN_LIMIT_PCT:.0}% of a core of foreign CPU is run again, up to {ATTEMPTS}\n\
+         times, and the least disturbed one is kept; it is marked when none was quiet.\n\n\
+         The video rows use the integration tests' fake video upstream, in the bench's own\n\
+         process, on an `openai-videos` channel (default settings: at most 16 upstream calls at\n\
+         once). Memory is the relay's `VmRSS` sampled every 5 ms while it downloads a result the\n\
+         fake generates on the fly (an MP4: ftyp, moov, one large mdat), then while 16 clients\n\
+         download a stored one. The poller row keeps 10,000 tasks running upstream, every one\n\
+         always due, and times from the fake until each has been polled again. The stored-task\n\
+         rows seed finished tasks of one key through the store crate (cached under\n\
+         target/bench/seed-*), start the relay on a copy and read random ones with `wrk` (up to\n\
+         100,000 ids, each request one at random) over 16 connections; start-up is from spawning\n\
+         the process to its first answered task read, files in the page cache: first on the\n\
+         seeded copy (the store's first open after the writes), then after a clean stop.\n"
+    )
+}
+
+/// What the tables cannot say, kept by hand in `bench/NOTES.md` and appended to every report.
 const NOTES: &str = include_str!("NOTES.md");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_with_separators() {
+        assert_eq!(thousands(0.4), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(33_200.2), "33,200");
+        assert_eq!(thousands(1_234_567.0), "1,234,567");
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(951_782_400 + 3_661), "2000-02-29 01:01 UTC");
+        assert_eq!(utc(1_767_225_599), "2025-12-31 23:59 UTC");
+    }
+}

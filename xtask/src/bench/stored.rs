@@ -16,9 +16,12 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use store::{Key, KeyStatus, Outputs, SledStore, Store, Task, TaskKind, TaskStatus};
 
-use super::load::{Call, Load, Paths, call_once, load_paths, mib, proc_stats};
+use super::generator::{Gen, Generators, Load};
+use super::load::{Call, call_once, mib, proc_stats};
+use super::loadgen::mix;
+use super::measure::{ATTEMPTS, Run, Watch, measured};
 use super::relays::{ADMIN, RelayProc, relay_proc};
-use super::report::Report;
+use super::report::{Report, thousands};
 
 /// Threads creating tasks while seeding.
 const SEED_THREADS: usize = 16;
@@ -199,14 +202,6 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<u64> {
     Ok(bytes)
 }
 
-/// A number as a hash of itself (splitmix64), to pick ids at random but repeatably.
-fn mix(n: u64) -> u64 {
-    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// A relay started on a copy of a seed.
 struct Running {
     seed: Seed,
@@ -218,7 +213,6 @@ struct Running {
     first_ms: f64,
     restart_ms: f64,
     rss_start_kib: u64,
-    load: Load,
 }
 
 fn read_call(seed: &Seed, id: &str) -> Call {
@@ -289,7 +283,6 @@ async fn start_on_copy(binary: &Path, work: &Path, seed: Seed) -> anyhow::Result
         first_ms,
         restart_ms: 0.0,
         rss_start_kib,
-        load: Load::default(),
     })
 }
 
@@ -310,19 +303,46 @@ async fn restart(binary: &Path, run: &mut Running) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Random reads of `run`'s seeded tasks for `secs`, 16 connections.
-async fn reads(run: &Running, secs: Duration) -> Load {
-    let ids = Arc::new(run.seed.ids.clone());
-    let paths: Paths =
-        Arc::new(move |n| format!("/v1/videos/{}", ids[(mix(n) % ids.len() as u64) as usize]));
-    let call = read_call(&run.seed, &run.seed.ids[0]);
-    load_paths(run.relay.addr, 16, secs, call, Some(paths), 200).await
+/// Ids the reads pick from: the store's, at most this many (chosen at random, repeatably).
+const READ_IDS: usize = 100_000;
+
+/// Random reads of `run`'s seeded tasks over 16 connections, a warm-up then `secs` measured.
+fn reads(run: &Running, gens: &Generators, work: &Path, secs: u64) -> anyhow::Result<Run> {
+    let ids = &run.seed.ids;
+    let picked: Vec<String> = (0..READ_IDS.min(ids.len()) as u64)
+        .map(|n| format!("/v1/videos/{}", ids[(mix(n) % ids.len() as u64) as usize]))
+        .collect();
+    let paths = work.join(format!("read-paths-{}", ids.len()));
+    std::fs::write(&paths, picked.join("\n"))?;
+    let load = Load {
+        addr: run.relay.addr,
+        conns: 16,
+        secs,
+        method: "GET",
+        path: picked[0].clone(),
+        headers: vec![("authorization", format!("Bearer {}", run.seed.key))],
+        body: String::new(),
+        paths_file: Some(paths),
+    };
+    let pid = run.relay.pid();
+    let watch = Watch {
+        server: pid,
+        own: &[pid],
+    };
+    let label = format!("stored reads, {} tasks, 16 conns, wrk", ids.len());
+    tokio::task::block_in_place(|| measured(gens, Gen::Wrk, &load, &watch, ATTEMPTS, &label))
 }
 
-/// Seeds (or reuses) the stores, starts a relay on a copy of each, then reads from both in
-/// turns (1 s each, so that whatever else the machine does weighs on both alike), and restarts
-/// each once: the time spent seeding.
-pub async fn run(report: &mut Report, binary: &Path, work: &Path) -> anyhow::Result<Duration> {
+/// Seeds (or reuses) the stores, starts a relay on a copy of each, reads from each with `wrk`
+/// (runs disturbed by other processes are run again), and restarts each once: the time spent
+/// seeding.
+pub async fn run(
+    report: &mut Report,
+    binary: &Path,
+    work: &Path,
+    gens: &Generators,
+    secs: u64,
+) -> anyhow::Result<Duration> {
     let mut seeding = Duration::ZERO;
     let mut runs = Vec::new();
     for (label, n) in [("10k", 10_000), ("1m", 1_000_000)] {
@@ -332,49 +352,57 @@ pub async fn run(report: &mut Report, binary: &Path, work: &Path) -> anyhow::Res
         let run = start_on_copy(binary, &work.join(format!("stored-{label}")), seed).await?;
         runs.push(run);
     }
-    for run in &runs {
-        reads(run, Duration::from_secs(1)).await;
-    }
-    for _ in 0..5 {
-        for run in runs.iter_mut() {
-            let l = reads(run, Duration::from_secs(1)).await;
-            run.load.ok += l.ok;
-            run.load.errors += l.errors;
-            run.load.secs += l.secs;
-            run.load.latencies_us.extend(l.latencies_us);
-        }
+    let mut reads_of = Vec::new();
+    for run in runs.iter_mut() {
+        let r = reads(run, gens, work, secs)?;
+        report.run(
+            &format!(
+                "`GET /v1/videos/{{id}}` of random stored tasks, {} stored: relay",
+                thousands(run.seed.ids.len() as f64)
+            ),
+            &r,
+        );
+        reads_of.push(r);
     }
     let mut rss_after = Vec::new();
     for run in runs.iter_mut() {
         rss_after.push(proc_stats(run.relay.pid()).1);
         restart(binary, run).await?;
     }
-    let [small, large] = runs.as_slice() else {
+    let ([small, large], [small_reads, large_reads]) = (runs.as_slice(), reads_of.as_slice())
+    else {
         bail!("two store sizes expected");
     };
-    let row = |m: &Running, rss_after: u64| {
+    let row = |m: &Running, r: &Run, rss_after: u64| {
         format!(
-            "p50 {} / p99 {} µs ({:.0} req/s, errors {}); relay RSS {:.1} MiB after start, {:.1} MiB after 6 s of reads",
-            m.load.pct(0.5),
-            m.load.pct(0.99),
-            m.load.rps(),
-            m.load.errors,
+            "p50 {:.0} / p99 {:.0} µs ({} req/s, errors {}; relay CPU {:.1} µs per read; foreign CPU {:.1}% of a core); \
+             relay RSS {:.1} MiB after start, {:.1} MiB after {} s of reads",
+            r.out.p50_us,
+            r.out.p99_us,
+            thousands(r.rps()),
+            r.out.errors,
+            r.cpu_us,
+            r.foreign_pct,
             mib(m.rss_start_kib),
-            mib(rss_after)
+            mib(rss_after),
+            super::measure::WARMUP_SECS + secs * u64::from(r.attempts),
         )
     };
     report.check(
         "GET /v1/videos/{id} of random stored tasks, 16 conns, 10k stored",
-        row(small, rss_after[0]),
+        row(small, small_reads, rss_after[0]),
         "report",
         true,
     );
-    let ratio = large.load.pct(0.99) as f64 / small.load.pct(0.99).max(1) as f64;
+    let ratio = large_reads.out.p99_us / small_reads.out.p99_us.max(1.0);
     report.check(
         "GET /v1/videos/{id} of random stored tasks, 16 conns, 1M stored",
-        format!("{}; p99 {ratio:.2}x the 10k one", row(large, rss_after[1])),
+        format!(
+            "{}; p99 {ratio:.2}x the 10k one",
+            row(large, large_reads, rss_after[1])
+        ),
         "p99 <= 1.5x p99 at 10k",
-        ratio <= 1.5 && large.load.errors == 0,
+        ratio <= 1.5 && large_reads.out.errors == 0,
     );
     let start = |m: &Running| {
         format!(

@@ -1,73 +1,136 @@
-//! The `submissions` and `polling` sections: durable `POST /v1/videos` (held by the simulator,
-//! so rendering is not measured) and `GET /v1/videos/{id}` against a bare hyper hello.
-
-use std::time::Duration;
+//! The `submissions` and `polling` sections: durable `POST /v1/videos` on an `openai-videos`
+//! channel to the fake video upstream (which holds its tasks, so nothing is rendered), and
+//! `GET /v1/videos/{id}` against the bare hyper hello server.
 
 use anyhow::bail;
 use bytes::Bytes;
 
-use super::load::{Call, call_once, hello, load};
-use super::relays::RelayProc;
-use super::report::Report;
+use super::generator::{Gen, Load};
+use super::load::{Call, call_once};
+use super::measure::{ATTEMPTS, Watch, measured};
+use super::party::Party;
+use super::relays::{Ctx, start_in_temp, videos_config};
+use super::report::{Report, thousands};
 
-/// A submission the simulator holds (`stuck`), so that it stays in flight.
-fn submit_call(key: &str) -> Call {
-    Call {
+const SUBMISSION: &str = r#"{"model":"model_h3","prompt":"bench","size":"64x64"}"#;
+
+fn submit_load(relay: &super::relays::RelayProc, secs: u64) -> Load {
+    Load {
+        addr: relay.addr,
+        conns: 16,
+        secs,
         method: "POST",
         path: "/v1/videos".into(),
         headers: vec![
-            ("authorization", format!("Bearer {key}")),
+            ("authorization", format!("Bearer {}", relay.key)),
             ("content-type", "application/json".into()),
-            ("x-relay-sim", "stuck".into()),
         ],
-        body: Bytes::from_static(br#"{"model":"model_h3","prompt":"bench","size":"64x64"}"#),
+        body: SUBMISSION.into(),
+        paths_file: None,
     }
 }
 
 /// Durable submissions, 16 connections.
-pub async fn submissions(
-    report: &mut Report,
-    relay: &RelayProc,
-    secs: Duration,
-) -> anyhow::Result<()> {
-    let s = load(relay.addr, 16, secs, submit_call(&relay.key), 200).await;
-    report.check(
-        "durable POST /v1/videos, 16 conns",
+pub fn submissions(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
+    let relay = start_in_temp(&ctx.relay, &videos_config(fake.addr))?;
+    let own = [fake.pid(), relay.pid()];
+    let watch = Watch {
+        server: relay.pid(),
+        own: &own,
+    };
+    let load = submit_load(&relay, ctx.secs);
+    let run = measured(
+        &ctx.gens,
+        Gen::Wrk,
+        &load,
+        &watch,
+        ATTEMPTS,
+        "durable POST /v1/videos, 16 conns, wrk",
+    )?;
+    report.run("durable `POST /v1/videos`: relay", &run);
+    report.target(
+        run.rps() >= 2000.0 && run.out.p99_us <= 20_000.0 && run.out.errors == 0,
         format!(
-            "{:.0} submissions/s (p99 {} µs, errors {})",
-            s.rps(),
-            s.pct(0.99),
-            s.errors
+            "durable POST /v1/videos >= 2,000/s at 16 conns with p99 <= 20 ms: {}/s, p99 {:.1} ms{}",
+            thousands(run.rps()),
+            run.out.p99_us / 1000.0,
+            if run.out.errors > 0 {
+                format!(", {} errors", run.out.errors)
+            } else {
+                String::new()
+            }
         ),
-        ">= 2000/s",
-        s.rps() >= 2000.0,
     );
     Ok(())
 }
 
-/// Polling one task vs a bare hyper hello, 32 connections.
-pub async fn polling(report: &mut Report, relay: &RelayProc, secs: Duration) -> anyhow::Result<()> {
-    let hello = hello().await?;
-    // A task of its own, held by the simulator, so that the section also runs alone.
-    let (status, body) = call_once(relay.addr, &submit_call(&relay.key)).await?;
+/// Polling one task vs the bare hyper hello server, 32 connections.
+pub fn polling(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
+    let hello = Party::start(&ctx.xtask, "hello", &[])?;
+    let relay = start_in_temp(&ctx.relay, &videos_config(fake.addr))?;
+    let own = [fake.pid(), hello.pid(), relay.pid()];
+    let submit = Call {
+        method: "POST",
+        path: "/v1/videos".into(),
+        headers: vec![
+            ("authorization", format!("Bearer {}", relay.key)),
+            ("content-type", "application/json".into()),
+        ],
+        body: Bytes::from_static(SUBMISSION.as_bytes()),
+    };
+    let (status, body) = ctx.runtime.block_on(call_once(relay.addr, &submit))?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let Some(id) = v["id"].as_str().filter(|_| status == 200) else {
         bail!("POST /v1/videos answered {status}: {v}");
     };
-    let poll = Call {
+    let poll = Load {
+        addr: relay.addr,
+        conns: 32,
+        secs: ctx.secs,
         method: "GET",
         path: format!("/v1/videos/{id}"),
         headers: vec![("authorization", format!("Bearer {}", relay.key))],
-        body: Bytes::new(),
+        body: String::new(),
+        paths_file: None,
     };
-    let p = load(relay.addr, 32, secs, poll.clone(), 200).await;
-    let h = load(hello, 32, secs, poll, 200).await;
-    let ratio = p.rps() / h.rps();
-    report.check(
-        "GET /v1/videos/{id} polling, 32 conns: relay / bare hyper hello",
-        format!("{ratio:.2} ({:.0} / {:.0} req/s)", p.rps(), h.rps()),
-        ">= 0.7",
-        ratio >= 0.7,
+    let watch = |server| Watch { server, own: &own };
+    let r = measured(
+        &ctx.gens,
+        Gen::Wrk,
+        &poll,
+        &watch(relay.pid()),
+        ATTEMPTS,
+        "GET /v1/videos/{id}, 32 conns, wrk",
+    )?;
+    let h = measured(
+        &ctx.gens,
+        Gen::Wrk,
+        &poll.at(hello.addr),
+        &watch(hello.pid()),
+        ATTEMPTS,
+        "hello, 32 conns, wrk",
+    )?;
+    report.run("`GET /v1/videos/{id}`: relay", &r);
+    report.run("`GET /v1/videos/{id}`: hello server", &h);
+    let ratio = r.rps() / h.rps();
+    report.ratio(format!(
+        "GET /v1/videos/{{id}}, 32 conns: relay ÷ hello = {ratio:.2} ({} ÷ {} req/s; p50 {:.0} vs {:.0} µs; CPU per request {:.1} vs {:.1} µs)",
+        thousands(r.rps()),
+        thousands(h.rps()),
+        r.out.p50_us,
+        h.out.p50_us,
+        r.cpu_us,
+        h.cpu_us
+    ));
+    report.target(
+        ratio >= 0.8,
+        format!(
+            "GET /v1/videos/{{id}} >= 0.8 of hello at 32 conns: {ratio:.2} ({} ÷ {} req/s)",
+            thousands(r.rps()),
+            thousands(h.rps())
+        ),
     );
     Ok(())
 }

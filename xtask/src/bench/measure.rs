@@ -1,0 +1,390 @@
+//! A measured run: one generator run with the CPU of the process under test read from
+//! `/proc/PID/stat` before and after, its memory (`VmRSS`, and `VmHWM` reset before the run),
+//! and the foreign CPU meanwhile: the whole machine's (`/proc/stat`) less that of the bench's
+//! own processes. A run that other processes disturbed is run again, a few times at most, and
+//! the least disturbed one is kept.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::generator::{Gen, Generators, Load};
+use super::load::{TICKS_PER_SEC, proc_stats};
+use super::loadgen::Outcome;
+
+/// Foreign CPU above this (percent of one core) makes a run disturbed.
+pub const FOREIGN_LIMIT_PCT: f64 = 5.0;
+/// Runs of one measurement at most, while they are disturbed.
+pub const ATTEMPTS: u32 = 3;
+/// Seconds of load before the measured runs of a measurement.
+pub const WARMUP_SECS: u64 = 1;
+
+/// The processes of the bench while it measures.
+pub struct Watch<'a> {
+    /// The server under test (the relay, the floor, a fake, the hello server).
+    pub server: u32,
+    /// Every process of the bench but the orchestrator and the generator (whose CPU comes in
+    /// `/proc/self/stat`'s children times when it is waited for): the relay and the parties,
+    /// the server under test among them.
+    pub own: &'a [u32],
+}
+
+/// One kept run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub generator: Gen,
+    pub conns: usize,
+    pub out: Outcome,
+    /// CPU of the server under test per request answered, in µs.
+    pub cpu_us: f64,
+    /// Its RSS at the end and at its peak during the run, in KiB.
+    pub rss_end_kib: u64,
+    pub rss_peak_kib: u64,
+    /// CPU of other processes during the run, in percent of one core, and the part of it at a
+    /// lower priority (nice > 0).
+    pub foreign_pct: f64,
+    pub niced_pct: f64,
+    /// Runs made to keep this one.
+    pub attempts: u32,
+    /// The server's threads by name (trailing numbers dropped), most CPU first: CPU µs and
+    /// context switches per request. Threads that ended during the run are left out.
+    pub threads: Vec<(String, f64, f64)>,
+}
+
+impl Run {
+    pub fn rps(&self) -> f64 {
+        self.out.rps()
+    }
+
+    pub fn disturbed(&self) -> bool {
+        self.foreign_pct > FOREIGN_LIMIT_PCT
+    }
+}
+
+/// Whether the kernel keeps interrupt time apart from the processes it interrupted
+/// (`CONFIG_IRQ_TIME_ACCOUNTING`). When it does not, a process's CPU time includes the softirq
+/// work done in its context (loopback traffic, most of all), so interrupt time must count on
+/// the machine's side too. Unknown (no `/proc/config.gz`): counted, which can only make a run
+/// look more disturbed than it was.
+fn irq_time_apart() -> bool {
+    static APART: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *APART.get_or_init(|| {
+        std::process::Command::new("zcat")
+            .arg("/proc/config.gz")
+            .output()
+            .is_ok_and(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| l == "CONFIG_IRQ_TIME_ACCOUNTING=y")
+            })
+    })
+}
+
+/// (busy, nice) ticks of the whole machine: user, nice and system time, and interrupt time
+/// unless the kernel keeps it apart from processes (see [`irq_time_apart`]).
+pub fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    let irq = if irq_time_apart() { 0 } else { at(5) + at(6) };
+    (at(0) + at(1) + at(2) + irq, at(1))
+}
+
+/// CPU ticks of this process and of its children it has waited for (the generators).
+fn self_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat.rsplit(") ")
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum()
+}
+
+/// Resets a process's `VmHWM` to its current RSS (`clear_refs` 5), so that the peak is the
+/// run's; false when the kernel refused.
+fn reset_peak(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// (name, CPU ticks, context switches) of each thread of `pid`, by thread id.
+fn threads(pid: u32) -> BTreeMap<u32, (String, u64, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let dir = task.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let name = read("comm").trim().to_owned();
+        let stat = read("stat");
+        let ticks: u64 = stat
+            .rsplit(") ")
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse::<u64>().ok())
+            .sum();
+        let switches: u64 = read("status")
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        out.insert(tid, (name, ticks, switches));
+    }
+    out
+}
+
+/// A thread's name without its number (`sled-io-3` is one of `sled-io`).
+fn thread_group(name: &str) -> &str {
+    name.trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches(['-', '_', '#'])
+}
+
+struct Snapshot {
+    at: Instant,
+    machine: (u64, u64),
+    own: u64,
+    server: u64,
+    threads: BTreeMap<u32, (String, u64, u64)>,
+}
+
+impl Snapshot {
+    fn take(watch: &Watch) -> Snapshot {
+        Snapshot {
+            at: Instant::now(),
+            machine: machine_ticks(),
+            own: self_ticks() + watch.own.iter().map(|p| proc_stats(*p).0).sum::<u64>(),
+            server: proc_stats(watch.server).0,
+            threads: threads(watch.server),
+        }
+    }
+}
+
+/// Percent of one core that `ticks` are over `secs`.
+fn pct_of_core(ticks: u64, secs: f64) -> f64 {
+    ticks as f64 / TICKS_PER_SEC / secs.max(1e-9) * 100.0
+}
+
+/// A warm-up of `load`, then runs of it until one is not disturbed (at most `attempts`, while
+/// the bench has re-runs left): the least disturbed run. `label` names it in the progress lines.
+pub fn measured(
+    gens: &Generators,
+    generator: Gen,
+    load: &Load,
+    watch: &Watch,
+    attempts: u32,
+    label: &str,
+) -> anyhow::Result<Run> {
+    gens.run(generator, &load.secs(WARMUP_SECS))?;
+    let mut kept: Option<Run> = None;
+    let mut made = 0;
+    for attempt in 1..=attempts.max(1) {
+        made = attempt;
+        let run = once(gens, generator, load, watch)?;
+        let quiet = !run.disturbed();
+        let again = !quiet && attempt < attempts && gens.take_rerun();
+        eprintln!(
+            "bench: {label}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request, foreign CPU {:.1}% of a core{}",
+            run.rps(),
+            run.out.p50_us,
+            run.out.p99_us,
+            run.cpu_us,
+            run.foreign_pct,
+            match (quiet, again) {
+                (true, _) => "",
+                (false, true) => ": disturbed, again",
+                (false, false) => ": disturbed",
+            }
+        );
+        if kept
+            .as_ref()
+            .is_none_or(|k| run.foreign_pct < k.foreign_pct)
+        {
+            kept = Some(run);
+        }
+        if !again {
+            break;
+        }
+    }
+    let mut run = kept.ok_or_else(|| anyhow::anyhow!("{label}: no run"))?;
+    run.attempts = made;
+    if run.out.requests == 0 {
+        anyhow::bail!("{label}: no request answered ({} errors)", run.out.errors);
+    }
+    Ok(run)
+}
+
+/// One run of `load`, measured.
+fn once(gens: &Generators, generator: Gen, load: &Load, watch: &Watch) -> anyhow::Result<Run> {
+    reset_peak(watch.server);
+    let before = Snapshot::take(watch);
+    let out = gens.run(generator, load)?;
+    let after = Snapshot::take(watch);
+    let (_, rss_end_kib, rss_peak_kib) = proc_stats(watch.server);
+    Ok(summarize(
+        generator,
+        load.conns,
+        out,
+        &before,
+        &after,
+        rss_end_kib,
+        rss_peak_kib,
+    ))
+}
+
+fn summarize(
+    generator: Gen,
+    conns: usize,
+    out: Outcome,
+    before: &Snapshot,
+    after: &Snapshot,
+    rss_end_kib: u64,
+    rss_peak_kib: u64,
+) -> Run {
+    let secs = after.at.duration_since(before.at).as_secs_f64();
+    let machine = after.machine.0.saturating_sub(before.machine.0);
+    let niced = after.machine.1.saturating_sub(before.machine.1);
+    let own = after.own.saturating_sub(before.own);
+    let foreign = machine.saturating_sub(own);
+    let server = after.server.saturating_sub(before.server);
+    let tick_us = 1_000_000.0 / TICKS_PER_SEC;
+    let requests = out.requests.max(1) as f64;
+    let mut groups: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (tid, (name, ticks, switches)) in &after.threads {
+        let (t0, s0) = before
+            .threads
+            .get(tid)
+            .map(|(_, t, s)| (*t, *s))
+            .unwrap_or((0, 0));
+        let g = groups.entry(thread_group(name)).or_default();
+        g.0 += ticks.saturating_sub(t0);
+        g.1 += switches.saturating_sub(s0);
+    }
+    let mut threads: Vec<(String, f64, f64)> = groups
+        .into_iter()
+        .map(|(name, (ticks, switches))| {
+            (
+                name.to_owned(),
+                ticks as f64 * tick_us / requests,
+                switches as f64 / requests,
+            )
+        })
+        .collect();
+    threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Run {
+        generator,
+        conns,
+        cpu_us: server as f64 * tick_us / requests,
+        out,
+        rss_end_kib,
+        rss_peak_kib: rss_peak_kib.max(rss_end_kib),
+        foreign_pct: pct_of_core(foreign, secs),
+        niced_pct: pct_of_core(niced.min(foreign), secs),
+        attempts: 1,
+        threads,
+    }
+}
+
+/// Samples a process's RSS once a second on a thread of its own.
+pub struct RssTrace {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(f64, u64)>>>,
+}
+
+impl RssTrace {
+    pub fn start(pid: u32) -> RssTrace {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut samples = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                samples.push((started.elapsed().as_secs_f64(), proc_stats(pid).1));
+                let next = Duration::from_secs(samples.len() as u64);
+                while started.elapsed() < next && !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            samples
+        });
+        RssTrace {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling: (seconds since the start, RSS KiB) of every sample.
+    pub fn stop(mut self) -> Vec<(f64, u64)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_cpu_is_the_machine_less_the_bench() {
+        let at = Instant::now();
+        let thread = |ticks, switches| (String::from("sled-io-1"), ticks, switches);
+        let before = Snapshot {
+            at,
+            machine: (1000, 50),
+            own: 300,
+            server: 100,
+            threads: BTreeMap::from([(7, thread(10, 100)), (8, thread(20, 100))]),
+        };
+        let after = Snapshot {
+            at: at + Duration::from_secs(5),
+            // 5 s on 2 cores: 900 ticks busy, 30 of them niced.
+            machine: (1900, 80),
+            own: 1150,
+            server: 500,
+            threads: BTreeMap::from([(7, thread(30, 4100)), (8, thread(20, 100))]),
+        };
+        let out = Outcome {
+            requests: 40_000,
+            secs: 5.0,
+            ..Outcome::default()
+        };
+        let run = summarize(Gen::Wrk, 32, out, &before, &after, 2048, 1024);
+        // 400 ticks of the server = 4 s of CPU over 40,000 requests.
+        assert!((run.cpu_us - 100.0).abs() < 1e-9);
+        // 900 - 850 = 50 foreign ticks over 5 s: 10% of a core, 6% of it niced.
+        assert!((run.foreign_pct - 10.0).abs() < 1e-9);
+        assert!((run.niced_pct - 6.0).abs() < 1e-9);
+        assert!(run.disturbed());
+        assert_eq!(run.rss_peak_kib, 2048);
+        // 20 ticks and 4,000 switches of one thread over 40,000 requests.
+        assert_eq!(run.threads.len(), 1);
+        assert_eq!(run.threads[0].0, "sled-io");
+        assert!((run.threads[0].1 - 5.0).abs() < 1e-9);
+        assert!((run.threads[0].2 - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn thread_groups() {
+        assert_eq!(thread_group("sled-io-3"), "sled-io");
+        assert_eq!(thread_group("tokio-rt-worker"), "tokio-rt-worker");
+        assert_eq!(thread_group("log_flusher"), "log_flusher");
+    }
+}
