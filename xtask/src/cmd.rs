@@ -96,22 +96,39 @@ pub fn drain(lines: Receiver<String>) {
     std::thread::spawn(move || while lines.recv().is_ok() {});
 }
 
-/// Installs a Debian package with apt-get (through sudo when not root), saying so.
+/// Installs a Debian package with apt-get (through sudo when not root), saying so; updates the
+/// package lists and tries again when the first attempt fails.
 pub fn apt_install(package: &str) -> anyhow::Result<()> {
-    eprintln!("xtask: {package} is missing; installing it with apt-get");
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    let mut install = if root {
-        Command::new("apt-get")
-    } else {
-        let mut sudo = Command::new("sudo");
-        sudo.arg("apt-get");
-        sudo
+    eprintln!("xtask: {package} is missing; installing it with apt-get install -y {package}");
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false);
+    let apt = |args: &[&str]| {
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.arg("apt-get");
+            sudo
+        };
+        cmd.args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     };
-    run(
-        &format!("apt-get install {package}"),
-        install.args(["install", "-y", package]),
-    )
+    if !apt(&["install", "-y", package]) {
+        eprintln!("xtask: apt-get install failed; updating the package lists and trying again");
+        if !(apt(&["update"]) && apt(&["install", "-y", package])) {
+            anyhow::bail!(
+                "could not install {package} (apt-get install -y {package}); install it and run again"
+            );
+        }
+    }
+    Ok(())
 }

@@ -224,35 +224,7 @@ fn ensure_wrk() -> anyhow::Result<PathBuf> {
     if let Some(wrk) = on_path("wrk") {
         return Ok(wrk);
     }
-    eprintln!("bench: wrk is missing; installing it with apt-get install -y wrk");
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false);
-    let apt = |args: &[&str]| {
-        let mut cmd = if root {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.arg("apt-get");
-            sudo
-        };
-        cmd.args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !apt(&["install", "-y", "wrk"]) {
-        eprintln!("bench: apt-get install failed; updating the package lists and trying again");
-        if !(apt(&["update"]) && apt(&["install", "-y", "wrk"])) {
-            bail!("could not install wrk (apt-get install -y wrk); install it and run again");
-        }
-    }
+    crate::cmd::apt_install("wrk")?;
     on_path("wrk").context("wrk is still not on PATH after apt-get install")
 }
 
