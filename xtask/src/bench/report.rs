@@ -153,9 +153,21 @@ pub fn render(report: &Report, secs: u64) -> String {
     let mut out = String::from("# Benchmarks\n\n");
     out.push_str(&format!(
         "Measured by `cargo xtask bench` on {}: {cores} cores ({model}), Linux {kernel}. How: see\n\
-         [Method](#method).\n\n",
+         [Method](#method).",
         utc(now)
     ));
+    // With autogroups, nice only ranks processes within their session: a nice 19 process
+    // started from another session takes as large a share as the bench's whole session.
+    if std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|v| v.trim() == "1")
+    {
+        out.push_str(
+            " The scheduler's autogroups are on: a process at a lower priority (nice > 0) in\n\
+             another session does not yield to the bench, it can take a share as large as the\n\
+             bench's processes together.",
+        );
+    }
+    out.push_str("\n\n");
     if !report.targets.is_empty() {
         out.push_str("## Targets\n\n");
         for (met, line) in &report.targets {
