@@ -1,6 +1,7 @@
 //! The bench's report: its runs, ratios and targets as they are measured, and BENCHMARKS.md
 //! made of them.
 
+use super::generator::RERUNS;
 use super::load::mib;
 use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, WARMUP_SECS};
 
@@ -287,7 +288,9 @@ fn method(secs: u64) -> String {
          count as foreign: their part is shown. `/proc/stat` is sampled at each clock tick, the\n\
          processes' times are not: a few percent of a core either way is noise.\n\
          A run that saw more than {FOREIGN_LIMIT_PCT:.0}% of a core of foreign CPU is run again, up to {ATTEMPTS}\n\
-         times, and the least disturbed one is kept; it is marked when none was quiet.\n\n\
+         times while the bench has re-runs left ({RERUNS} in all, so that a busy machine does not\n\
+         stretch a whole run), and the least disturbed one is kept; it is marked when none was\n\
+         quiet.\n\n\
          The video rows use the integration tests' fake video upstream, in the bench's own\n\
          process, on an `openai-videos` channel (default settings: at most 16 upstream calls at\n\
          once). Memory is the relay's `VmRSS` sampled every 5 ms while it downloads a result the\n\
