@@ -274,7 +274,8 @@ fn method(secs: u64) -> String {
          Load comes from `wrk` (one thread, keep-alive, a Lua script for the body, headers, random\n\
          paths and the result), and from our own generator, `xtask bench-load` (release build, one\n\
          thread, fixed connections, keep-alive, HTTP/1.1, no pipelining), which also times the\n\
-         first body byte. Both run on the direct path to the fake, to show ours is not the limit;\n\
+         first body byte. Both run on the direct path to the fake, in turns (a pair re-run when\n\
+         disturbed), to show ours is not the limit;\n\
          ours is used only where it came within 10% of `wrk` there (the streams' rows at one\n\
          connection, for their time to the first byte), `wrk` everywhere else.\n\n\
          Each measurement is {WARMUP_SECS} s of warm-up, then {secs} s measured (the memory run: 60 s, RSS\n\
