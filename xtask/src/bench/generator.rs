@@ -67,7 +67,7 @@ impl Load {
 
 /// Re-runs of disturbed runs one bench may make in all, so that a busy machine does not
 /// stretch a whole run past a few minutes.
-const RERUNS: u32 = 16;
+pub const RERUNS: u32 = 16;
 
 /// The generators' programs, a directory for their scripts and bodies, and the re-runs left.
 pub struct Generators {

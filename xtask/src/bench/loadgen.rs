@@ -179,6 +179,10 @@ async fn connection(spec: Arc<Spec>, first: u64, deadline: Instant) -> Tally {
     let mut n = first;
     let step = spec.conns as u64;
     while Instant::now() < deadline {
+        // Let the other connections read what came in with this answer before writing: the
+        // server then finds requests waiting in batches, as it does under wrk (which reads
+        // every ready answer of a wake-up before writing the next requests).
+        tokio::task::yield_now().await;
         let request = &spec.requests[(mix(n) % spec.requests.len() as u64) as usize];
         n += step;
         let sent = Instant::now();

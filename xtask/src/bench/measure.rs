@@ -190,42 +190,84 @@ pub fn measured(
     label: &str,
 ) -> anyhow::Result<Run> {
     gens.run(generator, &load.secs(WARMUP_SECS))?;
-    let mut kept: Option<Run> = None;
+    let [run] = least_disturbed(gens, attempts, label, || {
+        Ok([once(gens, generator, load, watch)?])
+    })?;
+    Ok(run)
+}
+
+/// [`measured`] for two generators on one load, run in turns, so that they are compared under
+/// the same conditions: the least disturbed pair (a pair is as disturbed as its worse run).
+pub fn measured_pair(
+    gens: &Generators,
+    generators: [Gen; 2],
+    load: &Load,
+    watch: &Watch,
+    attempts: u32,
+    label: &str,
+) -> anyhow::Result<[Run; 2]> {
+    for generator in generators {
+        gens.run(generator, &load.secs(WARMUP_SECS))?;
+    }
+    least_disturbed(gens, attempts, label, || {
+        Ok([
+            once(gens, generators[0], load, watch)?,
+            once(gens, generators[1], load, watch)?,
+        ])
+    })
+}
+
+/// Runs `runs` until its runs are not disturbed (at most `attempts`, while the bench has
+/// re-runs left): the least disturbed ones, each knowing how many times they were made.
+fn least_disturbed<const N: usize>(
+    gens: &Generators,
+    attempts: u32,
+    label: &str,
+    mut runs: impl FnMut() -> anyhow::Result<[Run; N]>,
+) -> anyhow::Result<[Run; N]> {
+    let foreign = |r: &[Run; N]| r.iter().map(|r| r.foreign_pct).fold(0.0, f64::max);
+    let mut kept: Option<[Run; N]> = None;
     let mut made = 0;
     for attempt in 1..=attempts.max(1) {
         made = attempt;
-        let run = once(gens, generator, load, watch)?;
-        let quiet = !run.disturbed();
+        let these = runs()?;
+        let quiet = these.iter().all(|r| !r.disturbed());
         let again = !quiet && attempt < attempts && gens.take_rerun();
-        eprintln!(
-            "bench: {label}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request, foreign CPU {:.1}% of a core{}",
-            run.rps(),
-            run.out.p50_us,
-            run.out.p99_us,
-            run.cpu_us,
-            run.foreign_pct,
-            match (quiet, again) {
-                (true, _) => "",
-                (false, true) => ": disturbed, again",
-                (false, false) => ": disturbed",
-            }
-        );
-        if kept
-            .as_ref()
-            .is_none_or(|k| run.foreign_pct < k.foreign_pct)
-        {
-            kept = Some(run);
+        for run in &these {
+            eprintln!(
+                "bench: {label}{}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request, foreign CPU {:.1}% of a core{}",
+                if N > 1 {
+                    format!(" ({})", run.generator.name())
+                } else {
+                    String::new()
+                },
+                run.rps(),
+                run.out.p50_us,
+                run.out.p99_us,
+                run.cpu_us,
+                run.foreign_pct,
+                match (quiet, again) {
+                    (true, _) => "",
+                    (false, true) => ": disturbed, again",
+                    (false, false) => ": disturbed",
+                }
+            );
+        }
+        if kept.as_ref().is_none_or(|k| foreign(&these) < foreign(k)) {
+            kept = Some(these);
         }
         if !again {
             break;
         }
     }
-    let mut run = kept.ok_or_else(|| anyhow::anyhow!("{label}: no run"))?;
-    run.attempts = made;
-    if run.out.requests == 0 {
-        anyhow::bail!("{label}: no request answered ({} errors)", run.out.errors);
+    let mut kept = kept.ok_or_else(|| anyhow::anyhow!("{label}: no run"))?;
+    for run in &mut kept {
+        run.attempts = made;
+        if run.out.requests == 0 {
+            anyhow::bail!("{label}: no request answered ({} errors)", run.out.errors);
+        }
     }
-    Ok(run)
+    Ok(kept)
 }
 
 /// One run of `load`, measured.

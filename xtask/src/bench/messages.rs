@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::generator::{Gen, Load};
 use super::load::{mib, proc_stats};
-use super::measure::{ATTEMPTS, RssTrace, Run, Watch, measured};
+use super::measure::{ATTEMPTS, RssTrace, Run, Watch, measured, measured_pair};
 use super::party::Party;
 use super::relays::{Ctx, messages_config, start_in_temp};
 use super::report::{Report, conns, thousands};
@@ -60,8 +60,8 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         let run = measured(&ctx.gens, generator, load, &watch, ATTEMPTS, &label)?;
         anyhow::Ok(run)
     };
-    let three = |kind: &str, load: &Load, generator: Gen| {
-        let direct = measure(&format!("{kind}: direct"), generator, load, fake.pid())?;
+    // The floor and the relay, after the direct path.
+    let behind = |kind: &str, load: &Load, generator: Gen, direct: Run| {
         let f = measure(
             &format!("{kind}: floor"),
             generator,
@@ -80,18 +80,38 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             relay: r,
         })
     };
+    let three = |kind: &str, load: &Load, generator: Gen| {
+        let direct = measure(&format!("{kind}: direct"), generator, load, fake.pid())?;
+        behind(kind, load, generator, direct)
+    };
+    // Both generators on the direct path, in turns.
+    let both = |load: &Load| {
+        let watch = Watch {
+            server: fake.pid(),
+            own: &own,
+        };
+        let label = format!("whole answers: direct, {}", conns(load.conns));
+        measured_pair(
+            &ctx.gens,
+            [Gen::Wrk, Gen::Ours],
+            load,
+            &watch,
+            ATTEMPTS,
+            &label,
+        )
+    };
 
     let whole = messages_load(&relay.key, false, fake.addr, ctx.secs);
     let stream = messages_load(&relay.key, true, fake.addr, ctx.secs);
 
     // Whole answers, 32 connections, with both generators on the direct path first.
-    let ours = measure("whole answers: direct", Gen::Ours, &whole, fake.pid())?;
-    let w32 = three("whole answers", &whole, Gen::Wrk)?;
+    let [wrk, ours] = both(&whole)?;
+    let w32 = behind("whole answers", &whole, Gen::Wrk, wrk)?;
     rows(report, "whole answers", &w32, Some(&ours));
     let share = ours.rps() / w32.direct.rps();
     let ours_ok = share >= OURS_WITHIN;
     report.generators(format!(
-        "whole answers, {CONNS} conns: wrk {} req/s, ours {} req/s ({share:.2} of wrk; p50 {:.0} / {:.0} µs): ours is {}",
+        "whole answers, {CONNS} conns, in turns: wrk {} req/s, ours {} req/s ({share:.2} of wrk; p50 {:.0} / {:.0} µs): ours is {}",
         thousands(w32.direct.rps()),
         thousands(ours.rps()),
         w32.direct.out.p50_us,
@@ -102,16 +122,11 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             "not within 10%: not used"
         }
     ));
-    let ours1 = measure(
-        "whole answers: direct",
-        Gen::Ours,
-        &whole.conns(1),
-        fake.pid(),
-    )?;
-    let w1 = three("whole answers", &whole.conns(1), Gen::Wrk)?;
+    let [wrk1, ours1] = both(&whole.conns(1))?;
+    let w1 = behind("whole answers", &whole.conns(1), Gen::Wrk, wrk1)?;
     rows(report, "whole answers", &w1, Some(&ours1));
     report.generators(format!(
-        "whole answers, 1 conn: wrk {} req/s, p50 {:.0} µs; ours {} req/s, p50 {:.0} µs",
+        "whole answers, 1 conn, in turns: wrk {} req/s, p50 {:.0} µs; ours {} req/s, p50 {:.0} µs",
         thousands(w1.direct.rps()),
         w1.direct.out.p50_us,
         thousands(ours1.rps()),

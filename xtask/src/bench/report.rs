@@ -1,6 +1,7 @@
 //! The bench's report: its runs, ratios and targets as they are measured, and BENCHMARKS.md
 //! made of them.
 
+use super::generator::RERUNS;
 use super::load::mib;
 use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, WARMUP_SECS};
 
@@ -153,9 +154,21 @@ pub fn render(report: &Report, secs: u64) -> String {
     let mut out = String::from("# Benchmarks\n\n");
     out.push_str(&format!(
         "Measured by `cargo xtask bench` on {}: {cores} cores ({model}), Linux {kernel}. How: see\n\
-         [Method](#method).\n\n",
+         [Method](#method).",
         utc(now)
     ));
+    // With autogroups, nice only ranks processes within their session: a nice 19 process
+    // started from another session takes as large a share as the bench's whole session.
+    if std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|v| v.trim() == "1")
+    {
+        out.push_str(
+            " The scheduler's autogroups are on: a process at a lower priority (nice > 0) in\n\
+             another session does not yield to the bench, it can take a share as large as the\n\
+             bench's processes together.",
+        );
+    }
+    out.push_str("\n\n");
     if !report.targets.is_empty() {
         out.push_str("## Targets\n\n");
         for (met, line) in &report.targets {
@@ -261,7 +274,8 @@ fn method(secs: u64) -> String {
          Load comes from `wrk` (one thread, keep-alive, a Lua script for the body, headers, random\n\
          paths and the result), and from our own generator, `xtask bench-load` (release build, one\n\
          thread, fixed connections, keep-alive, HTTP/1.1, no pipelining), which also times the\n\
-         first body byte. Both run on the direct path to the fake, to show ours is not the limit;\n\
+         first body byte. Both run on the direct path to the fake, in turns (a pair re-run when\n\
+         disturbed), to show ours is not the limit;\n\
          ours is used only where it came within 10% of `wrk` there (the streams' rows at one\n\
          connection, for their time to the first byte), `wrk` everywhere else.\n\n\
          Each measurement is {WARMUP_SECS} s of warm-up, then {secs} s measured (the memory run: 60 s, RSS\n\
@@ -275,7 +289,9 @@ fn method(secs: u64) -> String {
          count as foreign: their part is shown. `/proc/stat` is sampled at each clock tick, the\n\
          processes' times are not: a few percent of a core either way is noise.\n\
          A run that saw more than {FOREIGN_LIMIT_PCT:.0}% of a core of foreign CPU is run again, up to {ATTEMPTS}\n\
-         times, and the least disturbed one is kept; it is marked when none was quiet.\n\n\
+         times while the bench has re-runs left ({RERUNS} in all, so that a busy machine does not\n\
+         stretch a whole run), and the least disturbed one is kept; it is marked when none was\n\
+         quiet.\n\n\
          The video rows use the integration tests' fake video upstream, in the bench's own\n\
          process, on an `openai-videos` channel (default settings: at most 16 upstream calls at\n\
          once). Memory is the relay's `VmRSS` sampled every 5 ms while it downloads a result the\n\
