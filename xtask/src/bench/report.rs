@@ -97,24 +97,10 @@ fn machine() -> (usize, String, String) {
     (cores, model, kernel)
 }
 
-/// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (days to a civil date, as in
-/// Howard Hinnant's `civil_from_days`).
+/// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (from the server's RFC 3339 form).
 pub fn utc(secs: u64) -> String {
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60
-    )
+    let stamp = server::limits::rfc3339(secs);
+    format!("{} {} UTC", &stamp[..10], &stamp[11..16])
 }
 
 fn run_row(what: &str, r: &Run) -> String {
