@@ -20,4 +20,4 @@ pub use blobs::{BlobStore, LocalBlobs};
 pub use error::StoreError;
 pub use model::*;
 pub use sled_store::SledStore;
-pub use steps::Store;
+pub use steps::{AssetUpdate, KeyUpdate, Store, TaskUpdate};

@@ -233,6 +233,19 @@ pub struct TaskQuery {
     pub order: Order,
 }
 
+/// Tasks of every owner, for operators: newest first, each filter optional.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdminTaskQuery {
+    pub status: Option<TaskStatus>,
+    pub kind: Option<TaskKind>,
+    pub model: Option<String>,
+    pub owner: Option<String>,
+    /// Exclusive cursor: a task id; the page holds tasks created before it.
+    pub after: Option<String>,
+    /// 1..=1000.
+    pub limit: usize,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page<T> {
     pub items: Vec<T>,

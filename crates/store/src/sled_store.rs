@@ -16,7 +16,7 @@
 //!
 //! Every unfinished task has exactly one `due` entry (at `next_poll_ms`, or at `u64::MAX` when
 //! it has none, so that [`Store::unfinished_tasks`] still finds it but
-//! [`Store::due_tasks`] never does); a final task has none. `ledger_by_task` makes a ledger
+//! [`Store::claim_due`] never does); a final task has none. `ledger_by_task` makes a ledger
 //! entry's `(task_id, kind)` unique.
 //!
 //! Flushes are shared: a caller that must flush waits for a flush that began after its write
@@ -33,7 +33,7 @@
 //!
 //! | module       | holds                                                              |
 //! |--------------|--------------------------------------------------------------------|
-//! | `tasks`      | the task steps: create, transition, delete, listings, due tasks    |
+//! | `tasks`      | the task steps: create, transition, delete, listings, claims       |
 //! | `ledger`     | pre-deduction, settlement and refund against the quota; charges    |
 //! | `keys`       | keys by id and by hash; `meta`                                     |
 //! | `task_index` | the keys of `tasks_by_owner` and `due`                             |
@@ -44,9 +44,10 @@
 //! | `record`     | records as JSON, reads by id, sled's errors as the store's         |
 //! | `flush`      | group commit                                                       |
 
+use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry, Library, Order,
-    Page, Store, StoreError, Task, TaskQuery, TaskStatus,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry,
+    Library, Order, Page, Store, StoreError, Task, TaskQuery, TaskStatus,
 };
 
 mod assets;
@@ -62,8 +63,9 @@ mod txn;
 
 pub use trees::SledStore;
 
+#[async_trait::async_trait]
 impl Store for SledStore {
-    fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
+    async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
         let (task, bytes) = tasks::new_record(task)?;
         let at = ledger::unix_secs();
         let what = format!("create task {}", task.id);
@@ -71,27 +73,27 @@ impl Store for SledStore {
             tasks::insert(tx, &task, &bytes)?;
             ledger::apply(&tx.ledger(), ledger, at)
         })?;
-        self.flush_after(&what)
+        self.flush_after(&what).await
     }
 
-    fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
+    async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
         tasks::get_by_id(self, id)
     }
 
-    fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError> {
+    async fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError> {
         tasks::list(self, query)
     }
 
-    fn all_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {
-        tasks::all(self, limit)
+    async fn admin_tasks(&self, query: &AdminTaskQuery) -> Result<Page<Task>, StoreError> {
+        tasks::admin(self, query)
     }
 
-    fn transition(
+    async fn transition(
         &self,
         id: &str,
         from: &[TaskStatus],
         to: TaskStatus,
-        update: &dyn Fn(&mut Task),
+        update: TaskUpdate<'_>,
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError> {
         let at = ledger::unix_secs();
@@ -101,76 +103,92 @@ impl Store for SledStore {
             ledger::apply(&tx.ledger(), ledger, at)?;
             Ok(task)
         })?;
-        self.flush_after(&what)?;
+        self.flush_after(&what).await?;
         Ok(task)
     }
 
-    fn due_tasks(&self, now_ms: u64, limit: usize) -> Result<Vec<Task>, StoreError> {
-        tasks::due(self, now_ms, limit)
+    async fn claim_due(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Task>, StoreError> {
+        tasks::claim(self, now_ms, lease_ms, limit)
     }
 
-    fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {
+    async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {
         tasks::unfinished(self, limit)
     }
 
-    fn delete_task(&self, id: &str) -> Result<Option<Task>, StoreError> {
-        tasks::delete(self, id)
+    async fn delete_task(&self, id: &str) -> Result<Option<Task>, StoreError> {
+        let removed = tasks::delete(self, id)?;
+        if removed.is_some() {
+            self.flush_after(&format!("delete task {id}")).await?;
+        }
+        Ok(removed)
     }
 
-    fn create_key(&self, key: &Key) -> Result<(), StoreError> {
-        keys::create(self, key)
+    async fn create_key(&self, key: &Key) -> Result<(), StoreError> {
+        keys::create(self, key)?;
+        self.flush_after(&format!("create key {}", key.id)).await
     }
 
-    fn key(&self, id: &str) -> Result<Option<Key>, StoreError> {
+    async fn key(&self, id: &str) -> Result<Option<Key>, StoreError> {
         keys::get_by_id(self, id)
     }
 
-    fn key_by_hash(&self, hash: &str) -> Result<Option<Key>, StoreError> {
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<Key>, StoreError> {
         keys::by_hash(self, hash)
     }
 
-    fn keys(&self) -> Result<Vec<Key>, StoreError> {
+    async fn keys(&self) -> Result<Vec<Key>, StoreError> {
         keys::all(self)
     }
 
-    fn key_count(&self) -> Result<usize, StoreError> {
+    async fn key_count(&self) -> Result<usize, StoreError> {
         Ok(self.trees.keys.len())
     }
 
-    fn update_key(&self, id: &str, update: &dyn Fn(&mut Key)) -> Result<Key, StoreError> {
-        keys::update(self, id, update)
+    async fn update_key(&self, id: &str, update: KeyUpdate<'_>) -> Result<Key, StoreError> {
+        let key = keys::update(self, id, update)?;
+        self.flush_after(&format!("update key {id}")).await?;
+        Ok(key)
     }
 
-    fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
+    async fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
         ledger::charges(self, charges)
     }
 
-    fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+    async fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
         ledger::entries(self, key_id)
     }
 
-    fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         keys::meta(self, name)
     }
 
-    fn meta_init(&self, name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
-        keys::meta_init(self, name, value)
+    async fn meta_init(&self, name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let (stored, written) = keys::meta_init(self, name, value)?;
+        if written {
+            self.flush_after(&format!("init meta {name}")).await?;
+        }
+        Ok(stored)
     }
 
-    fn flush(&self) -> Result<(), StoreError> {
-        self.flush_after("flush")
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.flush_after("flush").await
     }
 
-    fn create_library(&self, library: &Library) -> Result<(), StoreError> {
+    async fn create_library(&self, library: &Library) -> Result<(), StoreError> {
         assets::create_library(&self.assets, library)?;
-        self.flush_after(&format!("create library {}", library.id))
+        self.flush_after(&format!("create library {}", library.id)).await
     }
 
-    fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
+    async fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
         assets::library(&self.assets, id)
     }
 
-    fn list_libraries(
+    async fn list_libraries(
         &self,
         owner: &str,
         after: Option<&str>,
@@ -180,51 +198,58 @@ impl Store for SledStore {
         assets::list_libraries(&self.assets, owner, after, limit, order)
     }
 
-    fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError> {
+    async fn delete_library(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError> {
         let removed = assets::delete_library(&self.assets, id)?;
         if removed.is_some() {
-            self.flush_after(&format!("delete library {id}"))?;
+            self.flush_after(&format!("delete library {id}")).await?;
         }
         Ok(removed)
     }
 
-    fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
+    async fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
         assets::create_asset(&self.assets, asset)?;
-        self.flush_after(&format!("create asset {}", asset.id))
+        self.flush_after(&format!("create asset {}", asset.id)).await
     }
 
-    fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
+    async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
         assets::asset(&self.assets, id)
     }
 
-    fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError> {
+    async fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError> {
         assets::list_assets(&self.assets, query)
     }
 
-    fn transition_asset(
+    async fn transition_asset(
         &self,
         id: &str,
         from: &[AssetStatus],
         to: AssetStatus,
-        update: &dyn Fn(&mut AssetRecord),
+        update: AssetUpdate<'_>,
     ) -> Result<AssetRecord, StoreError> {
         let asset = assets::transition_asset(&self.assets, id, from, to, update)?;
-        self.flush_after(&format!("transition asset {id}"))?;
+        self.flush_after(&format!("transition asset {id}")).await?;
         Ok(asset)
     }
 
-    fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
+    async fn expired_assets(
+        &self,
+        now_secs: u64,
+        limit: usize,
+    ) -> Result<Vec<AssetRecord>, StoreError> {
         assets::expired_assets(&self.assets, now_secs, limit)
     }
 
-    fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
+    async fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
         assets::processing_assets(&self.assets, limit)
     }
 
-    fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
+    async fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
         let removed = assets::delete_asset(&self.assets, id)?;
         if removed.is_some() {
-            self.flush_after(&format!("delete asset {id}"))?;
+            self.flush_after(&format!("delete asset {id}")).await?;
         }
         Ok(removed)
     }

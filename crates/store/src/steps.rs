@@ -2,9 +2,16 @@
 
 use crate::error::StoreError;
 use crate::model::{
-    AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry, Library, Order,
-    Page, Task, TaskQuery, TaskStatus,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry,
+    Library, Order, Page, Task, TaskQuery, TaskStatus,
 };
+
+/// An edit of a task inside a [`Store::transition`].
+pub type TaskUpdate<'a> = &'a (dyn Fn(&mut Task) + Send + Sync);
+/// An edit of a key inside a [`Store::update_key`].
+pub type KeyUpdate<'a> = &'a (dyn Fn(&mut Key) + Send + Sync);
+/// An edit of an asset inside a [`Store::transition_asset`].
+pub type AssetUpdate<'a> = &'a (dyn Fn(&mut AssetRecord) + Send + Sync);
 
 /// The business steps of the relay's state.
 ///
@@ -12,19 +19,24 @@ use crate::model::{
 /// (`create_task`, `transition`, key changes) are durable (flushed) when they return; callers
 /// flushing at the same moment share one flush (group commit). A chat message's charge is the
 /// exception, described at [`Store::charges`].
+///
+/// The steps are async: a backend may wait on the network (a database server) or on a disk
+/// sync, never blocking the caller's thread. Several processes may share one backend (the
+/// engine's work is handed out by [`Store::claim_due`]); the embedded one is one process's.
+#[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Writes a new task, its owner and due-time index entries and its ledger entries (the
     /// pre-deduction) in one transaction, then flushes. A ledger entry that the key's quota
     /// cannot cover fails the whole step with [`StoreError::InsufficientQuota`] and writes nothing.
-    fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError>;
+    async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError>;
 
-    fn task(&self, id: &str) -> Result<Option<Task>, StoreError>;
+    async fn task(&self, id: &str) -> Result<Option<Task>, StoreError>;
 
     /// Tasks of one owner (and kind), by creation time, with an exclusive `after` cursor.
-    fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError>;
+    async fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError>;
 
-    /// All tasks, for operators (admin listing); filters applied by the caller.
-    fn all_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError>;
+    /// Tasks of every owner, for operators, newest first, filtered and paged by the store.
+    async fn admin_tasks(&self, query: &AdminTaskQuery) -> Result<Page<Task>, StoreError>;
 
     /// Compare-and-swap on the status: when the task's status is one of `from`, applies
     /// `update`, sets the status to `to` (clearing `next_poll_ms` when `to` is final), keeps
@@ -35,34 +47,44 @@ pub trait Store: Send + Sync + 'static {
     /// `update` may run more than once (a backend may retry the transaction) and runs inside
     /// it: it must only edit the task, never call the store. It cannot change `id`, `owner` or
     /// `kind`, nor lower `progress`.
-    fn transition(
+    async fn transition(
         &self,
         id: &str,
         from: &[TaskStatus],
         to: TaskStatus,
-        update: &dyn Fn(&mut Task),
+        update: TaskUpdate<'_>,
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError>;
 
-    /// Unfinished tasks whose `next_poll_ms` is at or before `now_ms`, earliest first, read from
-    /// the due-time index (not a scan of all tasks).
-    fn due_tasks(&self, now_ms: u64, limit: usize) -> Result<Vec<Task>, StoreError>;
+    /// Claims due work: unfinished tasks whose `next_poll_ms` is at or before `now_ms`, earliest
+    /// first, read from the due-time index (not a scan of all tasks). In the same transaction
+    /// each claimed task's `next_poll_ms` moves to `now_ms + lease_ms` (its lease), so no other
+    /// caller, in this process or another sharing the backend, is handed it again until the
+    /// lease runs out (its holder died) or the holder's next step sets the task's own time.
+    /// Tasks another caller is claiming at the same moment are skipped, not waited for.
+    /// Returns the tasks as claimed. Not flushed: a claim lost in a crash leaves the task due.
+    async fn claim_due(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Task>, StoreError>;
 
     /// Unfinished tasks, earliest due first (used at start-up and for the timeout sweep).
-    fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError>;
+    async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError>;
 
     /// Removes a task and its index entries (ledger entries stay). Returns what was removed.
-    fn delete_task(&self, id: &str) -> Result<Option<Task>, StoreError>;
+    async fn delete_task(&self, id: &str) -> Result<Option<Task>, StoreError>;
 
     /// Writes a new key (and its hash index), flushed.
-    fn create_key(&self, key: &Key) -> Result<(), StoreError>;
-    fn key(&self, id: &str) -> Result<Option<Key>, StoreError>;
+    async fn create_key(&self, key: &Key) -> Result<(), StoreError>;
+    async fn key(&self, id: &str) -> Result<Option<Key>, StoreError>;
     /// Looks a key up by the hex SHA-256 of its secret.
-    fn key_by_hash(&self, hash: &str) -> Result<Option<Key>, StoreError>;
-    fn keys(&self) -> Result<Vec<Key>, StoreError>;
-    fn key_count(&self) -> Result<usize, StoreError>;
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<Key>, StoreError>;
+    async fn keys(&self) -> Result<Vec<Key>, StoreError>;
+    async fn key_count(&self) -> Result<usize, StoreError>;
     /// Applies `update` to a key atomically, flushed, and returns it as written.
-    fn update_key(&self, id: &str, update: &dyn Fn(&mut Key)) -> Result<Key, StoreError>;
+    async fn update_key(&self, id: &str, update: KeyUpdate<'_>) -> Result<Key, StoreError>;
 
     /// Writes the `charge` entries of work that has no task (chat messages, billed when they
     /// end), all in one transaction: each takes its `amount` credits (`amount` >= 0) from its
@@ -74,26 +96,26 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Not flushed: a charge lost in a crash costs the operator, never the client, and the next
     /// flush (the store's own, at most a moment later, or any durable step) takes it to disk.
-    fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError>;
+    async fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError>;
 
     /// A key's ledger, oldest first.
-    fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError>;
+    async fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError>;
 
     /// Small named values (admin token hash, signing secret).
-    fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    async fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Stores `value` under `name` unless one is there; returns the value now stored.
-    fn meta_init(&self, name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError>;
+    async fn meta_init(&self, name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError>;
 
     /// Makes everything written so far durable.
-    fn flush(&self) -> Result<(), StoreError>;
+    async fn flush(&self) -> Result<(), StoreError>;
 
     /// Writes a new, empty asset library and its owner index entry, flushed.
-    fn create_library(&self, library: &Library) -> Result<(), StoreError>;
+    async fn create_library(&self, library: &Library) -> Result<(), StoreError>;
 
-    fn library(&self, id: &str) -> Result<Option<Library>, StoreError>;
+    async fn library(&self, id: &str) -> Result<Option<Library>, StoreError>;
 
     /// One owner's libraries by creation time, with an exclusive `after` cursor (a library id).
-    fn list_libraries(
+    async fn list_libraries(
         &self,
         owner: &str,
         after: Option<&str>,
@@ -103,18 +125,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes a library with all its assets and their index entries in one transaction,
     /// flushed. Returns the library and the assets removed (whose blobs the caller deletes).
-    fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError>;
+    async fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError>;
 
     /// Writes a new asset with its index entries and counts it in its library, in one
     /// transaction, flushed. The library must exist and have the asset's owner and family
     /// ([`StoreError::LibraryNotFound`] otherwise).
-    fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError>;
+    async fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError>;
 
-    fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
+    async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
 
     /// One library's assets by creation time, filtered by status and type, with an exclusive
     /// `after` cursor (an asset id).
-    fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError>;
+    async fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError>;
 
     /// Compare-and-swap on an asset's status: when it is one of `from` and `to` is the same
     /// status or an allowed move from it ([`AssetStatus::can_move_to`]), applies `update`, sets
@@ -123,22 +145,22 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// `update` may run more than once and must only edit the asset; it cannot change `id`,
     /// `owner`, `library_id`, `family` or `created_at`.
-    fn transition_asset(
+    async fn transition_asset(
         &self,
         id: &str,
         from: &[AssetStatus],
         to: AssetStatus,
-        update: &dyn Fn(&mut AssetRecord),
+        update: AssetUpdate<'_>,
     ) -> Result<AssetRecord, StoreError>;
 
     /// Active assets whose `expires_at` is at or before `now_secs`, earliest first, read from
     /// the expiry index (not a scan of all assets).
-    fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
+    async fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
 
     /// Assets still `processing` (read from an index), for picking up work after a restart.
-    fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
+    async fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
 
     /// Removes an asset and its index entries and uncounts it from its library, flushed.
     /// Returns what was removed.
-    fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
+    async fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
 }

@@ -22,6 +22,7 @@ use sled::Tree;
 use super::index::{children, move_entry, pair_key, prefix, split_time_key, time_key};
 use super::record::{backend, check_id, encode, read};
 use super::txn::{TxResult, abort, ensure_new, get, put, tree_set};
+use crate::steps::AssetUpdate;
 use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};
 
 const LIBRARIES: &str = "libraries";
@@ -234,7 +235,7 @@ pub(super) fn transition_asset(
     id: &str,
     from: &[AssetStatus],
     to: AssetStatus,
-    update: &dyn Fn(&mut AssetRecord),
+    update: AssetUpdate<'_>,
 ) -> Result<AssetRecord, StoreError> {
     let what = format!("transition asset {id}");
     trees.tx(&what, |tx| {

@@ -4,6 +4,7 @@
 use super::record::{backend, check_id, decode, encode, read};
 use super::trees::{KEYS, SledStore};
 use super::txn::{abort, ensure_new, get, put};
+use crate::steps::KeyUpdate;
 use crate::{Key, StoreError};
 
 /// [`crate::Store::create_key`].
@@ -20,8 +21,7 @@ pub(super) fn create(store: &SledStore, key: &Key) -> Result<(), StoreError> {
         tx.keys_by_hash
             .insert(key.hash.as_bytes(), key.id.as_bytes())?;
         Ok(())
-    })?;
-    store.flush_after(&what)
+    })
 }
 
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Key>, StoreError> {
@@ -56,10 +56,10 @@ pub(super) fn all(store: &SledStore) -> Result<Vec<Key>, StoreError> {
 pub(super) fn update(
     store: &SledStore,
     id: &str,
-    update: &dyn Fn(&mut Key),
+    update: KeyUpdate<'_>,
 ) -> Result<Key, StoreError> {
     let what = format!("update key {id}");
-    let key = store.trees.tx(&what, |tx| {
+    store.trees.tx(&what, |tx| {
         let Some(old): Option<Key> = get(tx.keys, KEYS, id.as_bytes())? else {
             return abort(StoreError::KeyNotFound(id.to_owned()));
         };
@@ -76,9 +76,7 @@ pub(super) fn update(
         }
         put(tx.keys, id.as_bytes(), "key", &new)?;
         Ok(new)
-    })?;
-    store.flush_after(&what)?;
-    Ok(key)
+    })
 }
 
 pub(super) fn meta(store: &SledStore, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -89,24 +87,22 @@ pub(super) fn meta(store: &SledStore, name: &str) -> Result<Option<Vec<u8>>, Sto
         .map_err(|e| backend(&format!("read meta {name}"), e))
 }
 
-/// [`crate::Store::meta_init`].
+/// [`crate::Store::meta_init`]: the value now stored, and whether it is `value`, written now
+/// (and to be flushed).
 pub(super) fn meta_init(
     store: &SledStore,
     name: &str,
     value: &[u8],
-) -> Result<Vec<u8>, StoreError> {
+) -> Result<(Vec<u8>, bool), StoreError> {
     let what = format!("init meta {name}");
     let cas = store
         .meta
         .compare_and_swap(name.as_bytes(), None::<&[u8]>, Some(value))
         .map_err(|e| backend(&what, e))?;
     match cas {
-        Ok(()) => {
-            store.flush_after(&what)?;
-            Ok(value.to_vec())
-        }
+        Ok(()) => Ok((value.to_vec(), true)),
         Err(e) => match e.current {
-            Some(current) => Ok(current.to_vec()),
+            Some(current) => Ok((current.to_vec(), false)),
             // The meta tree is never removed from; a CAS from "absent" fails only when a
             // value is there.
             None => Err(StoreError::Backend(format!(

@@ -1,16 +1,20 @@
 //! The task steps: creation and the compare-and-swap transition (each put together with its
 //! ledger entries by the caller, in one transaction), deletion, and the reads: by id, one
-//! owner's pages, all tasks, and the due and unfinished tasks from the `due` index.
+//! owner's pages, all tasks for operators, claiming due tasks and the unfinished ones from the
+//! `due` index.
 
 use super::index::{children, move_entry};
 use super::record::{backend, check_id, decode, encode, read};
 use super::task_index::{due_key, owner_key, owner_prefix, sort_key, split_due_key};
 use super::trees::{DUE, SledStore, TASKS, TASKS_BY_OWNER, Tx};
 use super::txn::{TxResult, abort, ensure_new, get, or_abort, put};
-use crate::{Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus};
+use crate::steps::TaskUpdate;
+use crate::{AdminTaskQuery, Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus};
 
 /// Largest page `list_tasks` returns.
 const MAX_PAGE: usize = 100;
+/// Largest page `admin_tasks` returns.
+const MAX_ADMIN_PAGE: usize = 1000;
 
 /// A new task as it is written: its ids checked (they are parts of index keys), without a
 /// poll time when it is final; and its record.
@@ -80,15 +84,42 @@ pub(super) fn list(store: &SledStore, query: &TaskQuery) -> Result<Page<Task>, S
     Ok(Page { items, has_more })
 }
 
-/// [`crate::Store::all_tasks`].
-pub(super) fn all(store: &SledStore, limit: usize) -> Result<Vec<Task>, StoreError> {
+/// [`crate::Store::admin_tasks`]: every task id, newest first, then the tasks that match.
+pub(super) fn admin(store: &SledStore, query: &AdminTaskQuery) -> Result<Page<Task>, StoreError> {
+    let limit = query.limit.clamp(1, MAX_ADMIN_PAGE);
     let mut ids = Vec::new();
     for key in store.trees.tasks.iter().keys() {
-        ids.push(key.map_err(|e| backend("list all tasks", e))?.to_vec());
+        ids.push(key.map_err(|e| backend("list all tasks", e))?);
     }
     ids.sort_by(|a, b| sort_key(b).cmp(&sort_key(a)));
-    ids.truncate(limit);
-    tasks_for(store, TASKS, ids)
+    let after = query.after.as_deref().map(|a| sort_key(a.as_bytes()).0);
+    let mut items = Vec::new();
+    let mut has_more = false;
+    for id in ids {
+        if after.is_some_and(|a| sort_key(&id).0 >= a) {
+            continue;
+        }
+        let Some(task) = read::<Task>(&store.trees.tasks, TASKS, &id, "read task")? else {
+            continue;
+        };
+        if !admin_matches(query, &task) {
+            continue;
+        }
+        if items.len() == limit {
+            has_more = true;
+            break;
+        }
+        items.push(task);
+    }
+    Ok(Page { items, has_more })
+}
+
+/// Whether `task` passes the filters of `query` (not its cursor).
+fn admin_matches(query: &AdminTaskQuery, task: &Task) -> bool {
+    query.status.is_none_or(|s| task.status == s)
+        && query.kind.is_none_or(|k| task.kind == k)
+        && query.model.as_deref().is_none_or(|m| task.model == m)
+        && query.owner.as_deref().is_none_or(|o| task.owner == o)
 }
 
 /// The compare-and-swap of [`crate::Store::transition`] on the task alone, keeping the due
@@ -98,7 +129,7 @@ pub(super) fn transition(
     id: &str,
     from: &[TaskStatus],
     to: TaskStatus,
-    update: &dyn Fn(&mut Task),
+    update: TaskUpdate<'_>,
 ) -> TxResult<Task> {
     let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
         return abort(StoreError::TaskNotFound(id.to_owned()));
@@ -126,8 +157,14 @@ pub(super) fn transition(
     Ok(new)
 }
 
-/// [`crate::Store::due_tasks`].
-pub(super) fn due(store: &SledStore, now_ms: u64, limit: usize) -> Result<Vec<Task>, StoreError> {
+/// [`crate::Store::claim_due`]: the due entries up to `limit`, each task's lease written in one
+/// transaction of its own (a task ended or moved since the index read is skipped).
+pub(super) fn claim(
+    store: &SledStore,
+    now_ms: u64,
+    lease_ms: u64,
+    limit: usize,
+) -> Result<Vec<Task>, StoreError> {
     let mut ids = Vec::new();
     for key in store.trees.due.iter().keys().take(limit) {
         let key = key.map_err(|e| backend("read due index", e))?;
@@ -135,9 +172,27 @@ pub(super) fn due(store: &SledStore, now_ms: u64, limit: usize) -> Result<Vec<Ta
         if ms > now_ms {
             break;
         }
-        ids.push(id.to_vec());
+        ids.push(String::from_utf8_lossy(id).into_owned());
     }
-    tasks_for(store, DUE, ids)
+    let until = now_ms.saturating_add(lease_ms);
+    let mut claimed = Vec::with_capacity(ids.len());
+    for id in ids {
+        let task = store.trees.tx("claim a due task", |tx| {
+            let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
+                return Ok(None);
+            };
+            if old.status.is_final() || old.next_poll_ms.is_none_or(|at| at > now_ms) {
+                return Ok(None);
+            }
+            let mut new = old.clone();
+            new.next_poll_ms = Some(until);
+            move_entry(tx.due, due_key(&old), due_key(&new))?;
+            put(tx.tasks, id.as_bytes(), "task", &new)?;
+            Ok(Some(new))
+        })?;
+        claimed.extend(task);
+    }
+    Ok(claimed)
 }
 
 /// [`crate::Store::unfinished_tasks`].
@@ -153,8 +208,7 @@ pub(super) fn unfinished(store: &SledStore, limit: usize) -> Result<Vec<Task>, S
 
 /// [`crate::Store::delete_task`].
 pub(super) fn delete(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
-    let what = format!("delete task {id}");
-    let removed = store.trees.tx(&what, |tx| {
+    store.trees.tx(&format!("delete task {id}"), |tx| {
         let Some(bytes) = tx.tasks.remove(id.as_bytes())? else {
             return Ok(None);
         };
@@ -165,11 +219,7 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<Option<Task>, StoreE
             tx.due.remove(k)?;
         }
         Ok(Some(task))
-    })?;
-    if removed.is_some() {
-        store.flush_after(&what)?;
-    }
-    Ok(removed)
+    })
 }
 
 /// Tasks named by index keys, skipping (with a warning) entries whose task is gone (a

@@ -142,10 +142,15 @@ impl SledStore {
     }
 
     /// Makes everything written so far durable, sharing a flush with concurrent callers;
-    /// `what` names the step in an error.
-    pub(super) fn flush_after(&self, what: &str) -> Result<(), StoreError> {
-        self.flusher
-            .flush(&self.db)
-            .map_err(|e| StoreError::Backend(format!("{what}: flush: {e}")))
+    /// `what` names the step in an error. The disk sync runs on a blocking thread, never on
+    /// the caller's async worker.
+    pub(super) async fn flush_after(&self, what: &str) -> Result<(), StoreError> {
+        let (db, flusher) = (self.db.clone(), self.flusher.clone());
+        let flushed = tokio::task::spawn_blocking(move || flusher.flush(&db)).await;
+        match flushed {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Backend(format!("{what}: flush: {e}"))),
+            Err(e) => Err(StoreError::Backend(format!("{what}: flush stopped: {e}"))),
+        }
     }
 }
