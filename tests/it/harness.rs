@@ -59,11 +59,9 @@ impl Relay {
         let text = merge_toml(FAST, extra);
         let config = Config::from_toml(Some(&text), "test config").expect("test config");
         let data = dir.path().to_owned();
-        let (app, bootstrap) =
-            tokio::task::spawn_blocking(move || App::open(config, &data, Some(ADMIN_TOKEN)))
-                .await
-                .expect("open task")
-                .expect("open relay");
+        let (app, bootstrap) = App::open(config, &data, Some(ADMIN_TOKEN))
+            .await
+            .expect("open relay");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();

@@ -153,9 +153,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen = config.server.listen.clone();
     let admin_token = std::env::var("RELAY_ADMIN_TOKEN").ok();
     let data_dir = args.data_dir.clone();
-    let (app, bootstrap) =
-        tokio::task::spawn_blocking(move || App::open(config, &data_dir, admin_token.as_deref()))
-            .await??;
+    let (app, bootstrap) = App::open(config, &data_dir, admin_token.as_deref()).await?;
     let listener = TcpListener::bind(&listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -64,8 +64,8 @@ fn open(dir: &Path) -> SledStore {
 }
 
 /// The invariants, read back from the store.
-fn check(store: &dyn Store, prices: &HashMap<String, i64>) {
-    let ledger = store.ledger("key_prop").expect("ledger");
+async fn check(store: &dyn Store, prices: &HashMap<String, i64>) {
+    let ledger = store.ledger("key_prop").await.expect("ledger");
     let mut seen = std::collections::HashSet::new();
     for e in &ledger {
         assert!(
@@ -79,6 +79,7 @@ fn check(store: &dyn Store, prices: &HashMap<String, i64>) {
     for (id, price) in prices {
         let t = store
             .task(id)
+            .await
             .expect("task")
             .expect("an accepted task is never lost");
         let entry = |kind| {
@@ -104,15 +105,19 @@ fn check(store: &dyn Store, prices: &HashMap<String, i64>) {
             }
         }
     }
-    let k = store.key("key_prop").expect("key").expect("key exists");
+    let k = store
+        .key("key_prop")
+        .await
+        .expect("key")
+        .expect("key exists");
     assert_eq!(k.quota, Some(INITIAL - charged));
     assert_eq!(k.quota_used, charged);
 }
 
-fn run(seed: u64, steps: usize) {
+async fn run(seed: u64, steps: usize) {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = open(dir.path());
-    store.create_key(&key()).expect("key");
+    store.create_key(&key()).await.expect("key");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut prices: HashMap<String, i64> = HashMap::new();
     let mut ids: Vec<String> = Vec::new();
@@ -124,55 +129,59 @@ fn run(seed: u64, steps: usize) {
             0..=29 => {
                 let price = 10 * rng.random_range(5..=15);
                 let t = task(n, price);
-                match store.create_task(&t, &prededuct(&t)) {
+                match store.create_task(&t, &prededuct(&t)).await {
                     Ok(()) => {
                         prices.insert(t.id.clone(), price);
                         ids.push(t.id);
                     }
                     Err(StoreError::InsufficientQuota { .. }) => {
-                        assert!(store.task(&t.id).expect("read").is_none());
+                        assert!(store.task(&t.id).await.expect("read").is_none());
                     }
                     Err(e) => panic!("{e}"),
                 }
             }
             30..=44 => {
                 if let Some(id) = pick(&mut rng, &ids) {
-                    let _ = store.transition(
-                        &id,
-                        &[TaskStatus::Queued],
-                        TaskStatus::Running,
-                        &|_| {},
-                        &[],
-                    );
+                    let _ = store
+                        .transition(
+                            &id,
+                            &[TaskStatus::Queued],
+                            TaskStatus::Running,
+                            &|_| {},
+                            &[],
+                        )
+                        .await;
                 }
             }
             45..=59 => {
                 if let Some(id) = pick(&mut rng, &ids) {
-                    let t = store.task(&id).expect("read").expect("exists");
-                    let _ = store.transition(
-                        &id,
-                        &[TaskStatus::Running],
-                        TaskStatus::Succeeded,
-                        &|_| {},
-                        &settle(&t),
-                    );
+                    let t = store.task(&id).await.expect("read").expect("exists");
+                    let _ = store
+                        .transition(
+                            &id,
+                            &[TaskStatus::Running],
+                            TaskStatus::Succeeded,
+                            &|_| {},
+                            &settle(&t),
+                        )
+                        .await;
                 }
             }
             60..=79 => {
                 if let Some(id) = pick(&mut rng, &ids) {
-                    let t = store.task(&id).expect("read").expect("exists");
+                    let t = store.task(&id).await.expect("read").expect("exists");
                     let code = if rng.random_bool(0.5) {
                         "timeout"
                     } else {
                         "upstream_error"
                     };
-                    fail(&store, &t, code, "failed").expect("fail step");
+                    fail(&store, &t, code, "failed").await.expect("fail step");
                 }
             }
             80..=94 => {
                 if let Some(id) = pick(&mut rng, &ids) {
-                    let t = store.task(&id).expect("read").expect("exists");
-                    let _ = cancel(&store, &t);
+                    let t = store.task(&id).await.expect("read").expect("exists");
+                    let _ = cancel(&store, &t).await;
                 }
             }
             _ => {
@@ -180,13 +189,13 @@ fn run(seed: u64, steps: usize) {
                 store = open(dir.path());
             }
         }
-        check(&store, &prices);
+        check(&store, &prices).await;
     }
 }
 
-#[test]
-fn random_interleavings_keep_the_ledger_balanced() {
+#[tokio::test]
+async fn random_interleavings_keep_the_ledger_balanced() {
     for seed in 0..4 {
-        run(seed, 600);
+        run(seed, 600).await;
     }
 }

@@ -9,7 +9,7 @@ use crate::clock::{now_ms, now_secs};
 use crate::download::download_results;
 use crate::schedule::{backoff, fail_task, reschedule};
 use crate::state::Engine;
-use crate::steps::{blocking, settle};
+use crate::steps::settle;
 
 /// Keeps the result files in the blob store, then moves the task to `succeeded` with its
 /// settlement. If the task ended meanwhile (cancelled), the files are removed again.
@@ -113,11 +113,11 @@ pub(crate) async fn succeed(
     };
     let settle = settle(&task);
     let ttl = engine.settings.content_ttl_secs;
-    let id = task.id.clone();
-    let result = blocking(&engine.store, move |s| {
-        let now = now_secs();
-        s.transition(
-            &id,
+    let now = now_secs();
+    let result = engine
+        .store
+        .transition(
+            &task.id,
             &[TaskStatus::Running],
             TaskStatus::Succeeded,
             &|t| {
@@ -129,8 +129,7 @@ pub(crate) async fn succeed(
             },
             &settle,
         )
-    })
-    .await;
+        .await;
     if let Err(e) = result {
         if !matches!(
             e,

@@ -6,14 +6,13 @@ use store::{StoreError, Task};
 
 use crate::calls::cancel_upstream;
 use crate::state::Engine;
-use crate::steps::{self, blocking, prededuct};
+use crate::steps::{self, prededuct};
 
 impl Engine {
     /// Stores a new task with its pre-deduction, durably, and wakes the engine to submit it.
     pub async fn enqueue(&self, task: &Task) -> Result<(), StoreError> {
         let ledger = prededuct(task);
-        let owned = task.clone();
-        blocking(&self.store, move |s| s.create_task(&owned, &ledger)).await?;
+        self.store.create_task(task, &ledger).await?;
         self.wake();
         Ok(())
     }
@@ -21,8 +20,7 @@ impl Engine {
     /// Cancels a task that has not ended, refunding its pre-deduction, and asks its upstream
     /// (if one accepted it) to stop. `StoreError::WrongStatus` when it had ended already.
     pub async fn cancel(self: &Arc<Self>, task: &Task) -> Result<Task, StoreError> {
-        let owned = task.clone();
-        let cancelled = blocking(&self.store, move |s| steps::cancel(s, &owned)).await?;
+        let cancelled = steps::cancel(&*self.store, task).await?;
         if let (Some(channel), Some(upstream_id)) = (
             cancelled
                 .channel

@@ -32,4 +32,3 @@ pub use run::run;
 pub use settings::TasksConfig;
 pub use state::{Engine, Parts, PublicUrls};
 pub use stats::ChannelStats;
-pub use steps::blocking;

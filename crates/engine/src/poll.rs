@@ -10,7 +10,6 @@ use crate::clock::now_ms;
 use crate::commit::succeed;
 use crate::schedule::{backoff, fail_task, reschedule};
 use crate::state::Engine;
-use crate::steps::blocking;
 
 pub(crate) async fn poll(
     engine: &Arc<Engine>,
@@ -59,10 +58,10 @@ pub(crate) async fn poll(
                 None => grown.clamp(min, cap),
             };
             let next = (now + wait).min(task.deadline_ms);
-            let id = task.id.clone();
-            let result = blocking(&engine.store, move |s| {
-                s.transition(
-                    &id,
+            let result = engine
+                .store
+                .transition(
+                    &task.id,
                     &[TaskStatus::Running],
                     TaskStatus::Running,
                     &|t| {
@@ -73,8 +72,7 @@ pub(crate) async fn poll(
                     },
                     &[],
                 )
-            })
-            .await;
+                .await;
             if let Err(e) = result
                 && !matches!(e, StoreError::WrongStatus { .. })
             {

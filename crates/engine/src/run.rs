@@ -1,7 +1,10 @@
-//! The engine's loop: finds due tasks in the store and takes one step on each, a bounded
+//! The engine's loop: claims due tasks from the store and takes one step on each, a bounded
 //! number at once. The schedule lives in the store (each task's `next_poll_ms`, indexed), so
-//! after a restart the engine simply finds the due tasks again. Every status change is a
-//! `transition`, so a cancel racing a completion settles or refunds exactly once, whoever wins.
+//! after a restart the engine simply finds the due tasks again. A claim holds a task from
+//! every other claimer for a lease (`claim_lease_secs`), so relays sharing a store never work
+//! on one task at once, and a dead relay's tasks are taken over when their leases run out.
+//! Every status change is a `transition`, so a cancel racing a completion settles or refunds
+//! exactly once, whoever wins.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,7 +18,6 @@ use crate::jobs::job_for;
 use crate::poll::poll;
 use crate::schedule::{fail_task, reschedule, time_out};
 use crate::state::Engine;
-use crate::steps::blocking;
 use crate::submit::submit;
 
 /// Tasks handled at once.
@@ -33,8 +35,15 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         if *shutdown.borrow() {
             break;
         }
-        let now = now_ms();
-        match blocking(&engine.store, move |s| s.due_tasks(now, BATCH)).await {
+        let lease_ms = engine.settings.claim_lease_secs.max(1).saturating_mul(1000);
+        // Claim no more than can start now: a claimed task waits for its lease otherwise.
+        let free = permits.available_permits().min(BATCH);
+        let claimed = if free == 0 {
+            Ok(Vec::new())
+        } else {
+            engine.store.claim_due(now_ms(), lease_ms, free).await
+        };
+        match claimed {
             Ok(due) => {
                 for task in due {
                     let fresh = in_flight
@@ -51,7 +60,11 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                     let in_flight = in_flight.clone();
                     tokio::spawn(async move {
                         let id = task.id.clone();
-                        step(&engine, task).await;
+                        let claim = (task.status, task.next_poll_ms);
+                        tokio::select! {
+                            () = step(&engine, task) => {}
+                            () = hold(&engine, &id, claim, lease_ms) => {}
+                        }
                         if let Ok(mut set) = in_flight.lock() {
                             set.remove(&id);
                         }
@@ -59,7 +72,7 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                     });
                 }
             }
-            Err(e) => tracing::error!("engine: reading due tasks: {e}"),
+            Err(e) => tracing::error!("engine: claiming due tasks: {e}"),
         }
         tokio::select! {
             _ = engine.wake.notified() => {}
@@ -75,23 +88,42 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
     .await;
 }
 
-/// One look at one task.
-async fn step(engine: &Arc<Engine>, task: Task) {
-    // The due list may be older than the last step of this task (a step that ended while the
-    // list was being worked through): act on the task as it is now, if it is still due.
-    let id = task.id.clone();
-    let task = match blocking(&engine.store, move |s| s.task(&id)).await {
-        Ok(Some(task)) => task,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::error!("engine: task {}: reading it: {e}", task.id);
-            return;
+/// Renews the claim on task `id` while its step runs (the step's own writes set the task's
+/// next time; a renewal only moves a claim the step has not replaced). Never returns.
+async fn hold(engine: &Engine, id: &str, claim: (TaskStatus, Option<u64>), lease_ms: u64) {
+    let (status, mut held) = claim;
+    loop {
+        tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
+        let until = now_ms().saturating_add(lease_ms);
+        let renewed = engine
+            .store
+            .transition(
+                id,
+                &[status],
+                status,
+                &|t| {
+                    if t.next_poll_ms == held {
+                        t.next_poll_ms = Some(until);
+                    }
+                },
+                &[],
+            )
+            .await;
+        match renewed {
+            Ok(task) if task.next_poll_ms == Some(until) => held = Some(until),
+            Ok(_) => break,
+            Err(store::StoreError::WrongStatus { .. } | store::StoreError::TaskNotFound(_)) => {
+                break;
+            }
+            Err(e) => tracing::warn!("engine: task {id}: renewing its claim: {e}"),
         }
-    };
-    let now = now_ms();
-    if task.status.is_final() || task.next_poll_ms.is_some_and(|at| at > now) {
-        return;
     }
+    std::future::pending::<()>().await;
+}
+
+/// One look at one task, as claimed (read in the claim's transaction, so as it is now).
+async fn step(engine: &Arc<Engine>, task: Task) {
+    let now = now_ms();
     if now >= task.deadline_ms {
         time_out(engine, task).await;
         return;

@@ -7,13 +7,12 @@ use store::{StoreError, Task};
 
 use crate::calls::cancel_upstream;
 use crate::state::Engine;
-use crate::steps::{blocking, fail};
+use crate::steps::fail;
 
 /// Moves an unfinished task to `failed` with its refund (nothing when another writer ended
 /// it first; a store error is logged).
 pub(crate) async fn fail_task(engine: &Engine, task: &Task, code: &str, message: &str) {
-    let (owned, code, message) = (task.clone(), code.to_owned(), message.to_owned());
-    if let Err(e) = blocking(&engine.store, move |s| fail(s, &owned, &code, &message)).await {
+    if let Err(e) = fail(&*engine.store, task, code, message).await {
         tracing::error!("engine: task {}: failing it: {e}", task.id);
     }
 }
@@ -27,10 +26,9 @@ pub(crate) fn backoff(engine: &Engine, base: Duration, attempts: u32) -> u64 {
 
 /// Fails a task past its deadline with `timeout`, refunding it, and stops the upstream work.
 pub(crate) async fn time_out(engine: &Arc<Engine>, task: Task) {
-    let owned = task.clone();
     let secs = engine.settings.timeout_secs;
     let message = format!("the task did not finish within {secs} s");
-    match blocking(&engine.store, move |s| fail(s, &owned, "timeout", &message)).await {
+    match fail(&*engine.store, &task, "timeout", &message).await {
         Ok(Some(_)) => {
             if let (Some(name), Some(upstream_id)) =
                 (task.channel.as_deref(), task.upstream_id.as_deref())
@@ -50,12 +48,12 @@ pub(crate) async fn reschedule(
     next_ms: u64,
     count_attempt: bool,
 ) {
-    let id = task.id.clone();
     let status = task.status;
     let next = next_ms.min(task.deadline_ms);
-    let result = blocking(&engine.store, move |s| {
-        s.transition(
-            &id,
+    let result = engine
+        .store
+        .transition(
+            &task.id,
             &[status],
             status,
             &|t| {
@@ -66,8 +64,7 @@ pub(crate) async fn reschedule(
             },
             &[],
         )
-    })
-    .await;
+        .await;
     if let Err(e) = result
         && !matches!(
             e,

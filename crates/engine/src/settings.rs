@@ -19,4 +19,8 @@ pub struct TasksConfig {
     pub channel_failure_threshold: u32,
     /// How long an unhealthy channel is skipped before one probe goes through.
     pub channel_cooldown_ms: u64,
+    /// How long a task the engine claimed is held from every other claimer (another relay
+    /// on the same store): longer than one step of a task may take (an upstream call, a
+    /// result download); a dead instance's tasks are taken over after it.
+    pub claim_lease_secs: u64,
 }

@@ -2,22 +2,9 @@
 //! the pre-deduction that comes with a new task, the refund of one that ends without a result,
 //! failing a task. Every status change goes through `Store::transition`.
 
-use std::sync::Arc;
-
 use store::{LedgerDraft, LedgerKind, Store, StoreError, Task, TaskError, TaskStatus};
 
 use crate::clock::now_secs;
-
-/// Runs a store step off the async workers (store steps may flush to disk).
-pub async fn blocking<T: Send + 'static>(
-    store: &Arc<dyn Store>,
-    step: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || step(&*store))
-        .await
-        .map_err(|e| StoreError::Backend(format!("store step panicked: {e}")))?
-}
 
 /// The ledger draft of a new task's pre-deduction.
 pub fn prededuct(task: &Task) -> Vec<LedgerDraft> {
@@ -49,7 +36,7 @@ fn draft(task: &Task, kind: LedgerKind, amount: i64) -> Vec<LedgerDraft> {
 
 /// Moves an unfinished task to `failed` with `error`, refunding it. `None` when another
 /// writer ended it first.
-pub fn fail(
+pub async fn fail(
     store: &dyn Store,
     task: &Task,
     code: &str,
@@ -60,17 +47,19 @@ pub fn fail(
         message: message.to_owned(),
     };
     let now = now_secs();
-    let result = store.transition(
-        &task.id,
-        &[TaskStatus::Queued, TaskStatus::Running],
-        TaskStatus::Failed,
-        &|t| {
-            t.error = Some(error.clone());
-            t.updated_at = now;
-            t.completed_at = Some(now);
-        },
-        &refund(task),
-    );
+    let result = store
+        .transition(
+            &task.id,
+            &[TaskStatus::Queued, TaskStatus::Running],
+            TaskStatus::Failed,
+            &|t| {
+                t.error = Some(error.clone());
+                t.updated_at = now;
+                t.completed_at = Some(now);
+            },
+            &refund(task),
+        )
+        .await;
     match result {
         Ok(task) => Ok(Some(task)),
         Err(StoreError::WrongStatus { .. }) => Ok(None),
@@ -79,16 +68,18 @@ pub fn fail(
 }
 
 /// Moves an unfinished task to `cancelled`, refunding it.
-pub fn cancel(store: &dyn Store, task: &Task) -> Result<Task, StoreError> {
+pub async fn cancel(store: &dyn Store, task: &Task) -> Result<Task, StoreError> {
     let now = now_secs();
-    store.transition(
-        &task.id,
-        &[TaskStatus::Queued, TaskStatus::Running],
-        TaskStatus::Cancelled,
-        &|t| {
-            t.updated_at = now;
-            t.completed_at = Some(now);
-        },
-        &refund(task),
-    )
+    store
+        .transition(
+            &task.id,
+            &[TaskStatus::Queued, TaskStatus::Running],
+            TaskStatus::Cancelled,
+            &|t| {
+                t.updated_at = now;
+                t.completed_at = Some(now);
+            },
+            &refund(task),
+        )
+        .await
 }

@@ -11,7 +11,6 @@ use crate::clock::now_ms;
 use crate::jobs::{job_for, references_for};
 use crate::schedule::{backoff, fail_task, reschedule};
 use crate::state::Engine;
-use crate::steps::blocking;
 
 /// The longest a submission waits for a call of its channel's `max_calls_per_sec`; past it
 /// the next channel is tried, or the task comes back at its turn.
@@ -164,14 +163,14 @@ async fn accept(
     upstream_id: String,
 ) {
     let now = now_ms();
-    let id = task.id.clone();
     let accepted_id = upstream_id.clone();
     let name = channel.name().to_owned();
     let next = (now + channel.min_poll_interval().as_millis() as u64).min(task.deadline_ms);
     let from = task.status;
-    let result = blocking(&engine.store, move |s| {
-        s.transition(
-            &id,
+    let result = engine
+        .store
+        .transition(
+            &task.id,
             &[from],
             TaskStatus::Running,
             &|t| {
@@ -184,8 +183,7 @@ async fn accept(
             },
             &[],
         )
-    })
-    .await;
+        .await;
     match result {
         Ok(_) => {}
         // Cancelled (or timed out) while submitting: stop the upstream work too.

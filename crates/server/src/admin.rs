@@ -6,9 +6,9 @@ use error_codes::{ApiError, ErrorCode};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use store::{Key, KeyStatus, RateLimit, StoreError};
+use store::{AdminTaskQuery, Key, KeyStatus, RateLimit, StoreError, TaskKind, TaskStatus};
 
-use crate::app::{App, blocking, new_key};
+use crate::app::{App, new_key};
 use crate::http::{Answer, error, ok, parse_json, read_body, store_unavailable};
 
 /// A key as operators see it (never its secret or hash).
@@ -87,8 +87,8 @@ pub async fn create_key(app: &Arc<App>, body: Incoming) -> Answer {
         });
         key.models = req.models;
         key.expires_at = req.expires_at;
-        let stored = key.clone();
-        blocking(app, move |s| s.create_key(&stored))
+        app.store
+            .create_key(&key)
             .await
             .map_err(store_unavailable)?;
         let mut record = key_record(&key);
@@ -104,7 +104,7 @@ pub async fn create_key(app: &Arc<App>, body: Incoming) -> Answer {
 
 /// `GET /admin/keys`.
 pub async fn list_keys(app: &Arc<App>) -> Answer {
-    match blocking(app, |s| s.keys()).await {
+    match app.store.keys().await {
         Ok(keys) => {
             let data: Vec<Value> = keys.iter().map(key_record).collect();
             ok(&json!({"object": "list", "data": data, "has_more": false}))
@@ -119,8 +119,7 @@ fn key_not_found(id: &str) -> ApiError {
 
 /// `GET /admin/keys/{id}`.
 pub async fn get_key(app: &Arc<App>, id: &str) -> Answer {
-    let owned = id.to_owned();
-    match blocking(app, move |s| s.key(&owned)).await {
+    match app.store.key(id).await {
         Ok(Some(key)) => ok(&key_record(&key)),
         Ok(None) => error(&key_not_found(id)),
         Err(e) => error(&store_unavailable(e)),
@@ -129,12 +128,11 @@ pub async fn get_key(app: &Arc<App>, id: &str) -> Answer {
 
 /// `DELETE /admin/keys/{id}`: revokes the key (its ledger stays).
 pub async fn revoke_key(app: &Arc<App>, id: &str) -> Answer {
-    let owned = id.to_owned();
-    match blocking(app, move |s| {
-        s.update_key(&owned, &|k| k.status = KeyStatus::Revoked)
-    })
-    .await
-    {
+    let revoked = app
+        .store
+        .update_key(id, &|k| k.status = KeyStatus::Revoked)
+        .await;
+    match revoked {
         Ok(key) => ok(
             &json!({"id": key.id, "object": "key.deleted", "deleted": true, "status": "revoked"}),
         ),
@@ -145,12 +143,11 @@ pub async fn revoke_key(app: &Arc<App>, id: &str) -> Answer {
 
 /// `GET /admin/keys/{id}/ledger`.
 pub async fn ledger(app: &Arc<App>, id: &str) -> Answer {
-    let owned = id.to_owned();
-    let result = blocking(app, move |s| {
-        let key = s.key(&owned)?;
-        key.map(|_| s.ledger(&owned)).transpose()
-    })
-    .await;
+    let result = match app.store.key(id).await {
+        Ok(Some(_)) => app.store.ledger(id).await.map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    };
     match result {
         Ok(Some(entries)) => {
             let data: Vec<Value> = entries
@@ -290,9 +287,8 @@ pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
     let result = async {
         let bytes = read_body(body, app.config.server.json_limit()).await?;
         let patch = parse_patch(parse_json(&bytes)?)?;
-        let owned = id.to_owned();
-        blocking(app, move |s| {
-            s.update_key(&owned, &|k| {
+        app.store
+            .update_key(id, &|k| {
                 if let Some(quota) = patch.quota {
                     k.quota = quota;
                 }
@@ -315,23 +311,17 @@ pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
                     k.status = status;
                 }
             })
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::KeyNotFound(_) => key_not_found(id),
-            e => store_unavailable(e),
-        })
+            .await
+            .map_err(|e| match e {
+                StoreError::KeyNotFound(_) => key_not_found(id),
+                e => store_unavailable(e),
+            })
     }
     .await;
     match result {
         Ok(key) => ok(&key_record(&key)),
         Err(e) => error(&e),
     }
-}
-
-/// The part of a task id that orders tasks by creation: the ULID after the last `_`.
-fn creation_order(id: &str) -> &str {
-    id.rsplit_once('_').map_or(id, |(_, ulid)| ulid)
 }
 
 /// `GET /admin/tasks?status=&model=&key_id=&limit=&after=`: tasks of both formats, newest
@@ -350,30 +340,35 @@ pub async fn tasks(app: &Arc<App>, query: Option<&str>) -> Answer {
             return error(&invalid("limit", "limit must be from 1 to 1000"));
         }
     };
-    let result = blocking(app, |s| s.all_tasks(usize::MAX)).await;
-    let all = match result {
-        Ok(all) => all,
+    // A status of either format: `in_progress` and `completed` are the first format's names.
+    let (status, kind) = match status.as_deref() {
+        None => (None, None),
+        Some("in_progress") => (Some(TaskStatus::Running), Some(TaskKind::Video)),
+        Some("completed") => (Some(TaskStatus::Succeeded), Some(TaskKind::Video)),
+        Some("queued") => (Some(TaskStatus::Queued), None),
+        Some("running") => (Some(TaskStatus::Running), None),
+        Some("succeeded") => (Some(TaskStatus::Succeeded), None),
+        Some("failed") => (Some(TaskStatus::Failed), None),
+        Some("cancelled") => (Some(TaskStatus::Cancelled), None),
+        // No task has any other status.
+        Some(_) => return ok(&json!({"object": "list", "data": [], "has_more": false})),
+    };
+    let query = AdminTaskQuery {
+        status,
+        kind,
+        model,
+        owner: key_id,
+        after,
+        limit,
+    };
+    let page = match app.store.admin_tasks(&query).await {
+        Ok(page) => page,
         Err(e) => return error(&store_unavailable(e)),
     };
-    let mut matching = all
-        .iter()
-        .filter(|t| {
-            after
-                .as_deref()
-                .is_none_or(|a| creation_order(&t.id) < creation_order(a))
-        })
-        .filter(|t| {
-            status
-                .as_deref()
-                .is_none_or(|s| admin_status(t) == s || status_name(t.status) == s)
-        })
-        .filter(|t| model.as_deref().is_none_or(|m| t.model == m))
-        .filter(|t| key_id.as_deref().is_none_or(|k| t.owner == k))
-        .peekable();
-    let page: Vec<&store::Task> = matching.by_ref().take(limit).collect();
-    let has_more = matching.peek().is_some();
+    let has_more = page.has_more;
     let data: Vec<Value> = page
-        .into_iter()
+        .items
+        .iter()
         .map(|t| {
             json!({
                 "id": t.id, "kind": match t.kind { store::TaskKind::Video => "video", store::TaskKind::Generation => "video.generation" },
@@ -407,7 +402,7 @@ fn admin_status(task: &store::Task) -> &'static str {
 
 /// `GET /admin/channels`: each channel's health, tasks in flight and error rate.
 pub async fn channels(app: &Arc<App>) -> Answer {
-    let unfinished = blocking(app, |s| s.unfinished_tasks(usize::MAX)).await;
+    let unfinished = app.store.unfinished_tasks(usize::MAX).await;
     let unfinished = match unfinished {
         Ok(t) => t,
         Err(e) => return error(&store_unavailable(e)),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use engine::{ChannelStats, Engine, now_secs};
 use fetch::{FetchConfig, Fetcher};
-use store::{BlobStore, Key, KeyStatus, LocalBlobs, SledStore, Store, StoreError};
+use store::{BlobStore, Key, KeyStatus, LocalBlobs, SledStore, Store};
 use tokio::sync::Notify;
 
 use crate::auth::{KeyCache, generate_secret, hash_secret};
@@ -67,7 +67,7 @@ const ADMIN_HASH: &str = "admin_token_sha256";
 impl App {
     /// Opens the store and blobs under `data_dir`, builds the channels and the engine, and on
     /// a first start creates the first key and the admin token.
-    pub fn open(
+    pub async fn open(
         config: Config,
         data_dir: &Path,
         admin_token: Option<&str>,
@@ -85,25 +85,29 @@ impl App {
         let mut bootstrap = Bootstrap::default();
         let admin_hash = match admin_token {
             Some(token) if !token.is_empty() => hash_secret(token),
-            _ => match store.meta(ADMIN_HASH)? {
+            _ => match store.meta(ADMIN_HASH).await? {
                 Some(hash) => String::from_utf8_lossy(&hash).into_owned(),
                 None => {
                     let token = generate_secret("adm-relay-");
-                    let stored = store.meta_init(ADMIN_HASH, hash_secret(&token).as_bytes())?;
+                    let stored = store
+                        .meta_init(ADMIN_HASH, hash_secret(&token).as_bytes())
+                        .await?;
                     bootstrap.admin_token = Some(token);
                     String::from_utf8_lossy(&stored).into_owned()
                 }
             },
         };
-        if store.key_count()? == 0 {
+        if store.key_count().await? == 0 {
             let (key, secret) = new_key("first key", "gen2", None);
-            store.create_key(&key)?;
+            store.create_key(&key).await?;
             bootstrap.first_key = Some(secret);
         }
 
         let signer = {
             let fresh = generate_secret("");
-            let stored = store.meta_init(signed::SECRET_META, fresh.as_bytes())?;
+            let stored = store
+                .meta_init(signed::SECRET_META, fresh.as_bytes())
+                .await?;
             Arc::new(Signer::new(stored))
         };
         let channel_stats: Arc<HashMap<String, ChannelStats>> = Arc::new(
@@ -175,14 +179,6 @@ impl App {
     pub fn sim_scenarios(&self) -> bool {
         self.config.simulator.scenarios
     }
-}
-
-/// Runs a store step off the async workers (store steps may flush to disk).
-pub async fn blocking<T: Send + 'static>(
-    app: &App,
-    step: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    engine::blocking(&app.store, step).await
 }
 
 /// The URLs upstreams fetch the relay's stored files at (frames too large to inline,

@@ -30,7 +30,7 @@ use store::{
 };
 use videos_v1::FieldValue;
 
-use crate::app::{App, blocking};
+use crate::app::App;
 use crate::http::{
     Answer, MAX_ID_LEN, error, media_type, ok, parse_json, read_body, store_unavailable,
 };
@@ -55,8 +55,9 @@ async fn owned_library(app: &Arc<App>, key: &Key, id: &str) -> Result<Library, A
     if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(no_library(id));
     }
-    let owned_id = id.to_owned();
-    let library = blocking(app, move |s| s.library(&owned_id))
+    let library = app
+        .store
+        .library(id)
         .await
         .map_err(store_unavailable)?
         .filter(|l| l.owner == key.id)
@@ -69,8 +70,8 @@ async fn owned_asset(app: &Arc<App>, key: &Key, id: &str) -> Result<AssetRecord,
     if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(no_asset(id));
     }
-    let owned_id = id.to_owned();
-    blocking(app, move |s| s.asset(&owned_id))
+    app.store
+        .asset(id)
         .await
         .map_err(store_unavailable)?
         .filter(|a| a.owner == key.id)
@@ -136,8 +137,8 @@ async fn create_library_inner(
         created_at: now_secs(),
         asset_count: 0,
     };
-    let written = library.clone();
-    blocking(app, move |s| s.create_library(&written))
+    app.store
+        .create_library(&library)
         .await
         .map_err(store_unavailable)?;
     Ok(library_record(&library))
@@ -149,11 +150,10 @@ pub async fn list_libraries(app: &Arc<App>, key: &Key, query: Option<&str>) -> A
         Ok(q) => q,
         Err(e) => return error(&e),
     };
-    let owner = key.id.clone();
-    let page = blocking(app, move |s| {
-        s.list_libraries(&owner, q.after.as_deref(), q.limit, store_order(q.order))
-    })
-    .await;
+    let page = app
+        .store
+        .list_libraries(&key.id, q.after.as_deref(), q.limit, store_order(q.order))
+        .await;
     answer(page.map_err(store_unavailable).map(|p| {
         List::new(
             p.items.iter().map(library_record).collect(),
@@ -176,8 +176,9 @@ pub async fn get_library(app: &Arc<App>, key: &Key, id: &str) -> Answer {
 pub async fn delete_library(app: &Arc<App>, key: &Key, id: &str) -> Answer {
     let result = async {
         let library = owned_library(app, key, id).await?;
-        let lib_id = library.id.clone();
-        let removed = blocking(app, move |s| s.delete_library(&lib_id))
+        let removed = app
+            .store
+            .delete_library(&library.id)
             .await
             .map_err(store_unavailable)?;
         // A concurrent delete of the same library answers as if it were this one.
@@ -309,8 +310,7 @@ async fn upload_inner(
         expires_at: None,
         error: None,
     };
-    let written = asset.clone();
-    match blocking(app, move |s| s.create_asset(&written)).await {
+    match app.store.create_asset(&asset).await {
         Ok(()) => {}
         Err(e) => {
             remove_blobs(app, vec![id.clone()]).await;
@@ -343,7 +343,9 @@ pub async fn list_assets(
             limit: q.limit,
             order: store_order(q.order),
         };
-        let page = blocking(app, move |s| s.list_assets(&query))
+        let page = app
+            .store
+            .list_assets(&query)
             .await
             .map_err(store_unavailable)?;
         Ok(List::new(
@@ -377,8 +379,8 @@ pub async fn get_asset(app: &Arc<App>, key: &Key, id: &str) -> Answer {
 pub async fn delete_asset(app: &Arc<App>, key: &Key, id: &str) -> Answer {
     let result = async {
         let asset = owned_asset(app, key, id).await?;
-        let asset_id = asset.id.clone();
-        blocking(app, move |s| s.delete_asset(&asset_id))
+        app.store
+            .delete_asset(&asset.id)
             .await
             .map_err(store_unavailable)?;
         remove_blobs(app, vec![asset.id.clone()]).await;
@@ -410,26 +412,17 @@ pub async fn asset_facts(
     key: &Key,
     ids: &[String],
 ) -> Result<Vec<AssetFact>, ApiError> {
-    let wanted: Vec<String> = ids.to_vec();
-    let owner = key.id.clone();
-    let found = blocking(app, move |s| {
-        let mut out = Vec::with_capacity(wanted.len());
-        for id in &wanted {
-            let asset = if id.is_empty() || id.len() > MAX_ID_LEN {
-                None
-            } else {
-                s.asset(id)?.filter(|a| a.owner == owner)
-            };
-            out.push((id.clone(), asset));
-        }
-        Ok(out)
-    })
-    .await
-    .map_err(store_unavailable)?;
-    Ok(found
-        .into_iter()
-        .map(|(id, asset)| fact_of(id, asset.as_ref()))
-        .collect())
+    let mut facts = Vec::with_capacity(ids.len());
+    for id in ids {
+        let asset = if id.is_empty() || id.len() > MAX_ID_LEN {
+            None
+        } else {
+            let found = app.store.asset(id).await.map_err(store_unavailable)?;
+            found.filter(|a| a.owner == key.id)
+        };
+        facts.push(fact_of(id.clone(), asset.as_ref()));
+    }
+    Ok(facts)
 }
 
 fn fact_of(id: String, asset: Option<&AssetRecord>) -> AssetFact {

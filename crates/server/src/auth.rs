@@ -99,7 +99,7 @@ impl KeyCache {
 }
 
 /// Checks the request's key: known, active, not expired. Any fault is `401 unauthorized`.
-pub fn authenticate(
+pub async fn authenticate(
     store: &dyn Store,
     cache: &KeyCache,
     headers: &HeaderMap,
@@ -117,6 +117,7 @@ pub fn authenticate(
         Err(generation) => {
             let key = store
                 .key_by_hash(&hash)
+                .await
                 .map_err(|e| {
                     tracing::error!("key lookup: {e}");
                     ApiError::new(ErrorCode::Unavailable, "the key store is not available")

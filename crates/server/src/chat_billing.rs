@@ -6,7 +6,6 @@
 //! (nothing when the upstream failed). Charges are queued (`chat_ledger::ChargeQueue`) and
 //! written in batches by [`write_charges`]: a message's own path does no store write.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -15,7 +14,7 @@ use messages::Usage;
 use store::{Charge, Key};
 
 use crate::app::App;
-use crate::chat_ledger::{CHARGE_BATCH, release};
+use crate::chat_ledger::{CHARGE_BATCH, Held, release};
 
 /// Credits for `usage` at the model's prices, rounded up.
 pub(crate) fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
@@ -51,7 +50,7 @@ impl Drop for Bill {
 impl Bill {
     /// Reserves the estimate when the key has a quota; `402` when what the key has left,
     /// less what its other messages under way hold, cannot cover it.
-    pub(crate) fn open(
+    pub(crate) async fn open(
         app: &Arc<App>,
         key: &Key,
         id: &str,
@@ -68,36 +67,49 @@ impl Bill {
         if estimate <= 0 || key.quota.is_none() {
             return Ok(bill);
         }
-        let mut held = app.reservations.lock();
-        // The balance as stored now (not as read at authentication): charges are written
-        // under this lock, so it and `held` agree.
-        let stored = app
-            .store
-            .key(&key.id)
-            .map_err(crate::http::store_unavailable)?
-            .and_then(|k| k.quota);
-        let Some(stored) = stored else {
-            return Ok(bill);
-        };
-        let mine = held.entry(key.id.clone()).or_insert(0);
-        let available = stored.saturating_sub(*mine);
-        if available < estimate {
-            if *mine == 0 {
-                held.remove(&key.id);
+        // How often to read the balance again when charges are written meanwhile, before
+        // answering that the store is too busy to admit the message exactly.
+        const READS: usize = 16;
+        for _ in 0..READS {
+            let releases = app.reservations.lock().releases;
+            let stored = app
+                .store
+                .key(&key.id)
+                .await
+                .map_err(crate::http::store_unavailable)?
+                .and_then(|k| k.quota);
+            let Some(stored) = stored else {
+                return Ok(bill);
+            };
+            let mut held = app.reservations.lock();
+            if held.releases != releases {
+                // A charge was written and its reservation released after the read: the
+                // balance read may not count it.
+                continue;
             }
-            return Err(ApiError::new(
-                ErrorCode::InsufficientQuota,
-                format!(
-                    "this message may cost up to {estimate} credits (its input and max_tokens); the key has {} left",
-                    available.max(0)
-                ),
-            ));
+            let mine = held.by_key.entry(key.id.clone()).or_insert(0);
+            let available = stored.saturating_sub(*mine);
+            if available < estimate {
+                if *mine == 0 {
+                    held.by_key.remove(&key.id);
+                }
+                return Err(ApiError::new(
+                    ErrorCode::InsufficientQuota,
+                    format!(
+                        "this message may cost up to {estimate} credits (its input and max_tokens); the key has {} left",
+                        available.max(0)
+                    ),
+                ));
+            }
+            *mine += estimate;
+            bill.reserved = estimate;
+            return Ok(bill);
         }
-        *mine += estimate;
-        bill.reserved = estimate;
-        Ok(bill)
+        Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "the key's balance is changing too fast to reserve this message; retry",
+        ))
     }
-
     /// Queues the charge of the real usage's cost (at most what the key has left); the
     /// reservation goes with it and is released when the charge is written.
     pub(crate) fn charge(mut self, usage: Usage) {
@@ -118,25 +130,31 @@ impl Bill {
         };
         if let Some((charge, reserved)) = self.app.charges.push(charge, reserved) {
             // The queue is full (the store is behind): this message writes its own charge.
-            write_batch(&self.app, vec![(charge, reserved)]);
+            let app = self.app.clone();
+            tokio::spawn(async move { write_batch(&app, vec![(charge, reserved)]).await });
         }
     }
 
-    fn release(&mut self, held: &mut HashMap<String, i64>) {
-        release(held, &self.key_id, std::mem::take(&mut self.reserved));
+    fn release(&mut self, held: &mut Held) {
+        release(
+            &mut held.by_key,
+            &self.key_id,
+            std::mem::take(&mut self.reserved),
+        );
     }
 }
 
-/// Writes charges in one store transaction, then releases their reservations, all under the
-/// reservations' lock.
-fn write_batch(app: &App, items: Vec<(Charge, i64)>) {
+/// Writes charges in one store transaction, then releases their reservations (counting the
+/// release, see [`crate::chat_ledger::Reservations`]).
+async fn write_batch(app: &App, items: Vec<(Charge, i64)>) {
     let (charges, reserved): (Vec<Charge>, Vec<i64>) = items.into_iter().unzip();
-    let mut held = app.reservations.lock();
-    if let Err(e) = app.store.charges(&charges) {
+    if let Err(e) = app.store.charges(&charges).await {
         tracing::error!("writing {} chat charges: {e}", charges.len());
     }
+    let mut held = app.reservations.lock();
+    held.releases += 1;
     for (charge, amount) in charges.iter().zip(reserved) {
-        release(&mut held, &charge.key_id, amount);
+        release(&mut held.by_key, &charge.key_id, amount);
     }
 }
 
@@ -157,11 +175,7 @@ pub async fn write_charges(app: Arc<App>) {
     while rx.recv_many(&mut batch, CHARGE_BATCH).await > 0 {
         let items = std::mem::take(&mut batch);
         let n = items.len();
-        let writer = app.clone();
-        let done = tokio::task::spawn_blocking(move || write_batch(&writer, items)).await;
-        if let Err(e) = done {
-            tracing::error!("writing chat charges: {e}");
-        }
+        write_batch(&app, items).await;
         app.charges.pending.fetch_sub(n, Ordering::SeqCst);
         app.charges.written.notify_waiters();
     }

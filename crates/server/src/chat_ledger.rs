@@ -10,16 +10,28 @@ use store::Charge;
 use tokio::sync::mpsc;
 
 /// Estimates reserved by the messages under way, per key with a quota (unlimited keys need
-/// none). The lock also covers reading the key's stored quota and writing a charge, so a
-/// message is admitted against a balance that counts every other message exactly once:
-/// either still reserved, or already charged.
+/// none), and how many times reservations were released after their charges were written.
+///
+/// A message is admitted against a balance that counts every other message at least once:
+/// a charge's reservation is released only after the charge is in the store, so a message
+/// is either reserved, charged, or both for a moment (stricter, never looser). A balance read
+/// from the store before a release may miss the released charge, so admission reads the
+/// release count, then the balance, then checks under the lock that no release came between
+/// (reading again when one did).
 #[derive(Debug, Default)]
 pub struct Reservations {
-    held: std::sync::Mutex<HashMap<String, i64>>,
+    held: std::sync::Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    pub(crate) by_key: HashMap<String, i64>,
+    /// Releases of written charges so far.
+    pub(crate) releases: u64,
 }
 
 impl Reservations {
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -156,8 +156,7 @@ pub async fn serve(
     // The writer holds the app (and so the store) until it has stopped.
     charge_writer.abort();
     let _ = charge_writer.await;
-    let store = app.store.clone();
-    tokio::task::spawn_blocking(move || store.flush()).await??;
+    app.store.flush().await?;
     tracing::info!("stopped");
     Ok(())
 }

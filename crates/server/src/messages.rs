@@ -95,7 +95,7 @@ pub struct Refused {
 }
 
 /// Auth (x-api-key or Bearer), then the rate limit; refusals in the vendor's shape.
-pub fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
+pub async fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
     let rid = || request_id(parts);
     let key = authenticate(
         &*app.store,
@@ -104,6 +104,7 @@ pub fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
         true,
         now_secs(),
     )
+    .await
     .map_err(|e| {
         Box::new(Refused {
             answer: vendor_error(&e, &rid()),
@@ -214,7 +215,7 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
     let id = format!("msg_{}", ulid::Ulid::new());
     let input_estimate = messages::tokens::count_request(req);
     let estimate = cost(app, &req.model, input_estimate, req.max_tokens.unwrap_or(0));
-    let bill = match Bill::open(app, key, &id, &req.model, estimate) {
+    let bill = match Bill::open(app, key, &id, &req.model, estimate).await {
         Ok(bill) => bill,
         Err(e) => return vendor_error(&e, &rid),
     };

@@ -275,7 +275,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
             use crate::messages;
-            let (mut res, key) = match messages::admit(app, &parts) {
+            let (mut res, key) = match messages::admit(app, &parts).await {
                 Err(refused) => (refused.answer, refused.key),
                 Ok(key) => {
                     let res = match route {
@@ -328,10 +328,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             }
         }
         _ => {
-            let key = match authenticate(&*app.store, &app.key_cache, headers, false, now_secs()) {
-                Ok(key) => key,
-                Err(e) => return error(&e),
-            };
+            let key =
+                match authenticate(&*app.store, &app.key_cache, headers, false, now_secs()).await {
+                    Ok(key) => key,
+                    Err(e) => return error(&e),
+                };
             let class = match route {
                 Route::GetVideo(id) | Route::GetGeneration(id) | Route::GetAsset(id) => {
                     Class::Poll(id)
@@ -454,7 +455,7 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
 }
 
 async fn readyz(app: &Arc<App>) -> Answer {
-    let store_ok = crate::app::blocking(app, |s| s.key_count()).await.is_ok();
+    let store_ok = app.store.key_count().await.is_ok();
     if store_ok
         && app
             .engine

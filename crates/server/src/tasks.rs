@@ -11,7 +11,7 @@ use http::HeaderValue;
 use serde::Serialize;
 use store::{Key, Outputs, StoreError, Task, TaskKind, TaskStatus};
 
-use crate::app::{App, blocking};
+use crate::app::App;
 use crate::auth::may_use_model;
 use crate::http::{Answer, MAX_ID_LEN, error, ok, store_unavailable};
 
@@ -144,6 +144,7 @@ pub async fn owned(app: &App, key: &Key, id: &str, kind: TaskKind) -> Result<Tas
     let task = app
         .store
         .task(id)
+        .await
         .map_err(store_unavailable)?
         .ok_or_else(not_found)?;
     if task.owner != key.id || task.kind != kind {
@@ -198,9 +199,7 @@ async fn list_page(
             videos_v1::ListOrder::Desc => store::Order::Desc,
         },
     };
-    blocking(app, move |s| s.list_tasks(&q))
-        .await
-        .map_err(store_unavailable)
+    app.store.list_tasks(&q).await.map_err(store_unavailable)
 }
 
 /// `POST .../cancel`: the cancelled task's record.
@@ -245,8 +244,8 @@ pub async fn delete(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
             Err(e) => return Err(e),
         }
     }
-    let owned_id = task.id.clone();
-    blocking(app, move |s| s.delete_task(&owned_id))
+    app.store
+        .delete_task(&task.id)
         .await
         .map_err(store_unavailable)?;
     let blobs = app.blobs.clone();

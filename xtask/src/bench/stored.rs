@@ -84,7 +84,7 @@ fn finished_task(owner: &str, i: usize, now: u64) -> Task {
 
 /// The seeded store in `dir` with `n` tasks, seeded now unless a complete one is there: the
 /// seed, and how long seeding took (zero when reused).
-fn seed(dir: &Path, n: usize) -> anyhow::Result<(Seed, Duration)> {
+async fn seed(dir: &Path, n: usize) -> anyhow::Result<(Seed, Duration)> {
     let done = dir.join("complete");
     let mut took = Duration::ZERO;
     if !done.exists() {
@@ -116,41 +116,39 @@ fn seed(dir: &Path, n: usize) -> anyhow::Result<(Seed, Duration)> {
             status: KeyStatus::Active,
             created_at: now,
         };
-        store.create_key(&key)?;
+        store.create_key(&key).await?;
         let next = Arc::new(AtomicUsize::new(0));
         let mut threads = Vec::new();
         for _ in 0..SEED_THREADS {
             let (store, next, owner) = (store.clone(), next.clone(), key.id.clone());
-            threads.push(std::thread::spawn(
-                move || -> anyhow::Result<Vec<String>> {
-                    let mut ids = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= n {
-                            return Ok(ids);
-                        }
-                        let task = finished_task(&owner, i, now);
-                        store.create_task(&task, &[])?;
-                        ids.push(task.id);
-                        if (i + 1) % 50_000 == 0 {
-                            eprintln!(
-                                "bench: seeded {} of {n} ({:.0}/s)",
-                                i + 1,
-                                (i + 1) as f64 / started.elapsed().as_secs_f64()
-                            );
-                        }
+            threads.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return anyhow::Ok(ids);
                     }
-                },
-            ));
+                    let task = finished_task(&owner, i, now);
+                    store.create_task(&task, &[]).await?;
+                    ids.push(task.id);
+                    if (i + 1) % 50_000 == 0 {
+                        eprintln!(
+                            "bench: seeded {} of {n} ({:.0}/s)",
+                            i + 1,
+                            (i + 1) as f64 / started.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            }));
         }
         let mut ids = Vec::with_capacity(n);
         for t in threads {
             ids.extend(
-                t.join()
-                    .map_err(|_| anyhow::anyhow!("a seeding thread panicked"))??,
+                t.await
+                    .map_err(|_| anyhow::anyhow!("a seeding task panicked"))??,
             );
         }
-        store.flush()?;
+        store.flush().await?;
         drop(store);
         std::fs::write(dir.join("ids"), ids.join("\n"))?;
         std::fs::write(dir.join("key"), &secret)?;
@@ -347,7 +345,7 @@ pub async fn run(
     let mut runs = Vec::new();
     for (label, n) in [("10k", 10_000), ("1m", 1_000_000)] {
         let dir = work.join(format!("seed-{label}"));
-        let (seed, took) = tokio::task::spawn_blocking(move || seed(&dir, n)).await??;
+        let (seed, took) = seed(&dir, n).await?;
         seeding += took;
         let run = start_on_copy(binary, &work.join(format!("stored-{label}")), seed).await?;
         runs.push(run);

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use super::inspect::{Inspected, Rejected, inspect};
 use super::wire::{blob_id, blob_prefix, kind_of, store_type_of};
-use crate::app::{App, blocking};
+use crate::app::App;
 
 /// Assets processed at once.
 pub const CONCURRENCY: usize = 4;
@@ -41,7 +41,7 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
         let free = CONCURRENCY.saturating_sub(in_flight.len());
         if free > 0 {
             let limit = in_flight.len() + free;
-            match blocking(&app, move |s| s.processing_assets(limit)).await {
+            match app.store.processing_assets(limit).await {
                 Ok(pending) => {
                     let pending: Vec<AssetRecord> = pending
                         .into_iter()
@@ -94,7 +94,7 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 async fn expire_due(app: &Arc<App>) {
     loop {
         let now = now_secs();
-        let due = match blocking(app, move |s| s.expired_assets(now, EXPIRY_BATCH)).await {
+        let due = match app.store.expired_assets(now, EXPIRY_BATCH).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!("assets: reading the expiry index: {e}");
@@ -102,24 +102,27 @@ async fn expire_due(app: &Arc<App>) {
             }
         };
         let full = due.len() == EXPIRY_BATCH;
-        let ids: Vec<String> = due.into_iter().map(|a| a.id).collect();
-        let moved = blocking(app, move |s| {
-            for id in &ids {
-                match s.transition_asset(id, &[AssetStatus::Active], AssetStatus::Expired, &|a| {
-                    a.updated_at = now;
-                }) {
-                    Ok(_)
-                    | Err(StoreError::AssetNotFound(_))
-                    | Err(StoreError::AssetWrongStatus { .. }) => {}
-                    Err(e) => return Err(e),
+        for asset in &due {
+            let moved = app
+                .store
+                .transition_asset(
+                    &asset.id,
+                    &[AssetStatus::Active],
+                    AssetStatus::Expired,
+                    &|a| {
+                        a.updated_at = now;
+                    },
+                )
+                .await;
+            match moved {
+                Ok(_)
+                | Err(StoreError::AssetNotFound(_))
+                | Err(StoreError::AssetWrongStatus { .. }) => {}
+                Err(e) => {
+                    tracing::error!("assets: expiring: {e}");
+                    return;
                 }
             }
-            Ok(())
-        })
-        .await;
-        if let Err(e) = moved {
-            tracing::error!("assets: expiring: {e}");
-            return;
         }
         if !full {
             return;
@@ -191,38 +194,34 @@ async fn process(app: &Arc<App>, asset: AssetRecord, mut shutdown: watch::Receiv
     let ttl = app.config.assets.ttl_secs;
     let blob = blob_id(&id);
     let failed = matches!(outcome, Outcome::Failed(_));
-    let owned_id = id.clone();
-    let written = blocking(app, move |s| match &outcome {
-        Outcome::Active(found) => s.transition_asset(
-            &owned_id,
-            &[AssetStatus::Processing],
-            AssetStatus::Active,
-            &|a| {
-                a.asset_type = Some(store_type_of(found.kind));
-                a.format = Some(found.format.as_str().to_owned());
-                a.bytes = Some(found.bytes);
-                a.width = found.dims.map(|d| d.0);
-                a.height = found.dims.map(|d| d.1);
-                a.blob = Some(blob.clone());
-                a.updated_at = now;
-                a.expires_at = Some(now.saturating_add(ttl));
-            },
-        ),
-        Outcome::Failed(rejected) => s.transition_asset(
-            &owned_id,
-            &[AssetStatus::Processing],
-            AssetStatus::Failed,
-            &|a| {
-                a.error = Some(store::AssetError {
-                    code: rejected.code.as_str().to_owned(),
-                    message: rejected.message.clone(),
-                });
-                a.blob = None;
-                a.updated_at = now;
-            },
-        ),
-    })
-    .await;
+    let written = match &outcome {
+        Outcome::Active(found) => {
+            app.store
+                .transition_asset(&id, &[AssetStatus::Processing], AssetStatus::Active, &|a| {
+                    a.asset_type = Some(store_type_of(found.kind));
+                    a.format = Some(found.format.as_str().to_owned());
+                    a.bytes = Some(found.bytes);
+                    a.width = found.dims.map(|d| d.0);
+                    a.height = found.dims.map(|d| d.1);
+                    a.blob = Some(blob.clone());
+                    a.updated_at = now;
+                    a.expires_at = Some(now.saturating_add(ttl));
+                })
+                .await
+        }
+        Outcome::Failed(rejected) => {
+            app.store
+                .transition_asset(&id, &[AssetStatus::Processing], AssetStatus::Failed, &|a| {
+                    a.error = Some(store::AssetError {
+                        code: rejected.code.as_str().to_owned(),
+                        message: rejected.message.clone(),
+                    });
+                    a.blob = None;
+                    a.updated_at = now;
+                })
+                .await
+        }
+    };
     match written {
         Ok(_) if failed => remove_blobs(app, vec![id]).await,
         Ok(_) => {}
