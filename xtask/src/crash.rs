@@ -11,12 +11,12 @@
 //! This file holds the kill cycles and the verdict; the load is `workload`, what is read
 //! after the last start `facts`, the invariants over it `audit`.
 
-mod audit;
-mod conn;
-mod facts;
+pub(crate) mod audit;
+pub(crate) mod conn;
+pub(crate) mod facts;
 mod options;
-mod site;
-mod workload;
+pub(crate) mod site;
+pub(crate) mod workload;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 
 mod bench;
+mod cluster;
 mod cmd;
 mod conformance;
 mod crash;
@@ -47,6 +48,10 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   crash         SIGKILL the relay at random moments under load, cycle after cycle over one
                 data directory, then check that no acknowledged task was lost and the ledger
                 balances (`crash --cycles 3 --debug` is part of ci)
+  cluster       three relays on one PostgreSQL, Redis and S3-compatible store (moto) under
+                mixed load, one SIGKILLed and started again; then every task final, none
+                submitted upstream twice, the ledger balanced, files and the rate limit shared
+                (`cluster --debug` is part of ci); `cluster --help`
   floors        the files of every crate by floor, bottom first, and every circle of files
                 (`use` lines and paths in code); fails when there is a circle. `floors --help`
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
@@ -68,6 +73,7 @@ fn main() -> ExitCode {
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
         Some("profile") => profile::run(&args[1..]),
         Some("crash") => crash::run(&args[1..]),
+        Some("cluster") => cluster::run(&args[1..]),
         Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("bench") => bench::bench(&cmd::root(), &cmd::target_dir(), &args[1..]),
         // The bench's parties and load generator, each in a process of its own.

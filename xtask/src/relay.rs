@@ -99,7 +99,7 @@ pub fn start_relay_under(
 }
 
 /// Spawns `command` (a relay) and reads its start-up lines.
-fn spawn_started(
+pub fn spawn_started(
     mut command: Command,
     key: Option<&str>,
     stderr: Stdio,
