@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::Context;
 use engine::{ChannelStats, Engine, now_secs};
 use fetch::{FetchConfig, Fetcher};
-use store::{BlobStore, Key, KeyStatus, LocalBlobs, SledStore, Store};
+use store::{BlobStore, Key, KeyStatus, LocalBlobs, PgStore, SledStore, Store};
 use tokio::sync::Notify;
 
 use crate::auth::{KeyCache, generate_secret, hash_secret};
 use crate::chat_ledger::{ChargeQueue, Reservations};
-use crate::config::Config;
+use crate::config::{Config, StoreBackend};
 use crate::limits::Limiter;
 use crate::setup;
 use crate::signed::{self, Signer};
@@ -74,12 +74,22 @@ impl App {
     ) -> anyhow::Result<(Arc<App>, Bootstrap)> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-        let store =
-            SledStore::open_with_cache(&data_dir.join("store"), config.store.cache_mb << 20)
-                .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+        let store: Arc<dyn Store> = match config.store.backend() {
+            StoreBackend::Sled => Arc::new(
+                SledStore::open_with_cache(&data_dir.join("store"), config.store.cache_mb << 20)
+                    .with_context(|| format!("opening the store in {}", data_dir.display()))?,
+            ),
+            StoreBackend::Postgres => {
+                let url = config.store.url.as_deref().unwrap_or_default();
+                Arc::new(
+                    PgStore::connect(url, config.store.pool_size as usize)
+                        .await
+                        .context("opening the PostgreSQL store")?,
+                )
+            }
+        };
         let blobs = LocalBlobs::open(&data_dir.join("files"))
             .with_context(|| format!("opening the blob directory in {}", data_dir.display()))?;
-        let store: Arc<dyn Store> = Arc::new(store);
         let blobs: Arc<dyn BlobStore> = Arc::new(blobs);
 
         let mut bootstrap = Bootstrap::default();

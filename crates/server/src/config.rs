@@ -93,6 +93,31 @@ impl ServerConfig {
 pub struct StoreConfig {
     /// Memory the embedded store may use to cache its pages, in MiB.
     pub cache_mb: u64,
+    /// `sled` (embedded, under the data directory) or `postgres`; unset: `postgres` when a
+    /// `url` is given, else `sled`.
+    pub backend: Option<StoreBackend>,
+    /// The PostgreSQL connection URL (`RELAY_STORE_URL` overrides it).
+    pub url: Option<String>,
+    /// Connections to PostgreSQL this relay keeps at most.
+    pub pool_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    Sled,
+    Postgres,
+}
+
+impl StoreConfig {
+    /// The backend in use, after the rule for an unset `backend`.
+    pub fn backend(&self) -> StoreBackend {
+        match (self.backend, &self.url) {
+            (Some(backend), _) => backend,
+            (None, Some(_)) => StoreBackend::Postgres,
+            (None, None) => StoreBackend::Sled,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -243,6 +268,21 @@ impl Config {
         Ok(config)
     }
 
+    /// Settings the environment gives over the file's: `RELAY_STORE_URL` (`store.url`).
+    /// Checked again as a whole afterwards.
+    pub fn apply_env(&mut self, origin: &str) -> Result<(), ConfigError> {
+        if let Some(url) = std::env::var("RELAY_STORE_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        {
+            self.store.url = Some(url);
+        }
+        self.check().map_err(|message| ConfigError::Invalid {
+            origin: format!("{origin} with the environment"),
+            message,
+        })
+    }
+
     /// Rules serde cannot express: prices for every billable model, channels of known models.
     fn check(&self) -> Result<(), String> {
         if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
@@ -262,6 +302,26 @@ impl Config {
         }
         if self.server.max_body_bytes == 0 || self.server.max_upload_bytes == 0 {
             return Err("server.max_body_bytes and server.max_upload_bytes must be above 0".into());
+        }
+        if self.store.backend() == StoreBackend::Postgres {
+            match self.store.url.as_deref() {
+                Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {}
+                Some(_) => {
+                    return Err(
+                        "store.url must be a PostgreSQL URL: postgres://user@host:port/database"
+                            .into(),
+                    );
+                }
+                None => {
+                    return Err(
+                        "store.url (or RELAY_STORE_URL) is required with store.backend = \"postgres\""
+                            .into(),
+                    );
+                }
+            }
+            if self.store.pool_size == 0 {
+                return Err("store.pool_size must be above 0".into());
+            }
         }
         if self.tasks.timeout_secs == 0 {
             return Err("tasks.timeout_secs must be above 0".into());
@@ -495,6 +555,30 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("models.x"), "{err}");
+    }
+
+    #[test]
+    fn the_store_backend_follows_its_url() {
+        let sled = Config::from_toml(None, "t.toml").unwrap();
+        assert_eq!(sled.store.backend(), StoreBackend::Sled);
+        let pg = Config::from_toml(
+            Some("[store]\nurl = \"postgres://relay@127.0.0.1:5432/relay\"\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(pg.store.backend(), StoreBackend::Postgres);
+        for (text, named) in [
+            ("[store]\nbackend = \"postgres\"\n", "store.url (or RELAY_STORE_URL) is required"),
+            ("[store]\nurl = \"mysql://x\"\n", "store.url must be a PostgreSQL URL"),
+            (
+                "[store]\nurl = \"postgres://x/y\"\npool_size = 0\n",
+                "store.pool_size must be above 0",
+            ),
+            ("[store]\nbackend = \"mongo\"\n", "backend"),
+        ] {
+            let err = Config::from_toml(Some(text), "t.toml").unwrap_err().to_string();
+            assert!(err.contains(named), "{text}: {err}");
+        }
     }
 
     #[test]
