@@ -14,6 +14,8 @@ mod model;
 mod sled_store;
 mod steps;
 #[cfg(test)]
+mod suite;
+#[cfg(test)]
 mod test_util;
 
 pub use blobs::{BlobStore, LocalBlobs};

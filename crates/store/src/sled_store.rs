@@ -181,7 +181,8 @@ impl Store for SledStore {
 
     async fn create_library(&self, library: &Library) -> Result<(), StoreError> {
         assets::create_library(&self.assets, library)?;
-        self.flush_after(&format!("create library {}", library.id)).await
+        self.flush_after(&format!("create library {}", library.id))
+            .await
     }
 
     async fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
@@ -211,7 +212,8 @@ impl Store for SledStore {
 
     async fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
         assets::create_asset(&self.assets, asset)?;
-        self.flush_after(&format!("create asset {}", asset.id)).await
+        self.flush_after(&format!("create asset {}", asset.id))
+            .await
     }
 
     async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {

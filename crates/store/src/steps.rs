@@ -125,7 +125,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes a library with all its assets and their index entries in one transaction,
     /// flushed. Returns the library and the assets removed (whose blobs the caller deletes).
-    async fn delete_library(&self, id: &str) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError>;
+    async fn delete_library(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError>;
 
     /// Writes a new asset with its index entries and counts it in its library, in one
     /// transaction, flushed. The library must exist and have the asset's owner and family
@@ -155,7 +158,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Active assets whose `expires_at` is at or before `now_secs`, earliest first, read from
     /// the expiry index (not a scan of all assets).
-    async fn expired_assets(&self, now_secs: u64, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
+    async fn expired_assets(
+        &self,
+        now_secs: u64,
+        limit: usize,
+    ) -> Result<Vec<AssetRecord>, StoreError>;
 
     /// Assets still `processing` (read from an index), for picking up work after a restart.
     async fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError>;
