@@ -11,6 +11,7 @@
 mod blobs;
 mod error;
 mod model;
+mod pg_store;
 mod sled_store;
 mod steps;
 #[cfg(test)]
@@ -21,5 +22,6 @@ mod test_util;
 pub use blobs::{BlobStore, LocalBlobs};
 pub use error::StoreError;
 pub use model::*;
+pub use pg_store::PgStore;
 pub use sled_store::SledStore;
 pub use steps::{AssetUpdate, KeyUpdate, Store, TaskUpdate};

@@ -5,21 +5,30 @@
 //! so a step behaves the same, and fails with the same [`StoreError`], whichever backend runs
 //! it. What only one backend has (sled's trees, PostgreSQL's migrations) is tested beside that
 //! backend.
+//!
+//! The PostgreSQL tests need a server: `RELAY_TEST_POSTGRES_URL`, by default
+//! `postgres://postgres@127.0.0.1:5432/test`. Each test gets a schema of its own
+//! (`test_<ulid>`, the first of its connections' `search_path`), dropped when it ends, so
+//! tests run in parallel on one database. Without a server they fail, saying so: they are
+//! never skipped.
 
 use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::test_util::TempDir;
+use tokio_postgres::NoTls;
+
 use crate::{
     AssetRecord, AssetSource, AssetStatus, AssetType, Key, KeyStatus, LedgerDraft, LedgerEntry,
-    LedgerKind, Library, Outputs, Page, SledStore, Store, StoreError, Task, TaskKind, TaskQuery,
-    TaskStatus,
+    LedgerKind, Library, Outputs, Page, PgStore, SledStore, Store, StoreError, Task, TaskKind,
+    TaskQuery, TaskStatus,
 };
 
 /// Which backend a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sled,
+    Postgres,
 }
 
 /// A store of one backend in a place of its own (a temp directory), and that place, which
@@ -31,7 +40,11 @@ pub struct Fixture {
 
 enum Place {
     Sled(TempDir),
+    Postgres(PgSchema),
 }
+
+/// Connections of a test's store: a few, so that concurrent cases wait on the pool too.
+const POOL: usize = 4;
 
 impl Fixture {
     pub async fn new(backend: Backend) -> Fixture {
@@ -42,6 +55,16 @@ impl Fixture {
                 Fixture {
                     store: Arc::new(store),
                     place: Place::Sled(dir),
+                }
+            }
+            Backend::Postgres => {
+                let schema = PgSchema::new().await;
+                let store = PgStore::connect(&schema.url, POOL)
+                    .await
+                    .expect("connect PostgreSQL store");
+                Fixture {
+                    store: Arc::new(store),
+                    place: Place::Postgres(schema),
                 }
             }
         }
@@ -58,9 +81,106 @@ impl Fixture {
         );
         drop(store);
         let store: Arc<dyn Store> = match &place {
-            Place::Sled(dir) => Arc::new(SledStore::open(dir.path()).expect("reopen sled store")),
+            Place::Sled(dir) => Arc::new(reopen_sled(dir).await),
+            Place::Postgres(schema) => Arc::new(
+                PgStore::connect(&schema.url, POOL)
+                    .await
+                    .expect("reconnect PostgreSQL store"),
+            ),
         };
         Fixture { store, place }
+    }
+}
+
+/// What a PostgreSQL test says when there is no server to run on.
+pub const POSTGRES_REQUIRED: &str = "PostgreSQL is required for the store's postgres tests: \
+     set RELAY_TEST_POSTGRES_URL or start it on 127.0.0.1:5432";
+
+/// The server the PostgreSQL tests run on.
+pub fn postgres_url() -> String {
+    std::env::var("RELAY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A plain connection to `url` (its driver runs on the current runtime), or the test fails
+/// saying PostgreSQL is required.
+pub async fn postgres(url: &str) -> tokio_postgres::Client {
+    let mut config: tokio_postgres::Config = url.parse().expect("RELAY_TEST_POSTGRES_URL");
+    config.connect_timeout(std::time::Duration::from_secs(5));
+    let (client, connection) = match config.connect(NoTls).await {
+        Ok(c) => c,
+        Err(e) => match std::error::Error::source(&e) {
+            Some(cause) => panic!("{POSTGRES_REQUIRED} ({e}: {cause})"),
+            None => panic!("{POSTGRES_REQUIRED} ({e})"),
+        },
+    };
+    tokio::spawn(connection);
+    client
+}
+
+/// A schema of its own on the test server, dropped with everything in it on drop.
+pub struct PgSchema {
+    pub name: String,
+    /// The server's URL with the schema as the connections' `search_path`.
+    pub url: String,
+}
+
+impl PgSchema {
+    pub async fn new() -> PgSchema {
+        let server = postgres_url();
+        let name = format!("test_{}", ulid::Ulid::new().to_string().to_lowercase());
+        postgres(&server)
+            .await
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .await
+            .expect("create test schema");
+        let sep = if server.contains('?') { '&' } else { '?' };
+        let url = format!("{server}{sep}options=-c%20search_path%3D{name}");
+        PgSchema { name, url }
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // Drop runs outside any await point: the schema goes on a thread of its own with a
+        // runtime of its own, waited for so that it is gone when the test ends. (The test's
+        // own runtime must be a multi-threaded one, so that its connections, which may still
+        // have a rollback to send, are driven meanwhile.)
+        let (server, name) = (postgres_url(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let client = postgres(&server).await;
+                // A session of the test still in a transaction would hold the drop forever.
+                let sql = format!("SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS {name} CASCADE");
+                if let Err(e) = client.batch_execute(&sql).await {
+                    eprintln!("drop test schema {name}: {e}");
+                }
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// sled's background flusher lets go of the directory's lock a moment after the last handle
+/// is dropped: opening is tried again until it is free, within a deadline.
+async fn reopen_sled(dir: &TempDir) -> SledStore {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match SledStore::open(dir.path()) {
+            Ok(store) => return store,
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "reopen sled store: {e}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("reopen sled store: {e}"),
+        }
     }
 }
 
@@ -81,6 +201,16 @@ macro_rules! cases {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let fixture = $crate::suite::Fixture::new($crate::suite::Backend::Sled).await;
+                    super::$case(fixture).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture =
+                        $crate::suite::Fixture::new($crate::suite::Backend::Postgres).await;
                     super::$case(fixture).await;
                 }
             )+
