@@ -6,8 +6,8 @@ use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
-use super::PgStore;
 use super::names::{asset_status, asset_type};
+use super::pool::PgStore;
 use super::txn::{Fault, Sql, big, check_id, decode, retry};
 use crate::steps::AssetUpdate;
 use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};

@@ -3,8 +3,8 @@
 
 use tokio_postgres::types::Json;
 
-use super::PgStore;
 use super::ledger::lock_key;
+use super::pool::PgStore;
 use super::txn::{Fault, Sql, check_id, decode, retry};
 use crate::steps::KeyUpdate;
 use crate::{Key, StoreError};

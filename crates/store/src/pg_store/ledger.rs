@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::Json;
 
-use super::PgStore;
 use super::names::ledger_kind;
+use super::pool::PgStore;
 use super::txn::{Fault, Sql, check_id, corrupt, decode, unbig, unix_secs};
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 

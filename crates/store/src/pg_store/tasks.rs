@@ -7,8 +7,8 @@ use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
-use super::PgStore;
 use super::names::{task_kind, task_status};
+use super::pool::PgStore;
 use super::txn::{Fault, Sql, big, check_id, corrupt, encode};
 use crate::steps::TaskUpdate;
 use crate::{AdminTaskQuery, Order, Page, StoreError, Task, TaskQuery, TaskStatus};
