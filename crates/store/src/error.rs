@@ -32,6 +32,11 @@ pub enum StoreError {
     DuplicateLedger { task_id: String, kind: LedgerKind },
     #[error("key hash already in use")]
     DuplicateKey,
+    /// The database was migrated by a newer build than this one.
+    #[error(
+        "store schema is at version {found}, newer than the {known} this build knows: run a relay at least as new as the one that migrated it"
+    )]
+    SchemaTooNew { found: i32, known: i32 },
     #[error("asset library {0} not found")]
     LibraryNotFound(String),
     #[error("asset {0} not found")]

@@ -2,22 +2,31 @@
 //!
 //! [`Store`] offers whole business steps (create a task with its pre-deduction, move a task
 //! from one status to another with its ledger entries), never get-then-put sequences, so that
-//! another backend can implement each step as one transaction. [`SledStore`] is the embedded
-//! default. Blobs (videos, images) live in a [`BlobStore`]; [`LocalBlobs`] is a directory.
+//! each backend implements each step as one transaction. [`SledStore`] is the embedded
+//! default, one process's; [`PgStore`] keeps the same records in PostgreSQL, shared by any
+//! number of relay instances (claims of due work carry a lease, see [`Store::claim_due`]), and
+//! migrates its schema when it connects. Blobs (videos, images) live in a [`BlobStore`];
+//! [`LocalBlobs`] is a directory.
 //!
-//! Nothing outside this crate names sled.
+//! One test suite (`suite`, tests only) runs every case against both backends.
+//!
+//! Nothing outside this crate names sled or PostgreSQL.
 #![forbid(unsafe_code)]
 
 mod blobs;
 mod error;
 mod model;
+mod pg_store;
 mod sled_store;
 mod steps;
+#[cfg(test)]
+mod suite;
 #[cfg(test)]
 mod test_util;
 
 pub use blobs::{BlobStore, LocalBlobs};
 pub use error::StoreError;
 pub use model::*;
+pub use pg_store::PgStore;
 pub use sled_store::SledStore;
 pub use steps::{AssetUpdate, KeyUpdate, Store, TaskUpdate};

@@ -357,6 +357,3 @@ fn expiry_key(asset: &AssetRecord) -> Option<Vec<u8>> {
         _ => None,
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,18 +1,20 @@
-//! Transitions: the compare-and-swap on the status, and the due index kept in step with it.
+//! Transitions: the compare-and-swap on the status, and the due time kept in step with it.
 
-use super::{ids, noop, step, task};
-use crate::test_util::{open_store, tid};
-use crate::{Store, StoreError};
+use super::{Fixture, ids, noop, step, task};
+use crate::StoreError;
+use crate::test_util::tid;
 
 use crate::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
 
-#[test]
-fn transitions_compare_and_swap_on_status() {
-    let (_dir, store) = open_store();
+cases!(
+    transitions_compare_and_swap_on_status,
+    unfinished_tasks_follow_next_poll_and_final_status,
+);
+
+async fn transitions_compare_and_swap_on_status(store: Fixture) {
     let id = tid("video", 1);
-    store
-        .create_task(&task(&id, "key_a", Queued, Some(5)), &[])
-        .unwrap();
+    let created = task(&id, "key_a", Queued, Some(5));
+    store.create_task(&created, &[]).await.unwrap();
 
     let t = store
         .transition(
@@ -25,17 +27,23 @@ fn transitions_compare_and_swap_on_status() {
                 // Identity fields cannot be changed by an update.
                 t.id = "video_other".to_owned();
                 t.owner = "key_b".to_owned();
+                t.kind = crate::TaskKind::Generation;
             },
             &[],
         )
+        .await
         .unwrap();
     assert_eq!((t.status, t.progress), (Running, 40));
     assert_eq!((t.id.as_str(), t.owner.as_str()), (id.as_str(), "key_a"));
-    assert_eq!(store.task(&id).unwrap(), Some(t));
+    assert_eq!(t.kind, crate::TaskKind::Video);
+    assert_eq!(t.params, created.params);
+    assert_eq!(store.task(&id).await.unwrap(), Some(t));
+    assert_eq!(store.task("video_other").await.unwrap(), None);
 
     // Wrong current status.
     let err = store
         .transition(&id, &[Queued], Running, &noop, &[])
+        .await
         .unwrap_err();
     assert!(
         matches!(&err, StoreError::WrongStatus { actual: Running, expected, .. }
@@ -46,12 +54,14 @@ fn transitions_compare_and_swap_on_status() {
     // Progress update without status change; progress never goes down.
     let t = store
         .transition(&id, &[Running], Running, &|t| t.progress = 10, &[])
+        .await
         .unwrap();
     assert_eq!(t.progress, 40);
 
     // To a final status: next_poll_ms cleared.
     let t = store
         .transition(&id, &[Running], Succeeded, &|t| t.progress = 100, &[])
+        .await
         .unwrap();
     assert_eq!(
         (t.status, t.progress, t.next_poll_ms),
@@ -62,6 +72,7 @@ fn transitions_compare_and_swap_on_status() {
     for to in [Succeeded, Failed, Running] {
         let err = store
             .transition(&id, &[Succeeded], to, &noop, &[])
+            .await
             .unwrap_err();
         assert!(
             matches!(
@@ -74,85 +85,73 @@ fn transitions_compare_and_swap_on_status() {
             "{err}"
         );
     }
-    assert_eq!(store.task(&id).unwrap().map(|t| t.status), Some(Succeeded));
+    assert_eq!(
+        store.task(&id).await.unwrap().map(|t| t.status),
+        Some(Succeeded)
+    );
 
-    let err = step(&store, "video_nope", Queued, Running, &[]).unwrap_err();
+    let err = step(&*store, "video_nope", Queued, Running, &[])
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, StoreError::TaskNotFound(id) if id == "video_nope"),
         "{err}"
     );
 }
 
-#[test]
-fn due_index_follows_next_poll_and_final_status() {
-    let (_dir, store) = open_store();
+async fn unfinished_tasks_follow_next_poll_and_final_status(store: Fixture) {
     let a = tid("video", 1);
     let b = tid("video", 2);
     let c = tid("gen", 3);
     let d = tid("video", 4);
     let done = tid("video", 5);
-    store
-        .create_task(&task(&a, "k", Queued, Some(100)), &[])
-        .unwrap();
-    store
-        .create_task(&task(&b, "k", Running, Some(50)), &[])
-        .unwrap();
-    store
-        .create_task(&task(&c, "k", Queued, Some(300)), &[])
-        .unwrap();
-    // Unfinished without a poll time: never due, but still unfinished.
-    store
-        .create_task(&task(&d, "k", Queued, None), &[])
-        .unwrap();
-    store
-        .create_task(&task(&done, "k", Failed, Some(10)), &[])
-        .unwrap();
+    for t in [
+        task(&a, "k", Queued, Some(100)),
+        task(&b, "k", Running, Some(50)),
+        task(&c, "k", Queued, Some(300)),
+        // Unfinished without a poll time: never due, but still unfinished.
+        task(&d, "k", Queued, None),
+        task(&done, "k", Failed, Some(10)),
+    ] {
+        store.create_task(&t, &[]).await.unwrap();
+    }
     assert_eq!(
-        store.task(&done).unwrap().and_then(|t| t.next_poll_ms),
+        store
+            .task(&done)
+            .await
+            .unwrap()
+            .and_then(|t| t.next_poll_ms),
         None
     );
-
     assert_eq!(
-        ids(&store.due_tasks(200, 10).unwrap()),
-        [b.clone(), a.clone()]
-    );
-    assert_eq!(ids(&store.due_tasks(200, 1).unwrap()), [b.as_str()]);
-    assert_eq!(
-        ids(&store.due_tasks(100, 10).unwrap()),
-        [b.clone(), a.clone()]
-    );
-    assert_eq!(ids(&store.due_tasks(49, 10).unwrap()), Vec::<String>::new());
-    assert_eq!(
-        ids(&store.unfinished_tasks(10).unwrap()),
+        ids(&store.unfinished_tasks(10).await.unwrap()),
         [b.clone(), a.clone(), c.clone(), d.clone()]
+    );
+    assert_eq!(
+        ids(&store.unfinished_tasks(2).await.unwrap()),
+        [b.as_str(), a.as_str()]
     );
 
     // Reschedule b later than c.
+    let later = |t: &mut crate::Task| t.next_poll_ms = Some(400);
     store
-        .transition(
-            &b,
-            &[Running],
-            Running,
-            &|t| t.next_poll_ms = Some(400),
-            &[],
-        )
+        .transition(&b, &[Running], Running, &later, &[])
+        .await
         .unwrap();
     assert_eq!(
-        ids(&store.due_tasks(350, 10).unwrap()),
-        [a.clone(), c.clone()]
+        ids(&store.unfinished_tasks(10).await.unwrap()),
+        [a.clone(), c.clone(), b.clone(), d.clone()]
     );
 
-    // Final tasks leave the index.
+    // Final tasks leave the index; a task given a poll time joins it.
     store
         .transition(&a, &[Queued], Cancelled, &noop, &[])
+        .await
         .unwrap();
+    let soon = |t: &mut crate::Task| t.next_poll_ms = Some(1);
     store
-        .transition(&d, &[Queued], Running, &|t| t.next_poll_ms = Some(1), &[])
+        .transition(&d, &[Queued], Running, &soon, &[])
+        .await
         .unwrap();
-    assert_eq!(
-        ids(&store.due_tasks(1_000, 10).unwrap()),
-        [d.clone(), c.clone(), b.clone()]
-    );
-    assert_eq!(ids(&store.unfinished_tasks(10).unwrap()), [d, c, b]);
-    assert_eq!(store.trees.due.len(), 3);
+    assert_eq!(ids(&store.unfinished_tasks(10).await.unwrap()), [d, c, b]);
 }

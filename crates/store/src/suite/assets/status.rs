@@ -1,23 +1,30 @@
 //! The status machine of assets and the processing and expiry indexes that follow it, also
 //! across a reopening.
 
-use super::{activate, asset, asset_ids, library, noop, with_library};
-use crate::test_util::TempDir;
-use crate::{AssetError, SledStore, Store, StoreError};
+use crate::suite::{Fixture, activate, asset, asset_ids, asset_noop, with_library};
+use crate::{AssetError, StoreError};
 
 use crate::AssetStatus::{Active, Expired, Failed, Processing};
 
-#[test]
-fn transitions_follow_the_status_machine() {
-    let (_dir, store, lib) = with_library();
+cases!(
+    transitions_follow_the_status_machine,
+    processing_and_expiry_indexes_follow_the_status,
+    assets_survive_reopening,
+);
+
+async fn transitions_follow_the_status_machine(store: Fixture) {
+    let lib = with_library(&*store).await;
     let all = [Processing, Active, Failed, Expired];
     let mut n = 0;
     for from in all {
         for to in all {
             n += 1;
             let aid = format!("asset_{n}");
-            store.create_asset(&asset(&aid, &lib, from, None)).unwrap();
-            let got = store.transition_asset(&aid, &all, to, &noop);
+            store
+                .create_asset(&asset(&aid, &lib, from, None))
+                .await
+                .unwrap();
+            let got = store.transition_asset(&aid, &all, to, &asset_noop).await;
             let allowed = !from.is_final() && (from == to || from.can_move_to(to));
             let expected_moves = [
                 (Processing, Active),
@@ -37,7 +44,8 @@ fn transitions_follow_the_status_machine() {
                 Err(StoreError::AssetWrongStatus { actual, .. }) => {
                     assert!(!allowed, "{from:?} -> {to:?} was refused");
                     assert_eq!(actual, from);
-                    assert_eq!(store.asset(&aid).unwrap().unwrap().status, from);
+                    let now = store.asset(&aid).await.unwrap().unwrap().status;
+                    assert_eq!(now, from);
                 }
                 Err(e) => panic!("{from:?} -> {to:?}: {e}"),
             }
@@ -46,13 +54,18 @@ fn transitions_follow_the_status_machine() {
     // `from` is a compare-and-swap.
     store
         .create_asset(&asset("asset_cas", &lib, Processing, None))
+        .await
         .unwrap();
     assert!(matches!(
-        store.transition_asset("asset_cas", &[Active], Expired, &noop),
+        store
+            .transition_asset("asset_cas", &[Active], Expired, &asset_noop)
+            .await,
         Err(StoreError::AssetWrongStatus { .. })
     ));
     assert!(matches!(
-        store.transition_asset("asset_gone", &[Processing], Active, &noop),
+        store
+            .transition_asset("asset_gone", &[Processing], Active, &asset_noop)
+            .await,
         Err(StoreError::AssetNotFound(_))
     ));
     // Identity fields cannot be changed; the rest can.
@@ -68,6 +81,7 @@ fn transitions_follow_the_status_machine() {
                 message: "the file is empty".into(),
             });
         })
+        .await
         .unwrap();
     assert_eq!(
         (
@@ -79,90 +93,93 @@ fn transitions_follow_the_status_machine() {
         ),
         ("asset_cas", "key_a", "lib_1", "gen2", 1)
     );
+    assert_eq!(
+        store.asset("asset_cas").await.unwrap().as_ref(),
+        Some(&written)
+    );
     assert_eq!(written.error.unwrap().code, "empty");
-    assert_eq!(store.asset("asset_other").unwrap(), None);
+    assert_eq!(store.asset("asset_other").await.unwrap(), None);
 }
 
-#[test]
-fn processing_and_expiry_indexes_follow_the_status() {
-    let (_dir, store, lib) = with_library();
+async fn processing_and_expiry_indexes_follow_the_status(store: Fixture) {
+    let lib = with_library(&*store).await;
     for n in 1..=4 {
         store
             .create_asset(&asset(&format!("asset_{n}"), &lib, Processing, None))
+            .await
             .unwrap();
     }
     assert_eq!(
-        asset_ids(&store.processing_assets(10).unwrap()),
+        asset_ids(&store.processing_assets(10).await.unwrap()),
         ["asset_1", "asset_2", "asset_3", "asset_4"]
     );
-    assert_eq!(store.processing_assets(2).unwrap().len(), 2);
+    assert_eq!(store.processing_assets(2).await.unwrap().len(), 2);
     // 1 expires at 300, 2 at 100, 3 fails, 4 stays processing.
-    activate(&store, "asset_1", 300);
-    activate(&store, "asset_2", 100);
+    activate(&*store, "asset_1", 300).await;
+    activate(&*store, "asset_2", 100).await;
     store
         .transition_asset("asset_3", &[Processing], Failed, &|a| {
             a.expires_at = Some(50);
         })
+        .await
         .unwrap();
     assert_eq!(
-        asset_ids(&store.processing_assets(10).unwrap()),
+        asset_ids(&store.processing_assets(10).await.unwrap()),
         ["asset_4"]
     );
-    assert!(store.expired_assets(99, 10).unwrap().is_empty());
+    assert!(store.expired_assets(99, 10).await.unwrap().is_empty());
     assert_eq!(
-        asset_ids(&store.expired_assets(100, 10).unwrap()),
+        asset_ids(&store.expired_assets(100, 10).await.unwrap()),
         ["asset_2"]
     );
     assert_eq!(
-        asset_ids(&store.expired_assets(1000, 10).unwrap()),
+        asset_ids(&store.expired_assets(1000, 10).await.unwrap()),
         ["asset_2", "asset_1"]
     );
     assert_eq!(
-        asset_ids(&store.expired_assets(1000, 1).unwrap()),
+        asset_ids(&store.expired_assets(1000, 1).await.unwrap()),
         ["asset_2"]
     );
     // Moving the expiry moves the index entry.
     store
         .transition_asset("asset_1", &[Active], Active, &|a| a.expires_at = Some(50))
+        .await
         .unwrap();
     assert_eq!(
-        asset_ids(&store.expired_assets(60, 10).unwrap()),
+        asset_ids(&store.expired_assets(60, 10).await.unwrap()),
         ["asset_1"]
     );
     // Expired and deleted assets leave the index.
     store
-        .transition_asset("asset_1", &[Active], Expired, &noop)
+        .transition_asset("asset_1", &[Active], Expired, &asset_noop)
+        .await
         .unwrap();
-    store.delete_asset("asset_2").unwrap();
-    assert!(store.expired_assets(u64::MAX, 10).unwrap().is_empty());
-    store.delete_asset("asset_4").unwrap();
-    assert!(store.processing_assets(10).unwrap().is_empty());
+    store.delete_asset("asset_2").await.unwrap();
+    assert!(store.expired_assets(u64::MAX, 10).await.unwrap().is_empty());
+    store.delete_asset("asset_4").await.unwrap();
+    assert!(store.processing_assets(10).await.unwrap().is_empty());
 }
 
-#[test]
-fn assets_survive_reopening() {
-    let dir = TempDir::new();
-    let lib = library("lib_1", "key_a", "gen2");
-    {
-        let store = SledStore::open(dir.path()).unwrap();
-        store.create_library(&lib).unwrap();
+async fn assets_survive_reopening(store: Fixture) {
+    let lib = with_library(&*store).await;
+    for id in ["asset_1", "asset_2"] {
         store
-            .create_asset(&asset("asset_1", &lib, Processing, None))
+            .create_asset(&asset(id, &lib, Processing, None))
+            .await
             .unwrap();
-        store
-            .create_asset(&asset("asset_2", &lib, Processing, None))
-            .unwrap();
-        activate(&store, "asset_2", 77);
     }
-    let store = SledStore::open(dir.path()).unwrap();
-    assert_eq!(store.library("lib_1").unwrap().unwrap().asset_count, 2);
+    activate(&*store, "asset_2", 77).await;
+    let store = store.reopen().await;
+    let count = store.library("lib_1").await.unwrap().unwrap().asset_count;
+    assert_eq!(count, 2);
     assert_eq!(
-        asset_ids(&store.processing_assets(10).unwrap()),
+        asset_ids(&store.processing_assets(10).await.unwrap()),
         ["asset_1"]
     );
     assert_eq!(
-        asset_ids(&store.expired_assets(77, 10).unwrap()),
+        asset_ids(&store.expired_assets(77, 10).await.unwrap()),
         ["asset_2"]
     );
-    assert_eq!(store.asset("asset_2").unwrap().unwrap().status, Active);
+    let status = store.asset("asset_2").await.unwrap().unwrap().status;
+    assert_eq!(status, Active);
 }

@@ -1,0 +1,251 @@
+//! [`Store`] on PostgreSQL (tokio-postgres, pooled by deadpool-postgres): one table per record
+//! type, the secondary indexes as indexes, every business step one transaction, so several
+//! relay instances can share one database.
+//!
+//! Tables (created and migrated by [`PgStore::connect`], `pg_store/migrations/*.sql`):
+//!
+//! | table               | holds                                                              |
+//! |---------------------|--------------------------------------------------------------------|
+//! | `tasks`             | id, owner, kind, status, model, `created` (the id's ULID), `due_ms`, `params` (the JSON text as written), the rest of the [`Task`] as `record` jsonb |
+//! | `keys`              | id, `hash` (unique), the [`Key`] as jsonb                         |
+//! | `ledger`            | task entries, `seq` from `ledger_seq`; unique `(task_id, kind)`   |
+//! | `usage`             | charges of work without a task: a batch shares one `seq`, `ord` is its place |
+//! | `meta`              | name, value bytes                                                  |
+//! | `libraries`         | id, owner, the [`Library`] (with its `asset_count`) as jsonb      |
+//! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
+//! | `schema_migrations` | the versions applied, each with its time                           |
+//!
+//! Indexes: tasks by `(owner, kind, id)`, `(owner, created, id)` and `(created, id)`; the due
+//! index `(due_ms, id)` over unfinished tasks only; assets by library, the `processing` ones,
+//! and by expiry. Ids and owners compare byte by byte (`COLLATE "C"`), so pages and cursors
+//! run in the same order as on sled.
+//!
+//! Every unfinished task has a `due_ms`: its `next_poll_ms`, or the end of time when it has
+//! none (so [`Store::unfinished_tasks`] finds it and [`Store::claim_due`] never does); a final
+//! task has none. A claim is one statement that locks the earliest due rows with `FOR UPDATE
+//! SKIP LOCKED` and moves their due time (and the record's `next_poll_ms`) to the end of the
+//! lease: instances claiming at once never get the same task, and a task whose holder died is
+//! due again when its lease runs out.
+//!
+//! A step that reads before it writes locks what it read (`SELECT ... FOR UPDATE`: the task of
+//! a transition, the key of a ledger entry, the library of an asset creation or deletion), so
+//! steps on the same rows run one after the other under PostgreSQL's default isolation; a
+//! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
+//! closures may run more than once). Keys of a batch of charges are locked in id order.
+//!
+//! Durability is PostgreSQL's: a step returns after its commit, which the server has made
+//! durable (with the default `synchronous_commit`), so [`Store::flush`] has nothing to do.
+//! Connections use plain TCP (no TLS yet).
+//!
+//! | module    | holds                                                                  |
+//! |-----------|------------------------------------------------------------------------|
+//! | `tasks`   | the task steps: create, transition, delete, listings, claims           |
+//! | `ledger`  | pre-deduction, settlement and refund against the quota; charges        |
+//! | `keys`    | keys by id and by hash; `meta`                                         |
+//! | `assets`  | asset libraries and assets                                             |
+//! | `pool`    | [`PgStore`]: connecting, the pool                                      |
+//! | `migrate` | the schema's versions and their application                            |
+//! | `names`   | the enums as the text of their columns                                 |
+//! | `txn`     | a step's failure, running a transaction again, records as JSON         |
+
+use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
+use crate::{
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry,
+    Library, Order, Page, Store, StoreError, Task, TaskQuery, TaskStatus,
+};
+
+mod assets;
+mod keys;
+mod ledger;
+mod migrate;
+mod names;
+mod pool;
+mod tasks;
+mod txn;
+
+pub use pool::PgStore;
+
+use txn::{Sql, retry, unix_secs};
+
+#[async_trait::async_trait]
+impl Store for PgStore {
+    async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
+        let (task, row) = tasks::new_task(task)?;
+        let at = unix_secs();
+        let what = format!("create task {}", task.id);
+        let (what, task, row) = (what.as_str(), &task, &row);
+        retry(what, || async move {
+            let mut client = self.client(what).await?;
+            let tx = client.transaction().await.sql(what)?;
+            tasks::insert(&tx, task, row).await?;
+            ledger::apply(&tx, ledger, at).await?;
+            tx.commit().await.sql(what)
+        })
+        .await
+    }
+
+    async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
+        tasks::get(self, id).await
+    }
+
+    async fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError> {
+        tasks::list(self, query).await
+    }
+
+    async fn admin_tasks(&self, query: &AdminTaskQuery) -> Result<Page<Task>, StoreError> {
+        tasks::admin(self, query).await
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        from: &[TaskStatus],
+        to: TaskStatus,
+        update: TaskUpdate<'_>,
+        ledger: &[LedgerDraft],
+    ) -> Result<Task, StoreError> {
+        let at = unix_secs();
+        let what = format!("transition task {id}");
+        let what = what.as_str();
+        retry(what, || async move {
+            let mut client = self.client(what).await?;
+            let tx = client.transaction().await.sql(what)?;
+            let task = tasks::transition(&tx, id, from, to, update).await?;
+            ledger::apply(&tx, ledger, at).await?;
+            tx.commit().await.sql(what)?;
+            Ok(task)
+        })
+        .await
+    }
+
+    async fn claim_due(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Task>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        tasks::claim(self, now_ms, lease_ms, limit).await
+    }
+
+    async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {
+        tasks::unfinished(self, limit).await
+    }
+
+    async fn delete_task(&self, id: &str) -> Result<Option<Task>, StoreError> {
+        tasks::delete(self, id).await
+    }
+
+    async fn create_key(&self, key: &Key) -> Result<(), StoreError> {
+        keys::create(self, key).await
+    }
+
+    async fn key(&self, id: &str) -> Result<Option<Key>, StoreError> {
+        keys::get_by_id(self, id).await
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<Key>, StoreError> {
+        keys::by_hash(self, hash).await
+    }
+
+    async fn keys(&self) -> Result<Vec<Key>, StoreError> {
+        keys::all(self).await
+    }
+
+    async fn key_count(&self) -> Result<usize, StoreError> {
+        keys::count(self).await
+    }
+
+    async fn update_key(&self, id: &str, update: KeyUpdate<'_>) -> Result<Key, StoreError> {
+        keys::update(self, id, update).await
+    }
+
+    async fn charges(&self, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
+        ledger::charges(self, charges).await
+    }
+
+    async fn ledger(&self, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+        ledger::entries(self, key_id).await
+    }
+
+    async fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        keys::meta(self, name).await
+    }
+
+    async fn meta_init(&self, name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
+        keys::meta_init(self, name, value).await
+    }
+
+    /// Nothing to do: every step returned after its commit, which PostgreSQL made durable.
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn create_library(&self, library: &Library) -> Result<(), StoreError> {
+        assets::create_library(self, library).await
+    }
+
+    async fn library(&self, id: &str) -> Result<Option<Library>, StoreError> {
+        assets::library(self, id).await
+    }
+
+    async fn list_libraries(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Page<Library>, StoreError> {
+        assets::list_libraries(self, owner, after, limit, order).await
+    }
+
+    async fn delete_library(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Library, Vec<AssetRecord>)>, StoreError> {
+        assets::delete_library(self, id).await
+    }
+
+    async fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
+        assets::create_asset(self, asset).await
+    }
+
+    async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
+        assets::asset(self, id).await
+    }
+
+    async fn list_assets(&self, query: &AssetQuery) -> Result<Page<AssetRecord>, StoreError> {
+        assets::list_assets(self, query).await
+    }
+
+    async fn transition_asset(
+        &self,
+        id: &str,
+        from: &[AssetStatus],
+        to: AssetStatus,
+        update: AssetUpdate<'_>,
+    ) -> Result<AssetRecord, StoreError> {
+        assets::transition_asset(self, id, from, to, update).await
+    }
+
+    async fn expired_assets(
+        &self,
+        now_secs: u64,
+        limit: usize,
+    ) -> Result<Vec<AssetRecord>, StoreError> {
+        assets::expired_assets(self, now_secs, limit).await
+    }
+
+    async fn processing_assets(&self, limit: usize) -> Result<Vec<AssetRecord>, StoreError> {
+        assets::processing_assets(self, limit).await
+    }
+
+    async fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
+        assets::delete_asset(self, id).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,48 @@
+//! The text the enums are kept as in columns (the names their JSON has).
+
+use crate::{AssetStatus, AssetType, LedgerKind, TaskKind, TaskStatus};
+
+pub(super) const fn task_status(s: TaskStatus) -> &'static str {
+    match s {
+        TaskStatus::Queued => "queued",
+        TaskStatus::Running => "running",
+        TaskStatus::Succeeded => "succeeded",
+        TaskStatus::Failed => "failed",
+        TaskStatus::Cancelled => "cancelled",
+    }
+}
+
+pub(super) const fn task_kind(k: TaskKind) -> &'static str {
+    match k {
+        TaskKind::Video => "video",
+        TaskKind::Generation => "generation",
+    }
+}
+
+pub(super) const fn asset_status(s: AssetStatus) -> &'static str {
+    match s {
+        AssetStatus::Processing => "processing",
+        AssetStatus::Active => "active",
+        AssetStatus::Failed => "failed",
+        AssetStatus::Expired => "expired",
+    }
+}
+
+pub(super) const fn asset_type(t: AssetType) -> &'static str {
+    match t {
+        AssetType::Image => "image",
+        AssetType::Video => "video",
+        AssetType::Audio => "audio",
+    }
+}
+
+pub(super) fn ledger_kind(name: &str) -> Option<LedgerKind> {
+    [
+        LedgerKind::Prededuct,
+        LedgerKind::Settle,
+        LedgerKind::Refund,
+        LedgerKind::Charge,
+    ]
+    .into_iter()
+    .find(|k| k.as_str() == name)
+}

@@ -1,0 +1,72 @@
+//! [`PgStore`] itself: the pool of connections, opening it (and migrating the schema), and
+//! a connection for a step.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::migrate::migrate;
+use crate::StoreError;
+
+/// How long opening a connection may take when the URL does not say (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The store on a PostgreSQL server: a pool of connections to one database (and schema, the
+/// first of the connections' `search_path`), shared by any number of relay instances.
+///
+/// Connections are plain TCP or a Unix socket (no TLS yet): keep the database on the same
+/// host or a private network.
+#[derive(Clone)]
+pub struct PgStore {
+    pub(super) pool: Pool,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
+    /// with libpq's parameters such as `options=-c search_path=relay` or `connect_timeout=5`)
+    /// with at most `pool_size` connections (at least 1), and brings its schema up to date.
+    ///
+    /// A database that cannot be reached, or whose schema is newer than this build knows
+    /// ([`StoreError::SchemaTooNew`]), is an error.
+    pub async fn connect(url: &str, pool_size: usize) -> Result<PgStore, StoreError> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::Backend(format!("PostgreSQL URL: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("relay");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .build()
+            .map_err(|e| StoreError::Backend(format!("PostgreSQL pool: {e}")))?;
+        let store = PgStore { pool };
+        let mut client = store.client("connect").await?;
+        migrate(&mut client).await?;
+        Ok(store)
+    }
+
+    /// A connection of the pool; `what` names the step in an error.
+    pub(super) async fn client(&self, what: &str) -> Result<Client, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Backend(format!("{what}: PostgreSQL connection: {e}")))
+    }
+}

@@ -1,0 +1,307 @@
+//! The task steps on PostgreSQL: the row a task is kept as, creation and the compare-and-swap
+//! transition (each put together with its ledger entries by the caller, in one transaction),
+//! deletion, and the reads: by id, one owner's pages, operators' filtered pages, claims of due
+//! tasks and the unfinished ones, all from indexes.
+
+use deadpool_postgres::Transaction;
+use tokio_postgres::Row;
+use tokio_postgres::types::{Json, ToSql};
+
+use super::names::{task_kind, task_status};
+use super::pool::PgStore;
+use super::txn::{Fault, Sql, big, check_id, corrupt, encode};
+use crate::steps::TaskUpdate;
+use crate::{AdminTaskQuery, Order, Page, StoreError, Task, TaskQuery, TaskStatus};
+
+const TASKS: &str = "tasks";
+/// Largest page `list_tasks` returns.
+const MAX_PAGE: usize = 100;
+/// Largest page `admin_tasks` returns.
+const MAX_ADMIN_PAGE: usize = 1000;
+/// The columns a task is read back from.
+const RECORD: &str = "params, record::text";
+
+/// A task as its row holds it: the record without `params` (jsonb) and `params` as written.
+pub(super) struct TaskRow {
+    rest: serde_json::Value,
+    params: String,
+}
+
+/// A task's row: its record less `params`, which keeps its own text.
+pub(super) fn row_of(task: &Task) -> Result<TaskRow, StoreError> {
+    let mut rest = encode("task", task)?;
+    if let Some(fields) = rest.as_object_mut() {
+        fields.remove("params");
+    }
+    Ok(TaskRow {
+        rest,
+        params: task.params.as_str().to_owned(),
+    })
+}
+
+/// The task of a row read with [`RECORD`]: the record's text with `params` put back as it was
+/// written (jsonb keeps neither the spacing nor the key order of a JSON text).
+fn read_task(row: &Row) -> Result<Task, Fault> {
+    let params: String = row.try_get(0).sql("read task")?;
+    let rest: String = row.try_get(1).sql("read task")?;
+    let body = rest
+        .trim_start()
+        .strip_prefix('{')
+        .filter(|body| !body.trim_start().starts_with('}'))
+        .ok_or_else(|| corrupt(TASKS, "task record is not a JSON object with fields"))?;
+    let text = format!("{{\"params\":{params},{body}");
+    Ok(super::txn::decode(TASKS, &text)?)
+}
+
+fn read_tasks(rows: &[Row]) -> Result<Vec<Task>, Fault> {
+    rows.iter().map(read_task).collect()
+}
+
+/// The ULID of an id (`prefix_<ULID>`): the creation-time order of ids of every kind.
+fn created(id: &str) -> &str {
+    id.rsplit_once('_').map_or(id, |(_, ulid)| ulid)
+}
+
+/// The `due_ms` column: none once final; the end of time for an unfinished task without a
+/// poll time (found by `unfinished_tasks`, never due).
+fn due_ms(task: &Task) -> Option<i64> {
+    if task.status.is_final() {
+        return None;
+    }
+    Some(
+        task.next_poll_ms
+            .map_or(i64::MAX, |ms| big(ms).min(i64::MAX - 1)),
+    )
+}
+
+/// A new task as it is written: its ids checked, without a poll time when it is final.
+pub(super) fn new_task(task: &Task) -> Result<(Task, TaskRow), StoreError> {
+    check_id("task id", &task.id)?;
+    check_id("task owner", &task.owner)?;
+    let mut task = task.clone();
+    if task.status.is_final() {
+        task.next_poll_ms = None;
+    }
+    let row = row_of(&task)?;
+    Ok((task, row))
+}
+
+/// Writes a new task; an id in use fails the step.
+pub(super) async fn insert(tx: &Transaction<'_>, task: &Task, row: &TaskRow) -> Result<(), Fault> {
+    let what = format!("create task {}", task.id);
+    let written = tx
+        .execute(
+            "INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+            &[
+                &task.id,
+                &created(&task.id),
+                &task.owner,
+                &task_kind(task.kind),
+                &task_status(task.status),
+                &task.model,
+                &due_ms(task),
+                &row.params,
+                &Json(&row.rest),
+            ],
+        )
+        .await
+        .sql(&what)?;
+    if written == 0 {
+        return Err(StoreError::Backend(format!("task {} already exists", task.id)).into());
+    }
+    Ok(())
+}
+
+pub(super) async fn get(store: &PgStore, id: &str) -> Result<Option<Task>, StoreError> {
+    let client = store.client("read task").await?;
+    let sql = format!("SELECT {RECORD} FROM tasks WHERE id = $1");
+    let row = client.query_opt(&sql, &[&id]).await.sql("read task");
+    row.and_then(|r| r.as_ref().map(read_task).transpose())
+        .map_err(Fault::into_store)
+}
+
+/// [`crate::Store::list_tasks`]: one kind by id, both kinds by creation time.
+pub(super) async fn list(store: &PgStore, query: &TaskQuery) -> Result<Page<Task>, StoreError> {
+    let limit = query.limit.clamp(1, MAX_PAGE);
+    let (cmp, dir) = match query.order {
+        Order::Desc => ("<", "DESC"),
+        Order::Asc => (">", "ASC"),
+    };
+    let n = big(limit as u64 + 1);
+    let after = query.after.as_deref();
+    let client = store.client("list tasks").await?;
+    let rows = match query.kind {
+        Some(kind) => {
+            let sql = format!(
+                "SELECT {RECORD} FROM tasks WHERE owner = $1 AND kind = $2 \
+                 AND ($3::text IS NULL OR id {cmp} $3) ORDER BY id {dir} LIMIT $4"
+            );
+            let params: [&(dyn ToSql + Sync); 4] = [&query.owner, &task_kind(kind), &after, &n];
+            client.query(&sql, &params).await
+        }
+        None => {
+            let sql = format!(
+                "SELECT {RECORD} FROM tasks WHERE owner = $1 \
+                 AND ($2::text IS NULL OR (created, id) {cmp} ($3, $2)) \
+                 ORDER BY created {dir}, id {dir} LIMIT $4"
+            );
+            let params: [&(dyn ToSql + Sync); 4] = [&query.owner, &after, &after.map(created), &n];
+            client.query(&sql, &params).await
+        }
+    };
+    let rows = rows.sql("list tasks").map_err(Fault::into_store)?;
+    page(&rows, limit)
+}
+
+/// [`crate::Store::admin_tasks`]: every owner's tasks, newest first, filtered by the store.
+pub(super) async fn admin(
+    store: &PgStore,
+    query: &AdminTaskQuery,
+) -> Result<Page<Task>, StoreError> {
+    let limit = query.limit.clamp(1, MAX_ADMIN_PAGE);
+    let sql = format!(
+        "SELECT {RECORD} FROM tasks \
+         WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2) \
+         AND ($3::text IS NULL OR model = $3) AND ($4::text IS NULL OR owner = $4) \
+         AND ($5::text IS NULL OR created < $5) \
+         ORDER BY created DESC, id DESC LIMIT $6"
+    );
+    let status = query.status.map(task_status);
+    let kind = query.kind.map(task_kind);
+    let after = query.after.as_deref().map(created);
+    let n = big(limit as u64 + 1);
+    let client = store.client("list all tasks").await?;
+    let rows = client
+        .query(
+            &sql,
+            &[&status, &kind, &query.model, &query.owner, &after, &n],
+        )
+        .await
+        .sql("list all tasks")
+        .map_err(Fault::into_store)?;
+    page(&rows, limit)
+}
+
+/// The first `limit` of `rows` (read one past it), and whether one more followed.
+fn page(rows: &[Row], limit: usize) -> Result<Page<Task>, StoreError> {
+    let has_more = rows.len() > limit;
+    let items = read_tasks(&rows[..rows.len().min(limit)]).map_err(Fault::into_store)?;
+    Ok(Page { items, has_more })
+}
+
+/// The compare-and-swap of [`crate::Store::transition`] on the task alone (the row locked
+/// until the transaction ends); returns the task as written.
+pub(super) async fn transition(
+    tx: &Transaction<'_>,
+    id: &str,
+    from: &[TaskStatus],
+    to: TaskStatus,
+    update: TaskUpdate<'_>,
+) -> Result<Task, Fault> {
+    let what = format!("transition task {id}");
+    let sql = format!("SELECT {RECORD} FROM tasks WHERE id = $1 FOR UPDATE");
+    let Some(row) = tx.query_opt(&sql, &[&id]).await.sql(&what)? else {
+        return Err(StoreError::TaskNotFound(id.to_owned()).into());
+    };
+    let old = read_task(&row)?;
+    if old.status.is_final() || !from.contains(&old.status) {
+        return Err(StoreError::WrongStatus {
+            task_id: id.to_owned(),
+            expected: from.to_vec(),
+            actual: old.status,
+        }
+        .into());
+    }
+    let mut new = old.clone();
+    update(&mut new);
+    // Identity fields key the indexes; an update cannot move a task.
+    new.id.clone_from(&old.id);
+    new.owner.clone_from(&old.owner);
+    new.kind = old.kind;
+    new.status = to;
+    new.progress = new.progress.max(old.progress).min(100);
+    if to.is_final() {
+        new.next_poll_ms = None;
+    }
+    let row = row_of(&new)?;
+    tx.execute(
+        "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, record = $6 \
+         WHERE id = $1",
+        &[
+            &id,
+            &task_status(to),
+            &new.model,
+            &due_ms(&new),
+            &row.params,
+            &Json(&row.rest),
+        ],
+    )
+    .await
+    .sql(&what)?;
+    Ok(new)
+}
+
+/// [`crate::Store::claim_due`]: one statement. The due rows up to `limit`, earliest first,
+/// are locked, skipping rows another transaction holds, and leased: their due time (and the
+/// record's `next_poll_ms`) moves to `now_ms + lease_ms`.
+pub(super) async fn claim(
+    store: &PgStore,
+    now_ms: u64,
+    lease_ms: u64,
+    limit: usize,
+) -> Result<Vec<Task>, StoreError> {
+    // The end of time stays out of reach: an unfinished task without a poll time is never due.
+    let now = big(now_ms).min(i64::MAX - 1);
+    let until = big(now_ms.saturating_add(lease_ms)).min(i64::MAX - 1);
+    let n = big(limit as u64);
+    let client = store.client("claim due tasks").await?;
+    let rows = client
+        .query(
+            "WITH due AS ( \
+                SELECT id, due_ms FROM tasks WHERE due_ms <= $1 \
+                ORDER BY due_ms, id LIMIT $3 FOR UPDATE SKIP LOCKED \
+             ) \
+             UPDATE tasks SET due_ms = $2, \
+                record = jsonb_set(tasks.record, '{next_poll_ms}', to_jsonb($2::bigint)) \
+             FROM due WHERE tasks.id = due.id \
+             RETURNING tasks.params, tasks.record::text, due.due_ms, tasks.id",
+            &[&now, &until, &n],
+        )
+        .await
+        .sql("claim due tasks")
+        .map_err(Fault::into_store)?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let was: i64 = row
+            .try_get(2)
+            .sql("claim due tasks")
+            .map_err(Fault::into_store)?;
+        claimed.push((was, read_task(row).map_err(Fault::into_store)?));
+    }
+    claimed.sort_by(|(a, x), (b, y)| (a, x.id.as_bytes()).cmp(&(b, y.id.as_bytes())));
+    Ok(claimed.into_iter().map(|(_, task)| task).collect())
+}
+
+/// [`crate::Store::unfinished_tasks`].
+pub(super) async fn unfinished(store: &PgStore, limit: usize) -> Result<Vec<Task>, StoreError> {
+    let sql =
+        format!("SELECT {RECORD} FROM tasks WHERE due_ms IS NOT NULL ORDER BY due_ms, id LIMIT $1");
+    let client = store.client("list unfinished tasks").await?;
+    let rows = client
+        .query(&sql, &[&big(limit as u64)])
+        .await
+        .sql("list unfinished tasks")
+        .map_err(Fault::into_store)?;
+    read_tasks(&rows).map_err(Fault::into_store)
+}
+
+/// [`crate::Store::delete_task`]: one statement.
+pub(super) async fn delete(store: &PgStore, id: &str) -> Result<Option<Task>, StoreError> {
+    let what = format!("delete task {id}");
+    let sql = format!("DELETE FROM tasks WHERE id = $1 RETURNING {RECORD}");
+    let client = store.client(&what).await?;
+    let row = client.query_opt(&sql, &[&id]).await.sql(&what);
+    row.and_then(|r| r.as_ref().map(read_task).transpose())
+        .map_err(Fault::into_store)
+}

@@ -1,0 +1,160 @@
+//! What every PostgreSQL step shares: a step's failure (the step's own [`StoreError`], or the
+//! database's), running a transaction again when PostgreSQL asks for it (a serialization
+//! failure or a deadlock), records as JSON (one that does not decode is
+//! [`StoreError::Corrupt`]), numbers between `u64` and `bigint`, and the rule for ids.
+
+use std::future::Future;
+
+use serde::de::DeserializeOwned;
+use tokio_postgres::error::SqlState;
+
+use crate::StoreError;
+
+/// Times a transaction is run when PostgreSQL keeps answering that it must be run again.
+const ATTEMPTS: usize = 5;
+
+/// Why an attempt at a step failed.
+#[derive(Debug)]
+pub(super) enum Fault {
+    /// The step's own answer (not found, wrong status, quota...): final.
+    Step(StoreError),
+    /// The database's: `what` names the statement.
+    Db {
+        what: String,
+        error: tokio_postgres::Error,
+    },
+}
+
+impl From<StoreError> for Fault {
+    fn from(e: StoreError) -> Fault {
+        Fault::Step(e)
+    }
+}
+
+impl Fault {
+    /// PostgreSQL rolled the transaction back so that it may be run again.
+    fn retryable(&self) -> bool {
+        match self {
+            Fault::Db { error, .. } => error.code().is_some_and(|c| {
+                *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+            }),
+            Fault::Step(_) => false,
+        }
+    }
+
+    pub(super) fn into_store(self) -> StoreError {
+        match self {
+            Fault::Step(e) => e,
+            Fault::Db { what, error } => backend(&what, &error),
+        }
+    }
+
+    /// The constraint a unique violation broke, if that is what this is.
+    pub(super) fn unique_violation(&self) -> Option<&str> {
+        match self {
+            Fault::Db { error, .. } => error
+                .as_db_error()
+                .filter(|db| *db.code() == SqlState::UNIQUE_VIOLATION)
+                .and_then(|db| db.constraint()),
+            Fault::Step(_) => None,
+        }
+    }
+}
+
+/// The database's error as the store's; `what` names what was being done.
+pub(super) fn backend(what: &str, error: &tokio_postgres::Error) -> StoreError {
+    match error.as_db_error() {
+        Some(db) => StoreError::Backend(format!("{what}: {db}")),
+        None => match std::error::Error::source(error) {
+            Some(source) => StoreError::Backend(format!("{what}: {error}: {source}")),
+            None => StoreError::Backend(format!("{what}: {error}")),
+        },
+    }
+}
+
+/// A database result inside a step: its error is a [`Fault::Db`] naming `what`.
+pub(super) trait Sql<T> {
+    fn sql(self, what: &str) -> Result<T, Fault>;
+}
+
+impl<T> Sql<T> for Result<T, tokio_postgres::Error> {
+    fn sql(self, what: &str) -> Result<T, Fault> {
+        self.map_err(|error| Fault::Db {
+            what: what.to_owned(),
+            error,
+        })
+    }
+}
+
+/// Runs `attempt` (one transaction, begun and committed by it) until it commits, fails for
+/// good, or PostgreSQL has asked [`ATTEMPTS`] times for it to be run again.
+pub(super) async fn retry<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Fault>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Ok(t) => return Ok(t),
+            Err(fault) if fault.retryable() && tries < ATTEMPTS => {
+                tracing::debug!(step = what, tries, "transaction to be run again");
+            }
+            Err(fault) => return Err(fault.into_store()),
+        }
+    }
+}
+
+pub(super) fn decode<T: DeserializeOwned>(
+    table: &'static str,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|source| StoreError::Corrupt {
+        tree: table,
+        source,
+    })
+}
+
+pub(super) fn corrupt(table: &'static str, msg: &str) -> StoreError {
+    StoreError::Corrupt {
+        tree: table,
+        source: <serde_json::Error as serde::de::Error>::custom(msg),
+    }
+}
+
+/// `value` as JSON, for a `jsonb` column.
+pub(super) fn encode<T: serde::Serialize>(
+    what: &str,
+    value: &T,
+) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(value).map_err(|e| StoreError::Backend(format!("encode {what}: {e}")))
+}
+
+/// A time or count as a `bigint`: one past what a `bigint` holds is the largest it holds.
+pub(super) fn big(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A `bigint` read back as a time or count (a negative one, which no step writes, is 0).
+pub(super) fn unbig(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// Ids are never empty, and PostgreSQL's text cannot hold NUL: the same ids the embedded
+/// backend refuses.
+pub(super) fn check_id(what: &str, id: &str) -> Result<(), StoreError> {
+    if id.is_empty() || id.contains('\0') {
+        return Err(StoreError::Backend(format!(
+            "{what} {id:?} is empty or contains NUL"
+        )));
+    }
+    Ok(())
+}
+
+/// The time of a ledger entry, in seconds since the epoch.
+pub(super) fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

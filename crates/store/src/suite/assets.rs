@@ -1,0 +1,5 @@
+//! Asset libraries and assets, by area.
+
+mod libraries;
+mod listing;
+mod status;
