@@ -147,10 +147,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::embedded()?,
     };
-    let origin = args
-        .config
-        .as_ref()
-        .map_or_else(|| "embedded default".to_owned(), |p| p.display().to_string());
+    let origin = args.config.as_ref().map_or_else(
+        || "embedded default".to_owned(),
+        |p| p.display().to_string(),
+    );
     config.apply_env(&origin)?;
     if let Some(listen) = args.listen {
         config.server.listen = listen.to_string();

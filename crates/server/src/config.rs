@@ -305,7 +305,8 @@ impl Config {
         }
         if self.store.backend() == StoreBackend::Postgres {
             match self.store.url.as_deref() {
-                Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {}
+                Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                }
                 Some(_) => {
                     return Err(
                         "store.url must be a PostgreSQL URL: postgres://user@host:port/database"
@@ -568,15 +569,23 @@ mod tests {
         .unwrap();
         assert_eq!(pg.store.backend(), StoreBackend::Postgres);
         for (text, named) in [
-            ("[store]\nbackend = \"postgres\"\n", "store.url (or RELAY_STORE_URL) is required"),
-            ("[store]\nurl = \"mysql://x\"\n", "store.url must be a PostgreSQL URL"),
+            (
+                "[store]\nbackend = \"postgres\"\n",
+                "store.url (or RELAY_STORE_URL) is required",
+            ),
+            (
+                "[store]\nurl = \"mysql://x\"\n",
+                "store.url must be a PostgreSQL URL",
+            ),
             (
                 "[store]\nurl = \"postgres://x/y\"\npool_size = 0\n",
                 "store.pool_size must be above 0",
             ),
             ("[store]\nbackend = \"mongo\"\n", "backend"),
         ] {
-            let err = Config::from_toml(Some(text), "t.toml").unwrap_err().to_string();
+            let err = Config::from_toml(Some(text), "t.toml")
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(named), "{text}: {err}");
         }
     }
