@@ -115,20 +115,20 @@ fn require_services() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A scratch database, dropped when this is.
-struct Database {
+/// A scratch PostgreSQL database on 127.0.0.1:5432, dropped when this is.
+pub(crate) struct Database {
     name: String,
 }
 
 impl Database {
-    fn create(name: &str) -> anyhow::Result<Database> {
+    pub(crate) fn create(name: &str) -> anyhow::Result<Database> {
         psql(&format!("CREATE DATABASE {name}"))?;
         Ok(Database {
             name: name.to_owned(),
         })
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@{PG}/{}", self.name)
     }
 }

@@ -15,6 +15,7 @@ mod messages;
 pub mod party;
 mod relays;
 mod report;
+mod shared;
 mod stored;
 mod tasks;
 mod video;
@@ -30,7 +31,7 @@ use self::relays::Ctx;
 use self::report::{Report, render};
 
 /// Every section, in the order a whole run takes them.
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "messages",
     "rss",
     "submissions",
@@ -38,6 +39,7 @@ pub const SECTIONS: [&str; 7] = [
     "downloads",
     "poller",
     "stored",
+    "postgres",
 ];
 
 /// Seconds of one measured run.
@@ -47,7 +49,9 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
 
   sections: messages (whole answers and streams: relay, floor proxy, direct; 32 conns and 1),
   rss (the relay's memory over 60 s of messages), submissions (durable POST /v1/videos),
-  polling (GET /v1/videos/{id} against a hello server), downloads, poller, stored
+  polling (GET /v1/videos/{id} against a hello server), downloads, poller, stored,
+  postgres (durable submissions and polls with the store on PostgreSQL at 127.0.0.1:5432: one
+  relay, then three sharing it)
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
   as it is. Load comes from wrk (installed with apt-get when missing). `stored` seeds
   target/bench/seed-10k and seed-1m through the store crate on its first run (minutes) and
@@ -137,6 +141,7 @@ fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
             "rss" => messages::rss(ctx, &mut report)?,
             "submissions" => tasks::submissions(ctx, &mut report)?,
             "polling" => tasks::polling(ctx, &mut report)?,
+            "postgres" => shared::run(ctx, &mut report)?,
             "downloads" => ctx.runtime.block_on(video::downloads(
                 &mut report,
                 &ctx.relay,

@@ -1,0 +1,292 @@
+//! The `postgres` section: durable `POST /v1/videos` and `GET /v1/videos/{id}` with the store
+//! on PostgreSQL (a scratch database on 127.0.0.1:5432), one relay against three sharing it.
+//! Three relays get the same load as one, spread over them (a wrk per relay, the connections
+//! split between them); their CPU per request is the three together. PostgreSQL's own
+//! processes are part of what is measured (not foreign), and their CPU per request is shown
+//! apart. On a machine of two cores three relays measure what sharing costs, not what scaling
+//! to more machines gives.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+
+use super::generator::{Gen, Generators, Load};
+use super::load::{Call, TICKS_PER_SEC, call_once, proc_stats};
+use super::loadgen::Outcome;
+use super::measure::{Run, machine_ticks};
+use super::party::Party;
+use super::relays::{ADMIN, Ctx, RelayProc, relay_proc, videos_config};
+use super::report::{Report, thousands};
+use crate::cluster::Database;
+
+const SUBMISSION: &str = r#"{"model":"model_h3","prompt":"bench","size":"64x64"}"#;
+
+/// Ticks of every process named `postgres` (the server and its backends).
+fn postgres_ticks() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(|pid| proc_stats(pid).0)
+        .sum()
+}
+
+/// Ticks of this process and the children it waited for (the load generators).
+fn own_ticks() -> u64 {
+    proc_stats(std::process::id()).0 + {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        stat.rsplit(") ")
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(13)
+            .take(2)
+            .filter_map(|f| f.parse::<u64>().ok())
+            .sum::<u64>()
+    }
+}
+
+/// A measured spread load: the outcome summed over the relays, and CPU per request.
+struct Spread {
+    run: Run,
+    pg_cpu_us: f64,
+}
+
+/// Runs `loads` (one per relay) at once with wrk and measures the relays (`pids`) together.
+fn spread(
+    gens: &Generators,
+    loads: &[Load],
+    pids: &[u32],
+    fake: u32,
+    conns: usize,
+) -> anyhow::Result<Spread> {
+    let relay_ticks = || pids.iter().map(|p| proc_stats(*p).0).sum::<u64>();
+    let started = Instant::now();
+    let (machine0, relays0, pg0, own0, fake0) = (
+        machine_ticks().0,
+        relay_ticks(),
+        postgres_ticks(),
+        own_ticks(),
+        proc_stats(fake).0,
+    );
+    let outs: Vec<anyhow::Result<Outcome>> = std::thread::scope(|s| {
+        let handles: Vec<_> = loads
+            .iter()
+            .map(|load| s.spawn(move || gens.run(Gen::Wrk, load)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a load thread panicked")))
+            })
+            .collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let (machine1, relays1, pg1, own1, fake1) = (
+        machine_ticks().0,
+        relay_ticks(),
+        postgres_ticks(),
+        own_ticks(),
+        proc_stats(fake).0,
+    );
+    let mut out = Outcome::default();
+    for o in outs {
+        let o = o?;
+        out.requests += o.requests;
+        out.errors += o.errors;
+        out.secs = out.secs.max(o.secs);
+        out.p50_us = out.p50_us.max(o.p50_us);
+        out.p99_us = out.p99_us.max(o.p99_us);
+    }
+    let tick_us = 1_000_000.0 / TICKS_PER_SEC;
+    let requests = out.requests.max(1) as f64;
+    let relays = relays1.saturating_sub(relays0);
+    let pg = pg1.saturating_sub(pg0);
+    let ours = relays + pg + own1.saturating_sub(own0) + fake1.saturating_sub(fake0);
+    let foreign = machine1.saturating_sub(machine0).saturating_sub(ours);
+    let rss: u64 = pids.iter().map(|p| proc_stats(*p).1).sum();
+    Ok(Spread {
+        run: Run {
+            generator: Gen::Wrk,
+            conns,
+            cpu_us: relays as f64 * tick_us / requests,
+            out,
+            rss_end_kib: rss,
+            rss_peak_kib: rss,
+            foreign_pct: foreign as f64 / TICKS_PER_SEC / secs.max(1e-9) * 100.0,
+            niced_pct: 0.0,
+            attempts: 1,
+            threads: Vec::new(),
+        },
+        pg_cpu_us: pg as f64 * tick_us / requests,
+    })
+}
+
+/// `n` relays on `db`, each over a data directory of its own under `work`.
+fn start_relays(
+    binary: &Path,
+    work: &Path,
+    config: &str,
+    n: usize,
+) -> anyhow::Result<Vec<RelayProc>> {
+    let _ = std::fs::remove_dir_all(work);
+    std::fs::create_dir_all(work)?;
+    let path = work.join("relay.toml");
+    std::fs::write(&path, config)?;
+    let mut relays: Vec<RelayProc> = Vec::new();
+    for i in 0..n {
+        let key = relays.first().map(|r| r.key.clone());
+        let relay = crate::relay::start_relay_keyed(
+            binary,
+            &path,
+            &work.join(format!("data-{i}")),
+            ADMIN,
+            "error",
+            key.as_deref(),
+        )?;
+        relays.push(relay_proc(relay)?);
+    }
+    Ok(relays)
+}
+
+/// `total` connections split over `n` loads.
+fn split(total: usize, n: usize, i: usize) -> usize {
+    total / n + usize::from(i < total % n)
+}
+
+pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    if std::net::TcpStream::connect("127.0.0.1:5432").is_err() {
+        bail!(
+            "the postgres section needs PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`)"
+        );
+    }
+    let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
+    let mut rows: Vec<(usize, Spread, Spread)> = Vec::new();
+    for n in [1usize, 3] {
+        let db = Database::create(&format!("relay_bench_{}_{n}", std::process::id()))?;
+        let config = format!(
+            "{}[store]\nurl = \"{}\"\n",
+            videos_config(fake.addr),
+            db.url()
+        );
+        let work = crate::cmd::target_dir()
+            .join("bench")
+            .join(format!("postgres-{n}"));
+        let relays = start_relays(&ctx.relay, &work, &config, n)?;
+        let pids: Vec<u32> = relays.iter().map(RelayProc::pid).collect();
+        let key = relays[0].key.clone();
+        let submit = |addr: SocketAddr, conns: usize| Load {
+            addr,
+            conns,
+            secs: ctx.secs,
+            method: "POST",
+            path: "/v1/videos".into(),
+            headers: vec![
+                ("authorization", format!("Bearer {key}")),
+                ("content-type", "application/json".into()),
+            ],
+            body: SUBMISSION.into(),
+            paths_file: None,
+        };
+        let call = Call {
+            method: "POST",
+            path: "/v1/videos".into(),
+            headers: vec![
+                ("authorization", format!("Bearer {key}")),
+                ("content-type", "application/json".into()),
+            ],
+            body: Bytes::from_static(SUBMISSION.as_bytes()),
+        };
+        let (status, body) = ctx.runtime.block_on(call_once(relays[0].addr, &call))?;
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let Some(id) = v["id"].as_str().filter(|_| status == 200) else {
+            bail!("POST /v1/videos on PostgreSQL answered {status}: {v}");
+        };
+        let poll = |addr: SocketAddr, conns: usize| Load {
+            addr,
+            conns,
+            secs: ctx.secs,
+            method: "GET",
+            path: format!("/v1/videos/{id}"),
+            headers: vec![("authorization", format!("Bearer {key}"))],
+            body: String::new(),
+            paths_file: None,
+        };
+        let loads = |total: usize, make: &dyn Fn(SocketAddr, usize) -> Load| -> Vec<Load> {
+            relays
+                .iter()
+                .enumerate()
+                .map(|(i, r)| make(r.addr, split(total, n, i)))
+                .collect()
+        };
+        // A warm-up of each (pool connections, caches), then the measured runs.
+        let warm = |l: Vec<Load>| l.into_iter().map(|l| l.secs(1)).collect::<Vec<_>>();
+        spread(&ctx.gens, &warm(loads(16, &submit)), &pids, fake.pid(), 16)?;
+        let s = spread(&ctx.gens, &loads(16, &submit), &pids, fake.pid(), 16)
+            .context("durable submissions on PostgreSQL")?;
+        spread(&ctx.gens, &warm(loads(32, &poll)), &pids, fake.pid(), 32)?;
+        let p = spread(&ctx.gens, &loads(32, &poll), &pids, fake.pid(), 32)
+            .context("polls on PostgreSQL")?;
+        for (what, m) in [
+            ("durable POST /v1/videos, 16 conns", &s),
+            ("GET /v1/videos/{id}, 32 conns", &p),
+        ] {
+            eprintln!(
+                "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs, foreign CPU {:.1}% of a core",
+                m.run.rps(),
+                m.run.out.p50_us,
+                m.run.out.p99_us,
+                m.run.cpu_us,
+                m.pg_cpu_us,
+                m.run.foreign_pct
+            );
+        }
+        report.run(
+            &format!("PostgreSQL, {n} relay(s): durable `POST /v1/videos`"),
+            &s.run,
+        );
+        report.run(
+            &format!("PostgreSQL, {n} relay(s): `GET /v1/videos/{{id}}`"),
+            &p.run,
+        );
+        drop(relays);
+        drop(db);
+        rows.push((n, s, p));
+    }
+    if let [(_, s1, p1), (_, s3, p3)] = rows.as_slice() {
+        report.ratio(format!(
+            "PostgreSQL, durable POST /v1/videos, 16 conns: three relays ÷ one = {:.2} ({} ÷ {} req/s; p99 {:.1} vs {:.1} ms; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs)",
+            s3.run.rps() / s1.run.rps().max(1e-9),
+            thousands(s3.run.rps()),
+            thousands(s1.run.rps()),
+            s3.run.out.p99_us / 1000.0,
+            s1.run.out.p99_us / 1000.0,
+            s3.run.cpu_us,
+            s1.run.cpu_us,
+            s3.pg_cpu_us,
+            s1.pg_cpu_us
+        ));
+        report.ratio(format!(
+            "PostgreSQL, GET /v1/videos/{{id}}, 32 conns: three relays ÷ one = {:.2} ({} ÷ {} req/s; p99 {:.1} vs {:.1} ms; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs)",
+            p3.run.rps() / p1.run.rps().max(1e-9),
+            thousands(p3.run.rps()),
+            thousands(p1.run.rps()),
+            p3.run.out.p99_us / 1000.0,
+            p1.run.out.p99_us / 1000.0,
+            p3.run.cpu_us,
+            p1.run.cpu_us,
+            p3.pg_cpu_us,
+            p1.pg_cpu_us
+        ));
+    }
+    Ok(())
+}
