@@ -44,6 +44,8 @@ pub struct Relay {
     stop: Option<oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     pub dir: tempfile::TempDir,
+    /// The relay's state, for tests that look behind its HTTP API.
+    pub app: Arc<App>,
 }
 
 impl Relay {
@@ -65,7 +67,7 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(server::serve(app, listener, async {
+        let done = tokio::spawn(server::serve(app.clone(), listener, async {
             let _ = stopped.await;
         }));
         Relay {
@@ -77,6 +79,7 @@ impl Relay {
             stop: Some(stop),
             done: Some(done),
             dir,
+            app,
         }
     }
 

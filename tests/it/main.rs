@@ -4,6 +4,7 @@
 mod admin;
 mod assets;
 mod billing;
+mod cluster;
 mod errors;
 mod fake_chat;
 mod fake_video;

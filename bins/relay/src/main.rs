@@ -32,6 +32,10 @@ struct ServeArgs {
     /// Listen address; overrides the configuration's server.listen.
     #[arg(long, env = "RELAY_LISTEN", global = true)]
     listen: Option<SocketAddr>,
+    /// Redis shared by the relays of a deployment; overrides the configuration's
+    /// cluster.redis_url.
+    #[arg(long, env = "RELAY_REDIS_URL", global = true)]
+    redis_url: Option<String>,
     /// Where the store and files live.
     #[arg(long, env = "RELAY_DATA_DIR", default_value = "./data", global = true)]
     data_dir: PathBuf,
@@ -154,6 +158,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.apply_env(&origin)?;
     if let Some(listen) = args.listen {
         config.server.listen = listen.to_string();
+    }
+    if let Some(url) = args.redis_url.filter(|u| !u.trim().is_empty()) {
+        config.cluster.redis_url = url;
+        config
+            .check_cluster()
+            .map_err(|message| anyhow::anyhow!("RELAY_REDIS_URL / --redis-url: {message}"))?;
     }
     let listen = config.server.listen.clone();
     let admin_token = std::env::var("RELAY_ADMIN_TOKEN").ok();

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::auth::{KeyCache, generate_secret, hash_secret};
 use crate::chat_ledger::{ChargeQueue, Reservations};
+use crate::cluster::Cluster;
 use crate::config::{Config, StoreBackend};
 use crate::limits::Limiter;
 use crate::setup;
@@ -43,8 +44,11 @@ pub struct App {
     pub signer: Arc<Signer>,
     /// The address the server is bound to (set by `serve`).
     pub bound: std::sync::OnceLock<std::net::SocketAddr>,
-    /// Rate-limit buckets (in memory; shared limits across instances come later).
+    /// Rate-limit buckets of this process (all of them without a cluster; the fallback with one).
     pub limiter: Limiter,
+    /// State shared with the other relays through Redis (`[cluster] redis_url`); `None`:
+    /// limits, key-cache invalidation and chat reservations hold in this process only.
+    pub cluster: Option<Arc<Cluster>>,
     /// Keys by secret hash, cleared by every key change.
     pub key_cache: KeyCache,
     /// Chat estimates reserved by the messages under way.
@@ -143,6 +147,23 @@ impl App {
             max_redirects: 5,
         });
         let catalog = setup::catalog(&config);
+        let cluster = match config.cluster.redis_url.trim() {
+            "" => None,
+            url => {
+                let cluster =
+                    Cluster::new(url, &config.cluster.prefix, &config.cluster.instance_id)?;
+                tracing::info!(
+                    "cluster: instance {}, shared state in Redis under {:?}",
+                    cluster.instance(),
+                    config.cluster.prefix
+                );
+                Some(Arc::new(cluster))
+            }
+        };
+        let key_cache = match &cluster {
+            Some(cluster) => KeyCache::following(cluster.heard()),
+            None => KeyCache::default(),
+        };
         let app = App {
             config,
             store,
@@ -154,7 +175,8 @@ impl App {
             asset_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: Limiter::default(),
-            key_cache: KeyCache::default(),
+            key_cache,
+            cluster,
             reservations: Reservations::default(),
             charges: ChargeQueue::default(),
             bound: std::sync::OnceLock::new(),

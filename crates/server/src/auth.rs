@@ -1,7 +1,9 @@
 //! API keys and the admin token: generation, hashing, and checking a request's credentials.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use error_codes::{ApiError, ErrorCode};
 use http::HeaderMap;
@@ -57,21 +59,79 @@ pub fn presented_secret(headers: &HeaderMap, allow_x_api_key: bool) -> Option<&s
     None
 }
 
+/// When the key-change channel of the relays sharing a store was last heard (`cluster`): a
+/// cache that may have missed a change is not used.
+#[derive(Debug)]
+pub struct Heard {
+    since: Instant,
+    /// Milliseconds from `since` to the last message heard; 0: not heard since it was lost.
+    at_ms: AtomicU64,
+}
+
+impl Default for Heard {
+    fn default() -> Heard {
+        Heard {
+            since: Instant::now(),
+            at_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+/// How long a cache that has heard nothing is still used.
+pub const HEARD_WITHIN: Duration = Duration::from_secs(1);
+
+impl Heard {
+    /// A message was heard now.
+    pub fn now(&self) {
+        let ms = self.since.elapsed().as_millis() as u64;
+        self.at_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// The channel was lost: changes may be missed from now on.
+    pub fn forget(&self) {
+        self.at_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the channel was heard within [`HEARD_WITHIN`].
+    pub fn fresh(&self) -> bool {
+        let at = self.at_ms.load(Ordering::Relaxed);
+        at != 0
+            && (self.since.elapsed().as_millis() as u64).saturating_sub(at)
+                < HEARD_WITHIN.as_millis() as u64
+    }
+}
+
 /// Keys by secret hash as last read from the store, so that a request is authenticated without
-/// a store read. Every change to a key goes through the admin API of this process (the embedded
-/// store belongs to one process), which clears the cache; a key's balance is never read from
-/// here (the store checks it inside its own transactions).
+/// a store read. Every change to a key goes through an admin API, which clears the cache; with
+/// other relays sharing the store (`cluster`), their changes clear it through Redis, and the
+/// cache is used only while that channel is heard. A key's balance is never read from here
+/// (the store checks it inside its own transactions).
 #[derive(Debug, Default)]
 pub struct KeyCache {
     /// The keys, and how many times the cache was cleared (a key read from the store before a
     /// clear is not put in after it).
     keys: RwLock<(HashMap<String, Key>, u64)>,
+    /// With other relays: the cache is used only while their changes can be heard.
+    feed: Option<Arc<Heard>>,
 }
 
 /// Past this many cached keys the cache starts afresh.
 const KEY_CACHE_MAX: usize = 10_000;
 
 impl KeyCache {
+    /// A cache used only while `feed` is fresh.
+    pub fn following(feed: Arc<Heard>) -> KeyCache {
+        KeyCache {
+            keys: RwLock::default(),
+            feed: Some(feed),
+        }
+    }
+
+    /// How many times the cache was cleared.
+    pub fn clears(&self) -> u64 {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).1
+    }
+
     /// Forgets every key (after any key change).
     pub fn clear(&self) {
         let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
@@ -82,6 +142,11 @@ impl KeyCache {
     /// The cached key, or the cache's generation to hand to [`KeyCache::put`].
     fn get(&self, hash: &str) -> Result<Key, u64> {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(feed) = &self.feed
+            && !feed.fresh()
+        {
+            return Err(keys.1);
+        }
         keys.0.get(hash).cloned().ok_or(keys.1)
     }
 

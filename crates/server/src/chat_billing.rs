@@ -5,6 +5,11 @@
 //! has; at the end one `charge` entry takes the real usage's cost under the message id
 //! (nothing when the upstream failed). Charges are queued (`chat_ledger::ChargeQueue`) and
 //! written in batches by [`write_charges`]: a message's own path does no store write.
+//!
+//! With a `cluster`, the reservation is held in Redis against the key's stored balance less
+//! every live relay's reservations (one atomic script to reserve, one to release), so relays
+//! sharing a store cannot together admit more than a key has; while Redis does not answer,
+//! a message is reserved in this process, as without a cluster.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,7 +19,8 @@ use messages::Usage;
 use store::{Charge, Key};
 
 use crate::app::App;
-use crate::chat_ledger::{CHARGE_BATCH, Held, release};
+use crate::chat_ledger::{CHARGE_BATCH, Held, Reserved, release};
+use crate::cluster::{Admission, Cluster};
 
 /// Credits for `usage` at the model's prices, rounded up.
 pub(crate) fn cost(app: &App, model: &str, input: u64, output: u64) -> i64 {
@@ -34,17 +40,50 @@ pub(crate) struct Bill {
     key_id: String,
     id: String,
     model: String,
-    /// Credits reserved in [`crate::chat_ledger::Reservations`] (0 for unlimited keys and free models).
-    reserved: i64,
+    /// Credits reserved (0 for unlimited keys and free models), and where.
+    reserved: Reserved,
 }
 
 impl Drop for Bill {
     fn drop(&mut self) {
-        if self.reserved > 0 {
-            let app = self.app.clone();
-            self.release(&mut app.reservations.lock());
+        let reserved = std::mem::take(&mut self.reserved);
+        if reserved.amount <= 0 {
+            return;
         }
+        if reserved.shared {
+            if let Some(cluster) = &self.app.cluster {
+                cluster.release_later(self.key_id.clone(), reserved.amount);
+            }
+            return;
+        }
+        release(
+            &mut self.app.reservations.lock().by_key,
+            &self.key_id,
+            reserved.amount,
+        );
     }
+}
+
+/// Why a message is refused for its estimate.
+fn short(estimate: i64, available: i64) -> ApiError {
+    ApiError::new(
+        ErrorCode::InsufficientQuota,
+        format!(
+            "this message may cost up to {estimate} credits (its input and max_tokens); the key has {} left",
+            available.max(0)
+        ),
+    )
+}
+
+/// How often to read the balance again when charges are written meanwhile, before
+/// answering that the store is too busy to admit the message exactly.
+const READS: usize = 16;
+
+fn too_busy() -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        "the key's balance is changing too fast to reserve this message; retry",
+    )
 }
 
 impl Bill {
@@ -62,24 +101,71 @@ impl Bill {
             key_id: key.id.clone(),
             id: id.to_owned(),
             model: model.to_owned(),
-            reserved: 0,
+            reserved: Reserved::default(),
         };
         if estimate <= 0 || key.quota.is_none() {
             return Ok(bill);
         }
-        // How often to read the balance again when charges are written meanwhile, before
-        // answering that the store is too busy to admit the message exactly.
-        const READS: usize = 16;
+        if let Some(cluster) = &app.cluster {
+            // An error: Redis did not answer (logged by the cluster); reserve in this process.
+            if let Ok(admitted) = bill.open_shared(cluster, estimate).await {
+                return admitted.map(|()| bill);
+            }
+        }
+        bill.open_local(estimate).await?;
+        Ok(bill)
+    }
+
+    /// Reserves in Redis against the stored balance less every live relay's reservations.
+    /// The outer error: Redis did not answer.
+    async fn open_shared(
+        &mut self,
+        cluster: &Cluster,
+        estimate: i64,
+    ) -> Result<Result<(), ApiError>, crate::cluster::ClusterError> {
+        let app = self.app.clone();
+        for _ in 0..READS {
+            let releases = cluster.releases(&self.key_id).await?;
+            let stored = match app.store.key(&self.key_id).await {
+                Ok(key) => key.and_then(|k| k.quota),
+                Err(e) => return Ok(Err(crate::http::store_unavailable(e))),
+            };
+            let Some(stored) = stored else {
+                return Ok(Ok(()));
+            };
+            match cluster
+                .admit(&self.key_id, releases, stored, estimate)
+                .await?
+            {
+                Admission::Admitted => {
+                    self.reserved = Reserved {
+                        amount: estimate,
+                        shared: true,
+                    };
+                    return Ok(Ok(()));
+                }
+                Admission::Short(available) => return Ok(Err(short(estimate, available))),
+                // A charge was written and released after the read: read again.
+                Admission::ReadAgain => continue,
+            }
+        }
+        Ok(Err(too_busy()))
+    }
+
+    /// Reserves in this process's [`crate::chat_ledger::Reservations`].
+    async fn open_local(&mut self, estimate: i64) -> Result<(), ApiError> {
+        let app = self.app.clone();
+        let key = &self.key_id;
         for _ in 0..READS {
             let releases = app.reservations.lock().releases;
             let stored = app
                 .store
-                .key(&key.id)
+                .key(key)
                 .await
                 .map_err(crate::http::store_unavailable)?
                 .and_then(|k| k.quota);
             let Some(stored) = stored else {
-                return Ok(bill);
+                return Ok(());
             };
             let mut held = app.reservations.lock();
             if held.releases != releases {
@@ -87,29 +173,24 @@ impl Bill {
                 // balance read may not count it.
                 continue;
             }
-            let mine = held.by_key.entry(key.id.clone()).or_insert(0);
+            let mine = held.by_key.entry(key.clone()).or_insert(0);
             let available = stored.saturating_sub(*mine);
             if available < estimate {
                 if *mine == 0 {
-                    held.by_key.remove(&key.id);
+                    held.by_key.remove(key);
                 }
-                return Err(ApiError::new(
-                    ErrorCode::InsufficientQuota,
-                    format!(
-                        "this message may cost up to {estimate} credits (its input and max_tokens); the key has {} left",
-                        available.max(0)
-                    ),
-                ));
+                return Err(short(estimate, available));
             }
             *mine += estimate;
-            bill.reserved = estimate;
-            return Ok(bill);
+            self.reserved = Reserved {
+                amount: estimate,
+                shared: false,
+            };
+            return Ok(());
         }
-        Err(ApiError::new(
-            ErrorCode::Unavailable,
-            "the key's balance is changing too fast to reserve this message; retry",
-        ))
+        Err(too_busy())
     }
+
     /// Queues the charge of the real usage's cost (at most what the key has left); the
     /// reservation goes with it and is released when the charge is written.
     pub(crate) fn charge(mut self, usage: Usage) {
@@ -134,27 +215,31 @@ impl Bill {
             tokio::spawn(async move { write_batch(&app, vec![(charge, reserved)]).await });
         }
     }
-
-    fn release(&mut self, held: &mut Held) {
-        release(
-            &mut held.by_key,
-            &self.key_id,
-            std::mem::take(&mut self.reserved),
-        );
-    }
 }
 
 /// Writes charges in one store transaction, then releases their reservations (counting the
 /// release, see [`crate::chat_ledger::Reservations`]).
-async fn write_batch(app: &App, items: Vec<(Charge, i64)>) {
-    let (charges, reserved): (Vec<Charge>, Vec<i64>) = items.into_iter().unzip();
+async fn write_batch(app: &App, items: Vec<(Charge, Reserved)>) {
+    let (charges, reserved): (Vec<Charge>, Vec<Reserved>) = items.into_iter().unzip();
     if let Err(e) = app.store.charges(&charges).await {
         tracing::error!("writing {} chat charges: {e}", charges.len());
     }
-    let mut held = app.reservations.lock();
-    held.releases += 1;
-    for (charge, amount) in charges.iter().zip(reserved) {
-        release(&mut held.by_key, &charge.key_id, amount);
+    let mut shared = Vec::new();
+    {
+        let mut held: std::sync::MutexGuard<'_, Held> = app.reservations.lock();
+        held.releases += 1;
+        for (charge, r) in charges.iter().zip(reserved) {
+            if r.shared {
+                shared.push((charge.key_id.clone(), r.amount));
+            } else {
+                release(&mut held.by_key, &charge.key_id, r.amount);
+            }
+        }
+    }
+    if let Some(cluster) = &app.cluster
+        && !shared.is_empty()
+    {
+        cluster.release(shared, true).await;
     }
 }
 

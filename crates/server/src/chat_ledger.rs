@@ -48,6 +48,14 @@ pub(crate) fn release(held: &mut HashMap<String, i64>, key_id: &str, amount: i64
     }
 }
 
+/// Credits a message holds until its charge is written, and where: in this process's
+/// [`Reservations`], or in Redis with the other relays' (`cluster`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Reserved {
+    pub(crate) amount: i64,
+    pub(crate) shared: bool,
+}
+
 /// The most charges one store transaction writes.
 pub(crate) const CHARGE_BATCH: usize = 1024;
 /// The most charges queued; past it messages write their own (backpressure, bounded memory).
@@ -58,8 +66,8 @@ const CHARGE_QUEUE: usize = 16 * CHARGE_BATCH;
 /// under load a store step is shared by many messages instead of costing each its own.
 #[derive(Debug)]
 pub struct ChargeQueue {
-    pub(crate) tx: mpsc::Sender<(Charge, i64)>,
-    pub(crate) rx: std::sync::Mutex<Option<mpsc::Receiver<(Charge, i64)>>>,
+    pub(crate) tx: mpsc::Sender<(Charge, Reserved)>,
+    pub(crate) rx: std::sync::Mutex<Option<mpsc::Receiver<(Charge, Reserved)>>>,
     /// Queued and not yet written.
     pub(crate) pending: AtomicUsize,
     pub(crate) written: tokio::sync::Notify,
@@ -80,7 +88,7 @@ impl Default for ChargeQueue {
 impl ChargeQueue {
     /// Queues a charge with the credits its message reserved; gives it back when the queue
     /// is full or closed.
-    pub(crate) fn push(&self, charge: Charge, reserved: i64) -> Option<(Charge, i64)> {
+    pub(crate) fn push(&self, charge: Charge, reserved: Reserved) -> Option<(Charge, Reserved)> {
         self.pending.fetch_add(1, Ordering::SeqCst);
         match self.tx.try_send((charge, reserved)) {
             Ok(()) => None,

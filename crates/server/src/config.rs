@@ -34,6 +34,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub simulator: SimulatorConfig,
     pub store: StoreConfig,
+    pub cluster: ClusterConfig,
     /// group -> channel family.
     pub groups: BTreeMap<String, String>,
     pub models: BTreeMap<String, ModelConfig>,
@@ -118,6 +119,19 @@ impl StoreConfig {
             (None, None) => StoreBackend::Sled,
         }
     }
+}
+
+/// `[cluster]`: state shared with the other relays of a deployment through Redis.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `redis://host:port/db`; empty (the default): no Redis, every limit and reservation
+    /// in this process only. `RELAY_REDIS_URL` overrides it.
+    pub redis_url: String,
+    /// This relay's name in logs and in Redis; empty: a fresh ULID per start.
+    pub instance_id: String,
+    /// Prefix of every Redis key and channel, so deployments can share one Redis.
+    pub prefix: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -335,6 +349,7 @@ impl Config {
                 "limits.rps, limits.burst and limits.poll_rps_per_task must be above 0".into(),
             );
         }
+        self.check_cluster()?;
         if self.simulator.fps == 0 || self.simulator.fps > 60 {
             return Err("simulator.fps must be from 1 to 60".into());
         }
@@ -409,6 +424,20 @@ impl Config {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// `[cluster]`: a Redis URL of a kind the relay speaks, a prefix.
+    pub fn check_cluster(&self) -> Result<(), String> {
+        let url = self.cluster.redis_url.trim();
+        if !(url.is_empty() || url.starts_with("redis://") || url.starts_with("redis+unix://")) {
+            return Err(format!(
+                "cluster.redis_url: {url:?} must start with redis:// (or redis+unix://)"
+            ));
+        }
+        if self.cluster.prefix.is_empty() {
+            return Err("cluster.prefix must not be empty".into());
         }
         Ok(())
     }
@@ -658,6 +687,30 @@ mod tests {
                 .max_calls_per_sec
                 .is_none()
         );
+    }
+
+    #[test]
+    fn cluster_is_off_by_default_and_its_url_is_checked() {
+        let config = Config::embedded().unwrap();
+        assert!(config.cluster.redis_url.is_empty());
+        assert_eq!(config.cluster.prefix, "relay:");
+        let ok = Config::from_toml(
+            Some("[cluster]\nredis_url = \"redis://127.0.0.1:6379/2\"\ninstance_id = \"a\"\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.cluster.instance_id, "a");
+        let err = Config::from_toml(
+            Some("[cluster]\nredis_url = \"http://127.0.0.1:6379\"\n"),
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("cluster.redis_url"), "{err}");
+        let err = Config::from_toml(Some("[cluster]\nprefix = \"\"\n"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cluster.prefix"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod assets;
 pub mod auth;
 pub mod chat_billing;
 pub mod chat_ledger;
+pub mod cluster;
 pub mod config;
 pub mod conns;
 pub mod content;
@@ -60,6 +61,11 @@ pub async fn serve(
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
     let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
+    let cluster_work = app.cluster.clone().map(|cluster| {
+        let cache_of = app.clone();
+        let follow = tokio::spawn(cluster.clone().follow(move || cache_of.key_cache.clear()));
+        (tokio::spawn(cluster.run()), follow)
+    });
     let server = &app.config.server;
     let head_timeout = Duration::from_secs(server.header_read_timeout_secs);
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -156,6 +162,15 @@ pub async fn serve(
     // The writer holds the app (and so the store) until it has stopped.
     charge_writer.abort();
     let _ = charge_writer.await;
+    if let Some((chores, follow)) = cluster_work {
+        chores.abort();
+        follow.abort();
+        let _ = chores.await;
+        let _ = follow.await;
+    }
+    if let Some(cluster) = &app.cluster {
+        cluster.leave().await;
+    }
     app.store.flush().await?;
     tracing::info!("stopped");
     Ok(())

@@ -1,5 +1,7 @@
 //! Rate limits (CONTRACT §4.2): a token bucket per key over all routes, and a separate,
-//! tighter bucket per task for status polls.
+//! tighter bucket per task for status polls. In this process, or with `[cluster] redis_url`
+//! in Redis, shared by every relay (`cluster`), falling back to this process's buckets while
+//! Redis cannot be reached.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,6 +12,7 @@ use error_codes::{ApiError, ErrorCode};
 use http::HeaderValue;
 use store::{Key, RateLimit};
 
+use crate::cluster::Cluster;
 use crate::config::LimitsConfig;
 use crate::http::Answer;
 
@@ -110,6 +113,20 @@ impl Limiter {
     }
 }
 
+/// The bucket `class` of `key` takes from, and its limit.
+fn limit_of(limits: &LimitsConfig, key: &Key, class: Class<'_>) -> RateLimit {
+    match class {
+        Class::Request => key.rate_limit.unwrap_or(RateLimit {
+            rps: limits.rps,
+            burst: limits.burst,
+        }),
+        Class::Poll(_) => RateLimit {
+            rps: limits.poll_rps_per_task,
+            burst: limits.poll_rps_per_task.saturating_mul(2),
+        },
+    }
+}
+
 impl Limiter {
     /// Takes a token for `key` with the configured defaults.
     pub fn check(&self, limits: &LimitsConfig, key: &Key, class: Class<'_>) -> Result<(), Limited> {
@@ -118,6 +135,58 @@ impl Limiter {
             burst: limits.burst,
         };
         self.take(key, class, default, limits.poll_rps_per_task)
+    }
+
+    /// Takes a token for `key`: from the buckets every relay shares when there is a
+    /// `cluster`, from this process's when not (or when Redis does not answer in time).
+    pub async fn check_shared(
+        &self,
+        cluster: Option<&Cluster>,
+        limits: &LimitsConfig,
+        key: &Key,
+        class: Class<'_>,
+    ) -> Result<(), Limited> {
+        let Some(cluster) = cluster else {
+            return self.check(limits, key, class);
+        };
+        let task = match class {
+            Class::Request => None,
+            Class::Poll(task) => Some(task),
+        };
+        match cluster
+            .take(&cluster.bucket(&key.id, task), limit_of(limits, key, class))
+            .await
+        {
+            Ok(taken) if taken.allowed => Ok(()),
+            Ok(taken) => Err(Limited {
+                retry_after: Duration::from_secs_f64(taken.wait.clamp(0.001, 3600.0)),
+            }),
+            Err(_) => self.check(limits, key, class),
+        }
+    }
+
+    /// [`Limiter::vendor_headers`] from the shared bucket when there is a `cluster` (this
+    /// process's when Redis does not answer in time).
+    pub async fn vendor_headers_shared(
+        &self,
+        cluster: Option<&Cluster>,
+        limits: &LimitsConfig,
+        key: &Key,
+        res: &mut Answer,
+    ) {
+        let Some(cluster) = cluster else {
+            return self.vendor_headers(limits, key, res);
+        };
+        let limit = limit_of(limits, key, Class::Request);
+        match cluster.peek(&cluster.bucket(&key.id, None), limit).await {
+            Ok(tokens) => {
+                let (rps, burst) = (f64::from(limit.rps.max(1)), f64::from(limit.burst.max(1)));
+                let tokens = tokens.clamp(0.0, burst);
+                let full_in = Duration::from_secs_f64(((burst - tokens) / rps).max(0.0));
+                set_vendor_headers(limit, tokens.floor() as u32, full_in, res);
+            }
+            Err(_) => self.vendor_headers(limits, key, res),
+        }
     }
 
     /// The vendor's `anthropic-ratelimit-requests-*` headers on a `/v1/messages` answer: the
@@ -129,19 +198,24 @@ impl Limiter {
             burst: limits.burst,
         });
         let (remaining, full_in) = self.peek(&key.id, limit, Instant::now());
-        let reset = now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
-        let out = res.headers_mut();
-        out.insert(
-            "anthropic-ratelimit-requests-limit",
-            HeaderValue::from(limit.burst),
-        );
-        out.insert(
-            "anthropic-ratelimit-requests-remaining",
-            HeaderValue::from(remaining),
-        );
-        if let Ok(v) = HeaderValue::from_str(&rfc3339(reset)) {
-            out.insert("anthropic-ratelimit-requests-reset", v);
-        }
+        set_vendor_headers(limit, remaining, full_in, res);
+    }
+}
+
+/// The vendor's rate-limit headers: limit = burst, whole tokens remaining, when it is full.
+fn set_vendor_headers(limit: RateLimit, remaining: u32, full_in: Duration, res: &mut Answer) {
+    let reset = now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
+    let out = res.headers_mut();
+    out.insert(
+        "anthropic-ratelimit-requests-limit",
+        HeaderValue::from(limit.burst),
+    );
+    out.insert(
+        "anthropic-ratelimit-requests-remaining",
+        HeaderValue::from(remaining),
+    );
+    if let Ok(v) = HeaderValue::from_str(&rfc3339(reset)) {
+        out.insert("anthropic-ratelimit-requests-reset", v);
     }
 }
 

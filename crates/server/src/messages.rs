@@ -111,7 +111,16 @@ pub async fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
             key: None,
         })
     })?;
-    if let Err(limited) = app.limiter.check(&app.config.limits, &key, Class::Request) {
+    if let Err(limited) = app
+        .limiter
+        .check_shared(
+            app.cluster.as_deref(),
+            &app.config.limits,
+            &key,
+            Class::Request,
+        )
+        .await
+    {
         let mut answer = vendor_error(&limited.error(), &rid());
         limited.set_headers(&mut answer);
         return Err(Box::new(Refused {

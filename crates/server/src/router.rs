@@ -290,7 +290,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             };
             if let Some(key) = key {
                 app.limiter
-                    .vendor_headers(&app.config.limits, &key, &mut res);
+                    .vendor_headers_shared(
+                        app.cluster.as_deref(),
+                        &app.config.limits,
+                        &key,
+                        &mut res,
+                    )
+                    .await;
             }
             res
         }
@@ -313,10 +319,19 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                     _ => error(&ErrorCode::NotFound.into()),
                 };
                 app.key_cache.clear();
+                if let Some(cluster) = &app.cluster {
+                    cluster.key_changed().await;
+                }
                 return res;
             }
             match route {
-                Route::CreateKey => admin::create_key(app, body).await,
+                Route::CreateKey => {
+                    let res = admin::create_key(app, body).await;
+                    if let Some(cluster) = &app.cluster {
+                        cluster.key_changed().await;
+                    }
+                    res
+                }
                 Route::ListKeys => admin::list_keys(app).await,
                 Route::GetKey(id) => admin::get_key(app, id).await,
                 Route::RevokeKey(id) => admin::revoke_key(app, id).await,
@@ -339,7 +354,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
                 }
                 _ => Class::Request,
             };
-            if let Err(limited) = app.limiter.check(&app.config.limits, &key, class) {
+            if let Err(limited) = app
+                .limiter
+                .check_shared(app.cluster.as_deref(), &app.config.limits, &key, class)
+                .await
+            {
                 let mut res = error(&limited.error());
                 limited.set_headers(&mut res);
                 return res;
