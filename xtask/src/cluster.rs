@@ -92,16 +92,12 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
 
 /// The services the run needs, checked before anything starts.
 fn require_services() -> anyhow::Result<()> {
-    let reachable = |addr: &str| {
-        TcpStream::connect_timeout(&addr.parse().expect("an address"), Duration::from_secs(2))
-            .is_ok()
-    };
-    if !reachable(PG) {
+    if !crate::cmd::listening(PG) {
         bail!(
             "PostgreSQL is required for the cluster test: start it on {PG} (trust auth, database `test`)"
         );
     }
-    if !reachable(REDIS) {
+    if !crate::cmd::listening(REDIS) {
         bail!("Redis is required for the cluster test: start it on {REDIS}");
     }
     let moto = Command::new("python3")

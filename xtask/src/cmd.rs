@@ -132,3 +132,56 @@ pub fn apt_install(package: &str) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Whether something listens on `addr` (a loopback `IP:port`).
+pub fn listening(addr: &str) -> bool {
+    addr.parse().is_ok_and(|a| {
+        std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2)).is_ok()
+    })
+}
+
+/// The services the tests use, checked before they run: PostgreSQL on 127.0.0.1:5432 (the
+/// store's suite on its second backend; `RELAY_TEST_POSTGRES_URL` points elsewhere) must be
+/// there; Redis on 127.0.0.1:6379 (the cluster tests; `RELAY_TEST_REDIS_URL` points elsewhere)
+/// is started here when nothing answers, installed from Debian's packages when missing.
+pub fn ensure_services() -> anyhow::Result<()> {
+    if std::env::var_os("RELAY_TEST_POSTGRES_URL").is_none() && !listening("127.0.0.1:5432") {
+        anyhow::bail!(
+            "PostgreSQL is required for the tests: start it on 127.0.0.1:5432 (trust auth, database `test`) or set RELAY_TEST_POSTGRES_URL"
+        );
+    }
+    if std::env::var_os("RELAY_TEST_REDIS_URL").is_none() && !listening("127.0.0.1:6379") {
+        if !Command::new("redis-server")
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            apt_install("redis-server")?;
+        }
+        eprintln!("xtask: nothing answers on 127.0.0.1:6379; starting redis-server there");
+        run(
+            "redis-server",
+            Command::new("redis-server").args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "yes",
+            ]),
+        )?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !listening("127.0.0.1:6379") {
+            if std::time::Instant::now() >= deadline {
+                anyhow::bail!("redis-server did not listen on 127.0.0.1:6379 within 10 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}

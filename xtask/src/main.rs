@@ -139,6 +139,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
             "warnings",
         ]),
     )?;
+    cmd::ensure_services()?;
     let mut test = cmd::cargo();
     test.args(["test", "--workspace"]);
     if !quick {

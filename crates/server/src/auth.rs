@@ -1,6 +1,7 @@
 //! API keys and the admin token: generation, hashing, and checking a request's credentials.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -101,18 +102,23 @@ impl Heard {
     }
 }
 
-/// Keys by secret hash as last read from the store, so that a request is authenticated without
-/// a store read. Every change to a key goes through an admin API, which clears the cache; with
+/// Keys as last read from the store, so that a request is authenticated without a store read
+/// and without hashing its secret with SHA-256: the cache is keyed by a 128-bit fingerprint of
+/// the secret under two random SipHash keys of this process (a keyed function no one outside
+/// can compute, so no one can make a second secret with the same fingerprint; two distinct
+/// secrets share one by chance with probability 2^-128). Every change to a key goes through an admin API, which clears the cache; with
 /// other relays sharing the store (`cluster`), their changes clear it through Redis, and the
 /// cache is used only while that channel is heard. A key's balance is never read from here
 /// (the store checks it inside its own transactions).
 #[derive(Debug, Default)]
 pub struct KeyCache {
-    /// The keys, and how many times the cache was cleared (a key read from the store before a
-    /// clear is not put in after it).
-    keys: RwLock<(HashMap<String, Key>, u64)>,
+    /// The keys by fingerprint, and how many times the cache was cleared (a key read from the
+    /// store before a clear is not put in after it).
+    keys: RwLock<(HashMap<u128, Arc<Key>>, u64)>,
     /// With other relays: the cache is used only while their changes can be heard.
     feed: Option<Arc<Heard>>,
+    /// The two keys of the fingerprint, random per process.
+    prints: (RandomState, RandomState),
 }
 
 /// Past this many cached keys the cache starts afresh.
@@ -122,9 +128,15 @@ impl KeyCache {
     /// A cache used only while `feed` is fresh.
     pub fn following(feed: Arc<Heard>) -> KeyCache {
         KeyCache {
-            keys: RwLock::default(),
             feed: Some(feed),
+            ..KeyCache::default()
         }
+    }
+
+    /// The secret's fingerprint (see [`KeyCache`]).
+    fn fingerprint(&self, secret: &str) -> u128 {
+        (u128::from(self.prints.0.hash_one(secret)) << 64)
+            | u128::from(self.prints.1.hash_one(secret))
     }
 
     /// How many times the cache was cleared.
@@ -140,18 +152,18 @@ impl KeyCache {
     }
 
     /// The cached key, or the cache's generation to hand to [`KeyCache::put`].
-    fn get(&self, hash: &str) -> Result<Key, u64> {
+    fn get(&self, print: u128) -> Result<Arc<Key>, u64> {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
         if let Some(feed) = &self.feed
             && !feed.fresh()
         {
             return Err(keys.1);
         }
-        keys.0.get(hash).cloned().ok_or(keys.1)
+        keys.0.get(&print).cloned().ok_or(keys.1)
     }
 
     /// Caches a key read from the store, unless the cache was cleared since `generation`.
-    fn put(&self, generation: u64, hash: String, key: Key) {
+    fn put(&self, generation: u64, print: u128, key: Arc<Key>) {
         let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
         if keys.1 != generation {
             return;
@@ -159,7 +171,7 @@ impl KeyCache {
         if keys.0.len() >= KEY_CACHE_MAX {
             keys.0.clear();
         }
-        keys.0.insert(hash, key);
+        keys.0.insert(print, key);
     }
 }
 
@@ -170,16 +182,17 @@ pub async fn authenticate(
     headers: &HeaderMap,
     allow_x_api_key: bool,
     now: u64,
-) -> Result<Key, ApiError> {
+) -> Result<Arc<Key>, ApiError> {
     let secret = presented_secret(headers, allow_x_api_key)
         .ok_or_else(|| unauthorized("an API key is required: Authorization: Bearer <key>"))?;
     if secret.len() > 256 {
         return Err(unauthorized("the API key is not valid"));
     }
-    let hash = hash_secret(secret);
-    let key = match cache.get(&hash) {
+    let print = cache.fingerprint(secret);
+    let key = match cache.get(print) {
         Ok(key) => key,
         Err(generation) => {
+            let hash = hash_secret(secret);
             let key = store
                 .key_by_hash(&hash)
                 .await
@@ -188,13 +201,14 @@ pub async fn authenticate(
                     ApiError::new(ErrorCode::Unavailable, "the key store is not available")
                 })?
                 .ok_or_else(|| unauthorized("the API key is not valid"))?;
-            cache.put(generation, hash.clone(), key.clone());
+            if !bool::from(key.hash.as_bytes().ct_eq(hash.as_bytes())) {
+                return Err(unauthorized("the API key is not valid"));
+            }
+            let key = Arc::new(key);
+            cache.put(generation, print, key.clone());
             key
         }
     };
-    if !bool::from(key.hash.as_bytes().ct_eq(hash.as_bytes())) {
-        return Err(unauthorized("the API key is not valid"));
-    }
     if key.status != KeyStatus::Active {
         return Err(unauthorized("the API key has been revoked"));
     }

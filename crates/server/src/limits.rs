@@ -4,12 +4,13 @@
 //! Redis cannot be reached.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use store::{Key, RateLimit};
 
 use crate::cluster::Cluster;
@@ -36,10 +37,13 @@ pub enum Class<'a> {
     Poll(&'a str),
 }
 
-/// Every bucket of the process.
+/// Every bucket of the process, by a 128-bit fingerprint of its name (the key id, or the key
+/// id and a task id) under two random SipHash keys: no allocation per request, and two names
+/// share a bucket only with probability 2^-128.
 #[derive(Debug, Default)]
 pub struct Limiter {
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<HashMap<u128, Bucket>>,
+    prints: (RandomState, RandomState),
 }
 
 /// A refusal: how long until a token is there.
@@ -58,9 +62,9 @@ impl Limiter {
         poll_rps: u32,
     ) -> Result<(), Limited> {
         let (name, limit) = match class {
-            Class::Request => (key.id.clone(), key.rate_limit.unwrap_or(default)),
+            Class::Request => (self.print(&key.id, None), key.rate_limit.unwrap_or(default)),
             Class::Poll(task) => (
-                format!("{}\0{task}", key.id),
+                self.print(&key.id, Some(task)),
                 RateLimit {
                     rps: poll_rps,
                     burst: poll_rps.saturating_mul(2),
@@ -70,22 +74,29 @@ impl Limiter {
         self.take_named(name, limit, Instant::now())
     }
 
+    /// The fingerprint of a bucket's name: a key id, and a task id for a poll bucket.
+    fn print(&self, key_id: &str, task: Option<&str>) -> u128 {
+        let one = |hasher: &RandomState| hasher.hash_one((key_id, task));
+        (u128::from(one(&self.prints.0)) << 64) | u128::from(one(&self.prints.1))
+    }
+
     /// Whole tokens left in a key's bucket and how long until it is full, without taking one.
     pub fn peek(&self, key_id: &str, limit: RateLimit, now: Instant) -> (u32, Duration) {
+        let name = self.print(key_id, None);
         let rps = f64::from(limit.rps.max(1));
         let burst = f64::from(limit.burst.max(1));
         let tokens = self
             .buckets
             .lock()
             .ok()
-            .and_then(|b| b.get(key_id).copied())
+            .and_then(|b| b.get(&name).copied())
             .map(|b| (b.tokens + now.duration_since(b.at).as_secs_f64() * rps).min(burst))
             .unwrap_or(burst);
         let full_in = Duration::from_secs_f64(((burst - tokens) / rps).max(0.0));
         (tokens.floor() as u32, full_in)
     }
 
-    fn take_named(&self, name: String, limit: RateLimit, now: Instant) -> Result<(), Limited> {
+    fn take_named(&self, name: u128, limit: RateLimit, now: Instant) -> Result<(), Limited> {
         let rps = f64::from(limit.rps.max(1));
         let burst = f64::from(limit.burst.max(1));
         let Ok(mut buckets) = self.buckets.lock() else {
@@ -202,25 +213,28 @@ impl Limiter {
     }
 }
 
+const LIMIT: HeaderName = HeaderName::from_static("anthropic-ratelimit-requests-limit");
+const REMAINING: HeaderName = HeaderName::from_static("anthropic-ratelimit-requests-remaining");
+const RESET: HeaderName = HeaderName::from_static("anthropic-ratelimit-requests-reset");
+
 /// The vendor's rate-limit headers: limit = burst, whole tokens remaining, when it is full.
 fn set_vendor_headers(limit: RateLimit, remaining: u32, full_in: Duration, res: &mut Answer) {
     let reset = now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
     let out = res.headers_mut();
-    out.insert(
-        "anthropic-ratelimit-requests-limit",
-        HeaderValue::from(limit.burst),
-    );
-    out.insert(
-        "anthropic-ratelimit-requests-remaining",
-        HeaderValue::from(remaining),
-    );
-    if let Ok(v) = HeaderValue::from_str(&rfc3339(reset)) {
-        out.insert("anthropic-ratelimit-requests-reset", v);
+    out.insert(LIMIT, HeaderValue::from(limit.burst));
+    out.insert(REMAINING, HeaderValue::from(remaining));
+    if let Ok(v) = HeaderValue::from_bytes(&rfc3339_bytes(reset)) {
+        out.insert(RESET, v);
     }
 }
 
 /// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn rfc3339(secs: u64) -> String {
+    String::from_utf8_lossy(&rfc3339_bytes(secs)).into_owned()
+}
+
+/// [`rfc3339`] without an allocation (years 0 to 9999).
+fn rfc3339_bytes(secs: u64) -> [u8; 20] {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -233,12 +247,20 @@ pub fn rfc3339(secs: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let mut out = *b"0000-00-00T00:00:00Z";
+    let mut put = |at: usize, width: usize, mut n: u64| {
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+    };
+    put(0, 4, year.clamp(0, 9999) as u64);
+    put(5, 2, month as u64);
+    put(8, 2, day as u64);
+    put(11, 2, rem / 3600);
+    put(14, 2, rem % 3600 / 60);
+    put(17, 2, rem % 60);
+    out
 }
 
 impl Limited {
@@ -280,7 +302,9 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(limiter.peek("k", limit, t0).0, 20);
         for _ in 0..5 {
-            limiter.take_named("k".into(), limit, t0).unwrap();
+            limiter
+                .take_named(limiter.print("k", None), limit, t0)
+                .unwrap();
         }
         let (remaining, full_in) = limiter.peek("k", limit, t0);
         assert_eq!(remaining, 15);
@@ -293,15 +317,33 @@ mod tests {
         let limit = RateLimit { rps: 10, burst: 20 };
         let t0 = Instant::now();
         for _ in 0..20 {
-            assert!(limiter.take_named("k".into(), limit, t0).is_ok());
+            assert!(
+                limiter
+                    .take_named(limiter.print("k", None), limit, t0)
+                    .is_ok()
+            );
         }
-        let refused = limiter.take_named("k".into(), limit, t0).unwrap_err();
+        let refused = limiter
+            .take_named(limiter.print("k", None), limit, t0)
+            .unwrap_err();
         assert!(refused.retry_after <= Duration::from_millis(100));
         // Another key is unaffected.
-        assert!(limiter.take_named("other".into(), limit, t0).is_ok());
+        assert!(
+            limiter
+                .take_named(limiter.print("other", None), limit, t0)
+                .is_ok()
+        );
         // 100 ms later one token is back.
         let t1 = t0 + Duration::from_millis(100);
-        assert!(limiter.take_named("k".into(), limit, t1).is_ok());
-        assert!(limiter.take_named("k".into(), limit, t1).is_err());
+        assert!(
+            limiter
+                .take_named(limiter.print("k", None), limit, t1)
+                .is_ok()
+        );
+        assert!(
+            limiter
+                .take_named(limiter.print("k", None), limit, t1)
+                .is_err()
+        );
     }
 }

@@ -91,11 +91,11 @@ fn failure_answer(f: &UpstreamFailure, rid: &str) -> Answer {
 /// known (a rate-limited one).
 pub struct Refused {
     pub answer: Answer,
-    pub key: Option<Key>,
+    pub key: Option<Arc<Key>>,
 }
 
 /// Auth (x-api-key or Bearer), then the rate limit; refusals in the vendor's shape.
-pub async fn admit(app: &Arc<App>, parts: &Parts) -> Result<Key, Box<Refused>> {
+pub async fn admit(app: &Arc<App>, parts: &Parts) -> Result<Arc<Key>, Box<Refused>> {
     let rid = || request_id(parts);
     let key = authenticate(
         &*app.store,
