@@ -232,7 +232,7 @@ fn public_urls(config: &Config, signer: &Arc<Signer>) -> Option<engine::PublicUr
 pub fn new_key(name: &str, group: &str, quota: Option<i64>) -> (Key, String) {
     let secret = generate_secret("sk-relay-");
     let key = Key {
-        id: format!("key_{}", ulid::Ulid::new()),
+        id: crate::http::new_id("key"),
         name: name.to_owned(),
         group: group.to_owned(),
         hash: hash_secret(&secret),

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use error_codes::{ApiError, ErrorCode};
 use messages::Usage;
@@ -78,6 +79,12 @@ fn short(estimate: i64, available: i64) -> ApiError {
 /// How often to read the balance again when charges are written meanwhile, before
 /// answering that the store is too busy to admit the message exactly.
 const READS: usize = 16;
+/// How long an admission refused for its balance waits for this relay's queued charges to be
+/// written (releasing their reservations) before it looks again.
+const WAIT_FOR_CHARGES: Duration = Duration::from_millis(200);
+/// How long the writer gathers charges after the first of a batch: one store transaction then
+/// carries the charges of every message that ended meanwhile, also when few run at once.
+const GATHER: Duration = Duration::from_millis(2);
 
 fn too_busy() -> ApiError {
     ApiError::new(
@@ -106,14 +113,27 @@ impl Bill {
         if estimate <= 0 || key.quota.is_none() {
             return Ok(bill);
         }
-        if let Some(cluster) = &app.cluster {
-            // An error: Redis did not answer (logged by the cluster); reserve in this process.
-            if let Ok(admitted) = bill.open_shared(cluster, estimate).await {
-                return admitted.map(|()| bill);
+        match bill.reserve(estimate).await {
+            // Charges of this relay's ended messages are on their way to the store, their
+            // reservations held until they are written: once they are, look again.
+            Err(e) if e.code == ErrorCode::InsufficientQuota && app.charges.is_pending() => {
+                app.charges.drained(WAIT_FOR_CHARGES).await;
+                bill.reserve(estimate).await?;
             }
+            other => other?,
         }
-        bill.open_local(estimate).await?;
         Ok(bill)
+    }
+
+    /// Reserves `estimate`: shared through Redis when there is a cluster (in this process when
+    /// Redis does not answer, logged by the cluster), else in this process.
+    async fn reserve(&mut self, estimate: i64) -> Result<(), ApiError> {
+        if let Some(cluster) = self.app.cluster.clone()
+            && let Ok(admitted) = self.open_shared(&cluster, estimate).await
+        {
+            return admitted;
+        }
+        self.open_local(estimate).await
     }
 
     /// Reserves in Redis against the stored balance less every live relay's reservations.
@@ -258,6 +278,14 @@ pub async fn write_charges(app: Arc<App>) {
     };
     let mut batch = Vec::with_capacity(CHARGE_BATCH);
     while rx.recv_many(&mut batch, CHARGE_BATCH).await > 0 {
+        let until = tokio::time::Instant::now() + GATHER;
+        while batch.len() < CHARGE_BATCH {
+            let room = CHARGE_BATCH - batch.len();
+            match tokio::time::timeout_at(until, rx.recv_many(&mut batch, room)).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
         let items = std::mem::take(&mut batch);
         let n = items.len();
         write_batch(&app, items).await;

@@ -99,6 +99,11 @@ impl ChargeQueue {
         }
     }
 
+    /// Whether charges are queued and not yet written.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) > 0
+    }
+
     /// Waits until every charge queued so far is written, at most `limit`; whether it was.
     pub async fn drained(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;

@@ -179,7 +179,7 @@ pub async fn create(
         sim: sim.clone(),
     };
     let draft = tasks::Draft {
-        id: format!("gen_{}", ulid::Ulid::new()),
+        id: crate::http::new_id("gen"),
         model: &valid.model,
         params: &gen_params,
         sim: &sim,

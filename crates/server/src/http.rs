@@ -244,6 +244,19 @@ pub fn store_unavailable(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
+/// A new id `prefix_<ULID>`. The ULIDs of this process increase strictly (also within one
+/// millisecond), so listings by id are in creation order.
+pub fn new_id(prefix: &str) -> String {
+    static IDS: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
+    let id = IDS
+        .lock()
+        .ok()
+        .and_then(|mut ids| ids.generate().ok())
+        // The random part overflowed within one millisecond (practically never): a plain ULID.
+        .unwrap_or_else(|| ulid::Ulid::from_datetime(std::time::SystemTime::now()));
+    format!("{prefix}_{id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

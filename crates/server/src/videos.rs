@@ -161,7 +161,7 @@ pub async fn create(
     })?;
     let price = model.price_per_second(None).unwrap_or(0) as i64 * i64::from(valid.duration);
 
-    let id = format!("video_{}", ulid::Ulid::new());
+    let id = crate::http::new_id("video");
     // Store the frames and references under the task before the task exists: a refused creation
     // removes them.
     let mut stored = StoredFiles::new(app.blobs.clone(), &id);

@@ -216,6 +216,28 @@ async fn a_key_that_cannot_cover_the_estimate_gets_402() {
     assert_vendor(&res, 402, "billing_error", "this message may cost");
 }
 
+/// A key whose quota covers one message's estimate but not two, sending its messages one after
+/// another: each is admitted, whether or not the charge of the one before is written yet (its
+/// estimate is held until it is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_one_after_another_are_not_refused_for_the_last_ones_estimate() {
+    let relay = Relay::start("").await;
+    // An estimate of about 61 credits (max_tokens 20,000 at 3,000 per million), a cost of 1.
+    let (_, key) = relay.new_key("tight", Some(100)).await;
+    for n in 0..10 {
+        let res = relay
+            .call_as(
+                &key,
+                Method::POST,
+                "/v1/messages",
+                Body::Json(json!({"model": "sim-chat", "max_tokens": 20000, "messages": [{"role": "user", "content": format!("hi {n}")}]})),
+                &[VERSION],
+            )
+            .await;
+        assert_eq!(res.status, 200, "message {n}: {}", res.text());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_tokens_and_the_model_list() {
     let (relay, fake) = setup(Switches::default()).await;

@@ -5,18 +5,7 @@ use assets::{AssetObject, LibraryObject, ListOrder};
 use fetch::MediaKind;
 use store::{AssetRecord, AssetStatus, AssetType, Library, Order};
 
-/// A new id `prefix_<ULID>`. The ULIDs of this process increase strictly (also within one
-/// millisecond), so listings by id are in creation order.
-pub(crate) fn new_id(prefix: &str) -> String {
-    static IDS: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
-    let id = IDS
-        .lock()
-        .ok()
-        .and_then(|mut ids| ids.generate().ok())
-        // The random part overflowed within one millisecond (practically never): a plain ULID.
-        .unwrap_or_else(|| ulid::Ulid::from_datetime(std::time::SystemTime::now()));
-    format!("{prefix}_{id}")
-}
+pub(crate) use crate::http::new_id;
 
 /// The blob of an asset's bytes.
 pub fn blob_id(asset_id: &str) -> String {
