@@ -33,6 +33,14 @@
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
 //! closures may run more than once). Keys of a batch of charges are locked in id order.
 //!
+//! Statements are prepared once per connection and kept in its cache (none is sent as text to
+//! be parsed again); the texts are constants, or built from which filters a listing has,
+//! never from values, so the cache stays small. A step that writes runs `BEGIN`, its
+//! statements and `COMMIT`, writing together what goes together in one statement (a ledger
+//! entry and its key's quota, an asset and its library's count) and reading what it checks in
+//! the statement that takes its lock (whether a ledger entry is new, with its key); a read is
+//! one statement on a pooled connection, without a transaction.
+//!
 //! Durability is PostgreSQL's: a step returns after its commit, which the server has made
 //! durable (with the default `synchronous_commit`), so [`Store::flush`] has nothing to do.
 //! Connections use plain TCP (no TLS yet).
@@ -46,7 +54,7 @@
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
-//! | `txn`     | a step's failure, running a transaction again, records as JSON         |
+//! | `txn`     | statements (prepared, cached), a step's failure, running a transaction again, records as JSON |
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{

@@ -4,11 +4,11 @@
 
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
-use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::types::Json;
 
 use super::names::{asset_status, asset_type};
 use super::pool::PgStore;
-use super::txn::{Fault, Sql, big, check_id, decode, retry};
+use super::txn::{self, Fault, Filter, Sql, big, check_id, decode, retry};
 use crate::steps::AssetUpdate;
 use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};
 
@@ -52,15 +52,15 @@ pub(super) async fn create_library(store: &PgStore, library: &Library) -> Result
     library.asset_count = 0;
     let what = format!("create library {}", library.id);
     let client = store.client(&what).await?;
-    let written = client
-        .execute(
-            "INSERT INTO libraries (id, owner, record) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO NOTHING",
-            &[&library.id, &library.owner, &Json(&library)],
-        )
-        .await
-        .sql(&what)
-        .map_err(Fault::into_store)?;
+    let written = txn::execute(
+        &client,
+        &what,
+        "INSERT INTO libraries (id, owner, record) VALUES ($1, $2, $3) \
+         ON CONFLICT (id) DO NOTHING",
+        &[&library.id, &library.owner, &Json(&library)],
+    )
+    .await
+    .map_err(Fault::into_store)?;
     if written == 0 {
         return Err(StoreError::Backend(format!(
             "library {} already exists",
@@ -72,10 +72,9 @@ pub(super) async fn create_library(store: &PgStore, library: &Library) -> Result
 
 pub(super) async fn library(store: &PgStore, id: &str) -> Result<Option<Library>, StoreError> {
     let client = store.client("read library").await?;
-    let rows = client
-        .query("SELECT record::text FROM libraries WHERE id = $1", &[&id])
+    let sql = "SELECT record::text FROM libraries WHERE id = $1";
+    let rows = txn::query(&client, "read library", sql, &[&id])
         .await
-        .sql("read library")
         .map_err(Fault::into_store)?;
     Ok(records(LIBRARIES, &rows, "read library")?.pop())
 }
@@ -103,15 +102,17 @@ pub(super) async fn list_libraries(
 ) -> Result<Page<Library>, StoreError> {
     let limit = limit.clamp(1, MAX_PAGE);
     let (cmp, dir) = direction(order);
-    let sql = format!(
-        "SELECT record::text FROM libraries WHERE owner = $1 \
-         AND ($2::text IS NULL OR id {cmp} $2) ORDER BY id {dir} LIMIT $3"
-    );
+    let n = big(limit as u64 + 1);
+    let mut filter = Filter::default();
+    filter.and("owner = ?", &[&owner]);
+    filter.and_some(&format!("id {cmp} ?"), &after);
+    let limit_param = filter.param(&n);
+    let (clause, params) = filter.finish();
+    let sql =
+        format!("SELECT record::text FROM libraries{clause} ORDER BY id {dir} LIMIT {limit_param}");
     let client = store.client("list libraries").await?;
-    let rows = client
-        .query(&sql, &[&owner, &after, &big(limit as u64 + 1)])
+    let rows = txn::query(&client, "list libraries", &sql, &params)
         .await
-        .sql("list libraries")
         .map_err(Fault::into_store)?;
     Ok(page(records(LIBRARIES, &rows, "list libraries")?, limit))
 }
@@ -122,24 +123,9 @@ async fn lock_library(
     id: &str,
     what: &str,
 ) -> Result<Option<Library>, Fault> {
-    let row = tx
-        .query_opt(
-            "SELECT record::text FROM libraries WHERE id = $1 FOR UPDATE",
-            &[&id],
-        )
-        .await
-        .sql(what)?;
+    let sql = "SELECT record::text FROM libraries WHERE id = $1 FOR UPDATE";
+    let row = txn::query_opt(tx, what, sql, &[&id]).await?;
     row.map(|row| record(LIBRARIES, &row, what)).transpose()
-}
-
-async fn write_library(tx: &Transaction<'_>, library: &Library, what: &str) -> Result<(), Fault> {
-    tx.execute(
-        "UPDATE libraries SET record = $2 WHERE id = $1",
-        &[&library.id, &Json(library)],
-    )
-    .await
-    .sql(what)?;
-    Ok(())
 }
 
 pub(super) async fn delete_library(
@@ -151,24 +137,24 @@ pub(super) async fn delete_library(
     retry(what, || async move {
         let mut client = store.client(what).await?;
         let tx = client.transaction().await.sql(what)?;
+        // Locked first, by a statement of its own: the deletion below then sees every asset
+        // added before the lock was granted.
         let Some(library) = lock_library(&tx, id, what).await? else {
             return Ok(None);
         };
-        let rows = tx
-            .query(
-                "DELETE FROM assets WHERE library_id = $1 RETURNING record::text",
-                &[&id],
-            )
-            .await
-            .sql(what)?;
+        let rows = txn::query(
+            &tx,
+            what,
+            "WITH library AS (DELETE FROM libraries WHERE id = $1) \
+             DELETE FROM assets WHERE library_id = $1 RETURNING record::text",
+            &[&id],
+        )
+        .await?;
         let mut removed: Vec<AssetRecord> = rows
             .iter()
             .map(|row| record(ASSETS, row, what))
             .collect::<Result<_, _>>()?;
         removed.sort_by(|a, b| a.id.cmp(&b.id));
-        tx.execute("DELETE FROM libraries WHERE id = $1", &[&id])
-            .await
-            .sql(what)?;
         tx.commit().await.sql(what)?;
         Ok(Some((library, removed)))
     })
@@ -189,26 +175,33 @@ pub(super) async fn create_asset(store: &PgStore, asset: &AssetRecord) -> Result
         else {
             return Err(StoreError::LibraryNotFound(asset.library_id.clone()).into());
         };
-        let written = tx
-            .execute(
-                "INSERT INTO assets (id, library_id, status, asset_type, expiry, record) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
-                &[
-                    &asset.id,
-                    &asset.library_id,
-                    &asset_status(asset.status),
-                    &asset.asset_type.map(asset_type),
-                    &expiry(asset),
-                    &Json(asset),
-                ],
-            )
-            .await
-            .sql(what)?;
+        library.asset_count += 1;
+        // The asset, and the library counting it when it was written, in one statement.
+        let written = txn::query_one(
+            &tx,
+            what,
+            "WITH asset AS ( \
+                INSERT INTO assets (id, library_id, status, asset_type, expiry, record) \
+                VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING RETURNING 1 \
+             ), library AS ( \
+                UPDATE libraries SET record = $7 WHERE id = $2 AND EXISTS (SELECT 1 FROM asset) \
+             ) \
+             SELECT count(*) FROM asset",
+            &[
+                &asset.id,
+                &asset.library_id,
+                &asset_status(asset.status),
+                &asset.asset_type.map(asset_type),
+                &expiry(asset),
+                &Json(asset),
+                &Json(&library),
+            ],
+        )
+        .await?;
+        let written: i64 = written.try_get(0).sql(what)?;
         if written == 0 {
             return Err(StoreError::Backend(format!("asset {} already exists", asset.id)).into());
         }
-        library.asset_count += 1;
-        write_library(&tx, &library, what).await?;
         tx.commit().await.sql(what)
     })
     .await
@@ -216,10 +209,9 @@ pub(super) async fn create_asset(store: &PgStore, asset: &AssetRecord) -> Result
 
 pub(super) async fn asset(store: &PgStore, id: &str) -> Result<Option<AssetRecord>, StoreError> {
     let client = store.client("read asset").await?;
-    let rows = client
-        .query("SELECT record::text FROM assets WHERE id = $1", &[&id])
+    let sql = "SELECT record::text FROM assets WHERE id = $1";
+    let rows = txn::query(&client, "read asset", sql, &[&id])
         .await
-        .sql("read asset")
         .map_err(Fault::into_store)?;
     Ok(records(ASSETS, &rows, "read asset")?.pop())
 }
@@ -230,20 +222,21 @@ pub(super) async fn list_assets(
 ) -> Result<Page<AssetRecord>, StoreError> {
     let limit = query.limit.clamp(1, MAX_PAGE);
     let (cmp, dir) = direction(query.order);
-    let sql = format!(
-        "SELECT record::text FROM assets WHERE library_id = $1 \
-         AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR asset_type = $3) \
-         AND ($4::text IS NULL OR id {cmp} $4) ORDER BY id {dir} LIMIT $5"
-    );
     let status = query.status.map(asset_status);
     let kind = query.asset_type.map(asset_type);
     let n = big(limit as u64 + 1);
-    let params: [&(dyn ToSql + Sync); 5] = [&query.library_id, &status, &kind, &query.after, &n];
+    let mut filter = Filter::default();
+    filter.and("library_id = ?", &[&query.library_id]);
+    filter.and_some("status = ?", &status);
+    filter.and_some("asset_type = ?", &kind);
+    filter.and_some(&format!("id {cmp} ?"), &query.after);
+    let limit_param = filter.param(&n);
+    let (clause, params) = filter.finish();
+    let sql =
+        format!("SELECT record::text FROM assets{clause} ORDER BY id {dir} LIMIT {limit_param}");
     let client = store.client("list assets").await?;
-    let rows = client
-        .query(&sql, &params)
+    let rows = txn::query(&client, "list assets", &sql, &params)
         .await
-        .sql("list assets")
         .map_err(Fault::into_store)?;
     Ok(page(records(ASSETS, &rows, "list assets")?, limit))
 }
@@ -260,13 +253,8 @@ pub(super) async fn transition_asset(
     retry(what, || async move {
         let mut client = store.client(what).await?;
         let tx = client.transaction().await.sql(what)?;
-        let row = tx
-            .query_opt(
-                "SELECT record::text FROM assets WHERE id = $1 FOR UPDATE",
-                &[&id],
-            )
-            .await
-            .sql(what)?;
+        let sql = "SELECT record::text FROM assets WHERE id = $1 FOR UPDATE";
+        let row = txn::query_opt(&tx, what, sql, &[&id]).await?;
         let Some(row) = row else {
             return Err(StoreError::AssetNotFound(id.to_owned()).into());
         };
@@ -292,7 +280,9 @@ pub(super) async fn transition_asset(
         new.family.clone_from(&old.family);
         new.created_at = old.created_at;
         new.status = to;
-        tx.execute(
+        txn::execute(
+            &tx,
+            what,
             "UPDATE assets SET status = $2, asset_type = $3, expiry = $4, record = $5 \
              WHERE id = $1",
             &[
@@ -303,8 +293,7 @@ pub(super) async fn transition_asset(
                 &Json(&new),
             ],
         )
-        .await
-        .sql(what)?;
+        .await?;
         tx.commit().await.sql(what)?;
         Ok(new)
     })
@@ -317,14 +306,14 @@ pub(super) async fn expired_assets(
     limit: usize,
 ) -> Result<Vec<AssetRecord>, StoreError> {
     let client = store.client("read asset expiry index").await?;
-    let rows = client
-        .query(
-            "SELECT record::text FROM assets WHERE expiry <= $1 ORDER BY expiry, id LIMIT $2",
-            &[&big(now_secs), &big(limit as u64)],
-        )
-        .await
-        .sql("read asset expiry index")
-        .map_err(Fault::into_store)?;
+    let rows = txn::query(
+        &client,
+        "read asset expiry index",
+        "SELECT record::text FROM assets WHERE expiry <= $1 ORDER BY expiry, id LIMIT $2",
+        &[&big(now_secs), &big(limit as u64)],
+    )
+    .await
+    .map_err(Fault::into_store)?;
     records(ASSETS, &rows, "read asset expiry index")
 }
 
@@ -333,14 +322,14 @@ pub(super) async fn processing_assets(
     limit: usize,
 ) -> Result<Vec<AssetRecord>, StoreError> {
     let client = store.client("read processing index").await?;
-    let rows = client
-        .query(
-            "SELECT record::text FROM assets WHERE status = 'processing' ORDER BY id LIMIT $1",
-            &[&big(limit as u64)],
-        )
-        .await
-        .sql("read processing index")
-        .map_err(Fault::into_store)?;
+    let rows = txn::query(
+        &client,
+        "read processing index",
+        "SELECT record::text FROM assets WHERE status = 'processing' ORDER BY id LIMIT $1",
+        &[&big(limit as u64)],
+    )
+    .await
+    .map_err(Fault::into_store)?;
     records(ASSETS, &rows, "read processing index")
 }
 
@@ -353,33 +342,45 @@ pub(super) async fn delete_asset(
     retry(what, || async move {
         let mut client = store.client(what).await?;
         let tx = client.transaction().await.sql(what)?;
-        // The library first, as every step that counts its assets locks it.
-        let library_id: Option<String> = tx
-            .query_opt("SELECT library_id FROM assets WHERE id = $1", &[&id])
-            .await
-            .sql(what)?
-            .map(|row| row.try_get(0))
-            .transpose()
-            .sql(what)?;
-        let Some(library_id) = library_id else {
+        // The library first, as every step that counts its assets locks it: the asset's
+        // library, locked, in the statement that finds the asset.
+        let sql = "SELECT (SELECT l.record::text FROM libraries l WHERE l.id = a.library_id \
+                           FOR UPDATE) \
+                   FROM assets a WHERE a.id = $1";
+        let Some(found) = txn::query_opt(&tx, what, sql, &[&id]).await? else {
             return Ok(None);
         };
-        let library = lock_library(&tx, &library_id, what).await?;
-        let row = tx
-            .query_opt(
-                "DELETE FROM assets WHERE id = $1 RETURNING record::text",
-                &[&id],
-            )
-            .await
-            .sql(what)?;
+        let library: Option<String> = found.try_get(0).sql(what)?;
+        let library = match library {
+            Some(text) => {
+                let mut library: Library = decode(LIBRARIES, &text)?;
+                library.asset_count = library.asset_count.saturating_sub(1);
+                Some(library)
+            }
+            None => None,
+        };
+        // The asset (found again by this statement, now that the library is locked), and its
+        // library (when there is one) uncounting it when it was deleted.
+        let row = txn::query_opt(
+            &tx,
+            what,
+            "WITH asset AS (DELETE FROM assets WHERE id = $1 RETURNING record::text AS record), \
+                  library AS ( \
+                    UPDATE libraries SET record = $3 \
+                    WHERE id = $2 AND EXISTS (SELECT 1 FROM asset) \
+                  ) \
+             SELECT record FROM asset",
+            &[
+                &id,
+                &library.as_ref().map(|l| l.id.as_str()),
+                &library.as_ref().map(Json),
+            ],
+        )
+        .await?;
         let Some(row) = row else {
             return Ok(None);
         };
         let asset: AssetRecord = record(ASSETS, &row, what)?;
-        if let Some(mut library) = library {
-            library.asset_count = library.asset_count.saturating_sub(1);
-            write_library(&tx, &library, what).await?;
-        }
         tx.commit().await.sql(what)?;
         Ok(Some(asset))
     })

@@ -10,7 +10,7 @@ use tokio_postgres::types::Json;
 
 use super::names::ledger_kind;
 use super::pool::PgStore;
-use super::txn::{Fault, Sql, check_id, corrupt, decode, unbig, unix_secs};
+use super::txn::{self, Fault, Sql, check_id, corrupt, decode, unbig, unix_secs};
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 
 const KEYS: &str = "keys";
@@ -19,7 +19,8 @@ const LEDGER: &str = "ledger";
 const TASK_KIND_UNIQUE: &str = "ledger_task_kind_unique";
 
 /// Applies ledger drafts inside a transaction, in order: checks `(task_id, kind)` uniqueness,
-/// moves the key's quota (its row locked), writes the entries.
+/// moves the key's quota (its row locked), writes the entries. Two statements a draft: one
+/// checks and locks, one writes the key and the entry.
 pub(super) async fn apply(
     tx: &Transaction<'_>,
     drafts: &[LedgerDraft],
@@ -31,19 +32,25 @@ pub(super) async fn apply(
             task_id: draft.task_id.clone(),
             kind: draft.kind,
         };
-        let seen = tx
-            .query_opt(
-                "SELECT 1 FROM ledger WHERE task_id = $1 AND kind = $2",
-                &[&draft.task_id, &draft.kind.as_str()],
-            )
-            .await
-            .sql(&what)?;
-        if seen.is_some() {
+        // Whether the entry is there, then the key, locked (the entry is looked for first: a
+        // duplicate is the answer even when the key is gone).
+        let row = txn::query_one(
+            tx,
+            &what,
+            "SELECT EXISTS (SELECT 1 FROM ledger WHERE task_id = $2 AND kind = $3), \
+                    (SELECT record::text FROM keys WHERE id = $1 FOR UPDATE)",
+            &[&draft.key_id, &draft.task_id, &draft.kind.as_str()],
+        )
+        .await?;
+        let seen: bool = row.try_get(0).sql(&what)?;
+        if seen {
             return Err(duplicate().into());
         }
-        let Some(mut key) = lock_key(tx, &draft.key_id, &what).await? else {
+        let key: Option<String> = row.try_get(1).sql(&what)?;
+        let Some(key) = key else {
             return Err(StoreError::KeyNotFound(draft.key_id.clone()).into());
         };
+        let mut key: Key = decode(KEYS, &key)?;
         let overflow = || {
             StoreError::Backend(format!(
                 "ledger {} on key {}: amount {} overflows the quota",
@@ -72,23 +79,25 @@ pub(super) async fn apply(
             .quota_used
             .checked_sub(draft.amount)
             .ok_or_else(overflow)?;
-        write_key(tx, &key, &what).await?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
-                 VALUES (nextval('ledger_seq'), $1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &format!("led_{}", ulid::Ulid::new()),
-                    &draft.key_id,
-                    &draft.task_id,
-                    &draft.kind.as_str(),
-                    &draft.amount,
-                    &balance_after,
-                    &super::txn::big(at),
-                ],
-            )
-            .await
-            .sql(&what);
+        // The key written back (its hash unchanged) and the entry, in one statement.
+        let inserted = txn::execute(
+            tx,
+            &what,
+            "WITH key AS (UPDATE keys SET record = $8 WHERE id = $2) \
+             INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
+             VALUES (nextval('ledger_seq'), $1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &format!("led_{}", ulid::Ulid::new()),
+                &draft.key_id,
+                &draft.task_id,
+                &draft.kind.as_str(),
+                &draft.amount,
+                &balance_after,
+                &txn::big(at),
+                &Json(&key),
+            ],
+        )
+        .await;
         match inserted {
             Ok(_) => {}
             // A concurrent step wrote the same entry after the check above.
@@ -107,14 +116,8 @@ pub(super) async fn lock_key(
     id: &str,
     what: &str,
 ) -> Result<Option<Key>, Fault> {
-    let row = tx
-        .query_opt(
-            "SELECT record::text FROM keys WHERE id = $1 FOR UPDATE",
-            &[&id],
-        )
-        .await
-        .sql(what)?;
-    match row {
+    let sql = "SELECT record::text FROM keys WHERE id = $1 FOR UPDATE";
+    match txn::query_opt(tx, what, sql, &[&id]).await? {
         Some(row) => {
             let text: String = row.try_get(0).sql(what)?;
             Ok(Some(decode(KEYS, &text)?))
@@ -123,21 +126,10 @@ pub(super) async fn lock_key(
     }
 }
 
-/// Writes a key's record back (its hash is unchanged).
-async fn write_key(tx: &Transaction<'_>, key: &Key, what: &str) -> Result<(), Fault> {
-    tx.execute(
-        "UPDATE keys SET record = $2 WHERE id = $1",
-        &[&key.id, &Json(key)],
-    )
-    .await
-    .sql(what)?;
-    Ok(())
-}
-
 /// [`crate::Store::charges`]: each charge takes what its key has left at the most, in one
 /// transaction; the keys are locked in the order of their ids (so two batches never wait on
 /// each other in a circle) and written once each; the entries go to `usage` under one
-/// sequence number. Charge ids are the caller's, minted once each: they are checked within
+/// sequence number, in the same statement as the keys. Charge ids are the caller's, minted once each: they are checked within
 /// the batch, with no index to keep per charge.
 pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
     if charges.is_empty() {
@@ -150,13 +142,13 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
         let mut ids: Vec<&str> = charges.iter().map(|c| c.key_id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
-        let rows = tx
-            .query(
-                "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-                &[&ids],
-            )
-            .await
-            .sql("charges: lock keys")?;
+        let rows = txn::query(
+            &tx,
+            "charges: lock keys",
+            "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            &[&ids],
+        )
+        .await?;
         let mut keys: BTreeMap<String, (Key, bool)> = BTreeMap::new();
         for row in &rows {
             let id: String = row.try_get(0).sql("charges: read key")?;
@@ -204,16 +196,26 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
             let task_id: Vec<&str> = entries.iter().map(|e| e.task_id.as_str()).collect();
             let amount: Vec<i64> = entries.iter().map(|e| e.amount).collect();
             let balance: Vec<Option<i64>> = entries.iter().map(|e| e.balance_after).collect();
-            let seq: i64 = tx
-                .query_one("SELECT nextval('ledger_seq')", &[])
-                .await
-                .and_then(|row| row.try_get(0))
-                .sql("charges: number the batch")?;
-            tx.execute(
-                "INSERT INTO usage (seq, ord, id, key_id, task_id, amount, balance_after, at) \
-                 SELECT $8, u.ord, u.id, u.key_id, u.task_id, u.amount, u.balance_after, $7 \
-                 FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
-                        $6::bigint[]) AS u(ord, id, key_id, task_id, amount, balance_after)",
+            // A key is changed when it took a charge: when there are entries.
+            let (key_ids, records): (Vec<&str>, Vec<Json<&Key>>) = keys
+                .iter()
+                .filter(|(_, (_, changed))| *changed)
+                .map(|(id, (key, _))| (id.as_str(), Json(key)))
+                .unzip();
+            txn::execute(
+                &tx,
+                "charges: write usage and keys",
+                "WITH batch AS MATERIALIZED (SELECT nextval('ledger_seq') AS seq), \
+                      written AS ( \
+                        UPDATE keys SET record = k.record \
+                        FROM unnest($8::text[], $9::jsonb[]) AS k(id, record) \
+                        WHERE keys.id = k.id \
+                      ) \
+                 INSERT INTO usage (seq, ord, id, key_id, task_id, amount, balance_after, at) \
+                 SELECT batch.seq, u.ord, u.id, u.key_id, u.task_id, u.amount, u.balance_after, $7 \
+                 FROM batch, unnest($1::int[], $2::text[], $3::text[], $4::text[], \
+                        $5::bigint[], $6::bigint[]) AS u(ord, id, key_id, task_id, amount, \
+                        balance_after)",
                 &[
                     &ord,
                     &id,
@@ -221,17 +223,12 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
                     &task_id,
                     &amount,
                     &balance,
-                    &super::txn::big(at),
-                    &seq,
+                    &txn::big(at),
+                    &key_ids,
+                    &records,
                 ],
             )
-            .await
-            .sql("charges: write usage")?;
-        }
-        for (key, changed) in keys.values() {
-            if *changed {
-                write_key(&tx, key, "charges: write key").await?;
-            }
+            .await?;
         }
         tx.commit().await.sql("charges: commit")?;
         Ok(taken)
@@ -243,20 +240,20 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
 pub(super) async fn entries(store: &PgStore, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
     let what = format!("read ledger of key {key_id}");
     let client = store.client(&what).await?;
-    let rows = client
-        .query(
-            "SELECT id, key_id, task_id, kind, amount, balance_after, at FROM ( \
+    let rows = txn::query(
+        &client,
+        &what,
+        "SELECT id, key_id, task_id, kind, amount, balance_after, at FROM ( \
                 SELECT seq, 0 AS ord, id, key_id, task_id, kind, amount, balance_after, at \
                 FROM ledger WHERE key_id = $1 \
                 UNION ALL \
                 SELECT seq, ord, id, key_id, task_id, 'charge', amount, balance_after, at \
                 FROM usage WHERE key_id = $1 \
-             ) e ORDER BY seq, ord",
-            &[&key_id],
-        )
-        .await
-        .sql(&what)
-        .map_err(Fault::into_store)?;
+         ) e ORDER BY seq, ord",
+        &[&key_id],
+    )
+    .await
+    .map_err(Fault::into_store)?;
     let read = |row: &tokio_postgres::Row| -> Result<LedgerEntry, Fault> {
         let kind: String = row.try_get(3).sql(&what)?;
         let kind = ledger_kind(&kind).ok_or_else(|| corrupt(LEDGER, "unknown ledger kind"))?;

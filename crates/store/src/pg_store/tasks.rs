@@ -5,11 +5,11 @@
 
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
-use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::types::Json;
 
 use super::names::{task_kind, task_status};
 use super::pool::PgStore;
-use super::txn::{Fault, Sql, big, check_id, corrupt, encode};
+use super::txn::{self, Fault, Filter, Sql, big, check_id, corrupt, encode};
 use crate::steps::TaskUpdate;
 use crate::{AdminTaskQuery, Order, Page, StoreError, Task, TaskQuery, TaskStatus};
 
@@ -89,24 +89,24 @@ pub(super) fn new_task(task: &Task) -> Result<(Task, TaskRow), StoreError> {
 /// Writes a new task; an id in use fails the step.
 pub(super) async fn insert(tx: &Transaction<'_>, task: &Task, row: &TaskRow) -> Result<(), Fault> {
     let what = format!("create task {}", task.id);
-    let written = tx
-        .execute(
-            "INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
-            &[
-                &task.id,
-                &created(&task.id),
-                &task.owner,
-                &task_kind(task.kind),
-                &task_status(task.status),
-                &task.model,
-                &due_ms(task),
-                &row.params,
-                &Json(&row.rest),
-            ],
-        )
-        .await
-        .sql(&what)?;
+    let written = txn::execute(
+        tx,
+        &what,
+        "INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+        &[
+            &task.id,
+            &created(&task.id),
+            &task.owner,
+            &task_kind(task.kind),
+            &task_status(task.status),
+            &task.model,
+            &due_ms(task),
+            &row.params,
+            &Json(&row.rest),
+        ],
+    )
+    .await?;
     if written == 0 {
         return Err(StoreError::Backend(format!("task {} already exists", task.id)).into());
     }
@@ -115,8 +115,8 @@ pub(super) async fn insert(tx: &Transaction<'_>, task: &Task, row: &TaskRow) -> 
 
 pub(super) async fn get(store: &PgStore, id: &str) -> Result<Option<Task>, StoreError> {
     let client = store.client("read task").await?;
-    let sql = format!("SELECT {RECORD} FROM tasks WHERE id = $1");
-    let row = client.query_opt(&sql, &[&id]).await.sql("read task");
+    let sql = "SELECT params, record::text FROM tasks WHERE id = $1";
+    let row = txn::query_opt(&client, "read task", sql, &[&id]).await;
     row.and_then(|r| r.as_ref().map(read_task).transpose())
         .map_err(Fault::into_store)
 }
@@ -130,27 +130,32 @@ pub(super) async fn list(store: &PgStore, query: &TaskQuery) -> Result<Page<Task
     };
     let n = big(limit as u64 + 1);
     let after = query.after.as_deref();
-    let client = store.client("list tasks").await?;
-    let rows = match query.kind {
-        Some(kind) => {
-            let sql = format!(
-                "SELECT {RECORD} FROM tasks WHERE owner = $1 AND kind = $2 \
-                 AND ($3::text IS NULL OR id {cmp} $3) ORDER BY id {dir} LIMIT $4"
-            );
-            let params: [&(dyn ToSql + Sync); 4] = [&query.owner, &task_kind(kind), &after, &n];
-            client.query(&sql, &params).await
+    let after_created = after.map(created);
+    let kind = query.kind.map(task_kind);
+    let mut filter = Filter::default();
+    filter.and("owner = ?", &[&query.owner]);
+    let order = match (&kind, &after) {
+        (Some(kind), _) => {
+            filter.and("kind = ?", &[kind]);
+            filter.and_some(&format!("id {cmp} ?"), &query.after);
+            format!("id {dir}")
         }
-        None => {
-            let sql = format!(
-                "SELECT {RECORD} FROM tasks WHERE owner = $1 \
-                 AND ($2::text IS NULL OR (created, id) {cmp} ($3, $2)) \
-                 ORDER BY created {dir}, id {dir} LIMIT $4"
+        (None, Some(after)) => {
+            filter.and(
+                &format!("(created, id) {cmp} (?, ?)"),
+                &[&after_created, after],
             );
-            let params: [&(dyn ToSql + Sync); 4] = [&query.owner, &after, &after.map(created), &n];
-            client.query(&sql, &params).await
+            format!("created {dir}, id {dir}")
         }
+        (None, None) => format!("created {dir}, id {dir}"),
     };
-    let rows = rows.sql("list tasks").map_err(Fault::into_store)?;
+    let limit_param = filter.param(&n);
+    let (clause, params) = filter.finish();
+    let sql = format!("SELECT {RECORD} FROM tasks{clause} ORDER BY {order} LIMIT {limit_param}");
+    let client = store.client("list tasks").await?;
+    let rows = txn::query(&client, "list tasks", &sql, &params)
+        .await
+        .map_err(Fault::into_store)?;
     page(&rows, limit)
 }
 
@@ -160,25 +165,24 @@ pub(super) async fn admin(
     query: &AdminTaskQuery,
 ) -> Result<Page<Task>, StoreError> {
     let limit = query.limit.clamp(1, MAX_ADMIN_PAGE);
-    let sql = format!(
-        "SELECT {RECORD} FROM tasks \
-         WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2) \
-         AND ($3::text IS NULL OR model = $3) AND ($4::text IS NULL OR owner = $4) \
-         AND ($5::text IS NULL OR created < $5) \
-         ORDER BY created DESC, id DESC LIMIT $6"
-    );
     let status = query.status.map(task_status);
     let kind = query.kind.map(task_kind);
     let after = query.after.as_deref().map(created);
     let n = big(limit as u64 + 1);
+    let mut filter = Filter::default();
+    filter.and_some("status = ?", &status);
+    filter.and_some("kind = ?", &kind);
+    filter.and_some("model = ?", &query.model);
+    filter.and_some("owner = ?", &query.owner);
+    filter.and_some("created < ?", &after);
+    let limit_param = filter.param(&n);
+    let (clause, params) = filter.finish();
+    let sql = format!(
+        "SELECT {RECORD} FROM tasks{clause} ORDER BY created DESC, id DESC LIMIT {limit_param}"
+    );
     let client = store.client("list all tasks").await?;
-    let rows = client
-        .query(
-            &sql,
-            &[&status, &kind, &query.model, &query.owner, &after, &n],
-        )
+    let rows = txn::query(&client, "list all tasks", &sql, &params)
         .await
-        .sql("list all tasks")
         .map_err(Fault::into_store)?;
     page(&rows, limit)
 }
@@ -200,8 +204,8 @@ pub(super) async fn transition(
     update: TaskUpdate<'_>,
 ) -> Result<Task, Fault> {
     let what = format!("transition task {id}");
-    let sql = format!("SELECT {RECORD} FROM tasks WHERE id = $1 FOR UPDATE");
-    let Some(row) = tx.query_opt(&sql, &[&id]).await.sql(&what)? else {
+    let sql = "SELECT params, record::text FROM tasks WHERE id = $1 FOR UPDATE";
+    let Some(row) = txn::query_opt(tx, &what, sql, &[&id]).await? else {
         return Err(StoreError::TaskNotFound(id.to_owned()).into());
     };
     let old = read_task(&row)?;
@@ -225,7 +229,9 @@ pub(super) async fn transition(
         new.next_poll_ms = None;
     }
     let row = row_of(&new)?;
-    tx.execute(
+    txn::execute(
+        tx,
+        &what,
         "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, record = $6 \
          WHERE id = $1",
         &[
@@ -237,8 +243,7 @@ pub(super) async fn transition(
             &Json(&row.rest),
         ],
     )
-    .await
-    .sql(&what)?;
+    .await?;
     Ok(new)
 }
 
@@ -256,9 +261,10 @@ pub(super) async fn claim(
     let until = big(now_ms.saturating_add(lease_ms)).min(i64::MAX - 1);
     let n = big(limit as u64);
     let client = store.client("claim due tasks").await?;
-    let rows = client
-        .query(
-            "WITH due AS ( \
+    let rows = txn::query(
+        &client,
+        "claim due tasks",
+        "WITH due AS ( \
                 SELECT id, due_ms FROM tasks WHERE due_ms <= $1 \
                 ORDER BY due_ms, id LIMIT $3 FOR UPDATE SKIP LOCKED \
              ) \
@@ -266,11 +272,10 @@ pub(super) async fn claim(
                 record = jsonb_set(tasks.record, '{next_poll_ms}', to_jsonb($2::bigint)) \
              FROM due WHERE tasks.id = due.id \
              RETURNING tasks.params, tasks.record::text, due.due_ms, tasks.id",
-            &[&now, &until, &n],
-        )
-        .await
-        .sql("claim due tasks")
-        .map_err(Fault::into_store)?;
+        &[&now, &until, &n],
+    )
+    .await
+    .map_err(Fault::into_store)?;
     let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
         let was: i64 = row
@@ -285,13 +290,11 @@ pub(super) async fn claim(
 
 /// [`crate::Store::unfinished_tasks`].
 pub(super) async fn unfinished(store: &PgStore, limit: usize) -> Result<Vec<Task>, StoreError> {
-    let sql =
-        format!("SELECT {RECORD} FROM tasks WHERE due_ms IS NOT NULL ORDER BY due_ms, id LIMIT $1");
+    let sql = "SELECT params, record::text FROM tasks WHERE due_ms IS NOT NULL \
+               ORDER BY due_ms, id LIMIT $1";
     let client = store.client("list unfinished tasks").await?;
-    let rows = client
-        .query(&sql, &[&big(limit as u64)])
+    let rows = txn::query(&client, "list unfinished tasks", sql, &[&big(limit as u64)])
         .await
-        .sql("list unfinished tasks")
         .map_err(Fault::into_store)?;
     read_tasks(&rows).map_err(Fault::into_store)
 }
@@ -299,9 +302,9 @@ pub(super) async fn unfinished(store: &PgStore, limit: usize) -> Result<Vec<Task
 /// [`crate::Store::delete_task`]: one statement.
 pub(super) async fn delete(store: &PgStore, id: &str) -> Result<Option<Task>, StoreError> {
     let what = format!("delete task {id}");
-    let sql = format!("DELETE FROM tasks WHERE id = $1 RETURNING {RECORD}");
+    let sql = "DELETE FROM tasks WHERE id = $1 RETURNING params, record::text";
     let client = store.client(&what).await?;
-    let row = client.query_opt(&sql, &[&id]).await.sql(&what);
+    let row = txn::query_opt(&client, &what, sql, &[&id]).await;
     row.and_then(|r| r.as_ref().map(read_task).transpose())
         .map_err(Fault::into_store)
 }

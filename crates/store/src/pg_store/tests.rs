@@ -4,11 +4,16 @@
 use std::collections::HashSet;
 
 use super::migrate::latest;
-use crate::suite::{PgSchema, noop, postgres, task};
+use crate::suite::{
+    PgSchema, asset, asset_noop, charge, draft, key, library, noop, postgres, task,
+};
 use crate::test_util::tid;
-use crate::{PgStore, Store, StoreError};
+use crate::{
+    AdminTaskQuery, AssetQuery, AssetStatus, AssetType, LedgerKind, Order, PgStore, Store,
+    StoreError, TaskKind, TaskQuery,
+};
 
-use crate::TaskStatus::{Queued, Running};
+use crate::TaskStatus::{Queued, Running, Succeeded};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_starting_together_migrate_once() {
@@ -142,4 +147,135 @@ async fn two_instances_never_claim_the_same_task() {
     let distinct: HashSet<&String> = all.iter().collect();
     assert_eq!(distinct.len(), all.len(), "a task was claimed twice");
     assert_eq!(all.len() as u64, TASKS);
+}
+
+/// Statements prepared on the one connection of `store`'s pool.
+async fn prepared(store: &PgStore) -> usize {
+    store.pool.get().await.unwrap().statement_cache.size()
+}
+
+/// Every kind of step once, with values of its own (`n`): ids, cursors, filters, limits.
+async fn every_step(store: &PgStore, n: u64) {
+    let key_id = format!("key_{n}");
+    store
+        .create_key(&key(&key_id, &format!("hash_{n}"), Some(1000)))
+        .await
+        .unwrap();
+    store.key_by_hash(&format!("hash_{n}")).await.unwrap();
+    store.key(&key_id).await.unwrap();
+    store
+        .update_key(&key_id, &|k| k.hash = format!("{}_new", k.hash))
+        .await
+        .unwrap();
+    let id = tid("video", n);
+    let prededuct = [draft(&key_id, &id, LedgerKind::Prededuct, -30 - n as i64)];
+    store
+        .create_task(&task(&id, &key_id, Queued, Some(n)), &prededuct)
+        .await
+        .unwrap();
+    store
+        .transition(&id, &[Queued], Running, &noop, &[])
+        .await
+        .unwrap();
+    let settle = [draft(&key_id, &id, LedgerKind::Settle, n as i64)];
+    store
+        .transition(&id, &[Running], Succeeded, &noop, &settle)
+        .await
+        .unwrap();
+    store.task(&id).await.unwrap();
+    for kind in [None, Some(TaskKind::Video)] {
+        for after in [None, Some(id.clone())] {
+            for order in [Order::Asc, Order::Desc] {
+                let query = TaskQuery {
+                    owner: key_id.clone(),
+                    kind,
+                    after: after.clone(),
+                    limit: 1 + n as usize,
+                    order,
+                };
+                store.list_tasks(&query).await.unwrap();
+            }
+        }
+    }
+    let query = AdminTaskQuery {
+        status: Some(Succeeded),
+        owner: Some(key_id.clone()),
+        after: Some(id.clone()),
+        limit: 5 + n as usize,
+        ..AdminTaskQuery::default()
+    };
+    store.admin_tasks(&query).await.unwrap();
+    store
+        .charges(&[charge(&key_id, &format!("msg_{n}"), 3)])
+        .await
+        .unwrap();
+    store.ledger(&key_id).await.unwrap();
+    store.claim_due(n, 1000, 1 + n as usize).await.unwrap();
+    store.unfinished_tasks(1 + n as usize).await.unwrap();
+    store.delete_task(&id).await.unwrap();
+    let lib = library(&format!("lib_{n}"), &key_id, "gen2");
+    store.create_library(&lib).await.unwrap();
+    let a = asset(&format!("asset_{n}"), &lib, AssetStatus::Processing, None);
+    store.create_asset(&a).await.unwrap();
+    store
+        .transition_asset(
+            &a.id,
+            &[AssetStatus::Processing],
+            AssetStatus::Active,
+            &asset_noop,
+        )
+        .await
+        .unwrap();
+    let query = AssetQuery {
+        library_id: lib.id.clone(),
+        asset_type: Some(AssetType::Image),
+        after: Some(a.id.clone()),
+        limit: 1 + n as usize,
+        ..AssetQuery::default()
+    };
+    store.list_assets(&query).await.unwrap();
+    store
+        .list_libraries(&key_id, Some(&lib.id), 1 + n as usize, Order::Asc)
+        .await
+        .unwrap();
+    store.expired_assets(n, 1 + n as usize).await.unwrap();
+    store.processing_assets(1 + n as usize).await.unwrap();
+    store.delete_asset(&a.id).await.unwrap();
+    store.delete_library(&lib.id).await.unwrap();
+    store.meta_init(&format!("meta_{n}"), b"v").await.unwrap();
+    store.meta(&format!("meta_{n}")).await.unwrap();
+}
+
+/// A connection keeps one prepared statement per statement text: texts never carry values, so
+/// the same steps with other values prepare nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_are_prepared_once_whatever_their_values() {
+    let schema = PgSchema::new().await;
+    let store = PgStore::connect(&schema.url, 1).await.unwrap();
+    every_step(&store, 1).await;
+    let after_first = prepared(&store).await;
+    assert!(after_first > 0);
+    for n in 2..5 {
+        every_step(&store, n).await;
+        assert_eq!(prepared(&store).await, after_first, "round {n}");
+    }
+}
+
+/// An asset whose library row is gone (no step leaves one so) is deleted all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asset_without_its_library_is_deleted() {
+    let schema = PgSchema::new().await;
+    let store = PgStore::connect(&schema.url, 2).await.unwrap();
+    let lib = library("lib_1", "key_a", "gen2");
+    store.create_library(&lib).await.unwrap();
+    let a = asset("asset_1", &lib, AssetStatus::Processing, None);
+    store.create_asset(&a).await.unwrap();
+    let client = postgres(&schema.url).await;
+    client
+        .execute("DELETE FROM libraries WHERE id = $1", &[&lib.id])
+        .await
+        .unwrap();
+    assert_eq!(store.delete_asset(&a.id).await.unwrap(), Some(a));
+    assert_eq!(store.asset("asset_1").await.unwrap(), None);
+    assert_eq!(store.library("lib_1").await.unwrap(), None);
 }

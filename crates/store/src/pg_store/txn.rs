@@ -1,12 +1,16 @@
-//! What every PostgreSQL step shares: a step's failure (the step's own [`StoreError`], or the
-//! database's), running a transaction again when PostgreSQL asks for it (a serialization
-//! failure or a deadlock), records as JSON (one that does not decode is
-//! [`StoreError::Corrupt`]), numbers between `u64` and `bigint`, and the rule for ids.
+//! What every PostgreSQL step shares: its statements (each prepared once per connection), a
+//! step's failure (the step's own [`StoreError`], or the database's), running a transaction
+//! again when PostgreSQL asks for it (a serialization failure or a deadlock), records as JSON
+//! (one that does not decode is [`StoreError::Corrupt`]), numbers between `u64` and `bigint`,
+//! and the rule for ids.
 
 use std::future::Future;
 
+use deadpool_postgres::GenericClient;
 use serde::de::DeserializeOwned;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use crate::StoreError;
 
@@ -86,6 +90,63 @@ impl<T> Sql<T> for Result<T, tokio_postgres::Error> {
     }
 }
 
+/// A statement's parameters.
+pub(super) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// `sql` prepared on `client`'s connection: parsed by the server on the connection's first use
+/// of it, then taken from the connection's cache (a statement given as text would cost a parse
+/// and a round trip more each time). Every statement text is a constant, or built from a
+/// handful of fixed pieces (a sort order, which filters are present), never from values, so
+/// each connection caches a few dozen statements at most.
+async fn prepared(client: &impl GenericClient, what: &str, sql: &str) -> Result<Statement, Fault> {
+    client.prepare_cached(sql).await.sql(what)
+}
+
+/// The rows of `sql`, on a pooled connection (one statement, no transaction) or in a step's
+/// transaction.
+pub(super) async fn query(
+    client: &impl GenericClient,
+    what: &str,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Fault> {
+    let statement = prepared(client, what, sql).await?;
+    client.query(&statement, params).await.sql(what)
+}
+
+/// The row of `sql`, if it returned one (more than one is an error).
+pub(super) async fn query_opt(
+    client: &impl GenericClient,
+    what: &str,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Row>, Fault> {
+    let statement = prepared(client, what, sql).await?;
+    client.query_opt(&statement, params).await.sql(what)
+}
+
+/// The one row of `sql` (none, or more than one, is an error).
+pub(super) async fn query_one(
+    client: &impl GenericClient,
+    what: &str,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Row, Fault> {
+    let statement = prepared(client, what, sql).await?;
+    client.query_one(&statement, params).await.sql(what)
+}
+
+/// The number of rows `sql` wrote.
+pub(super) async fn execute(
+    client: &impl GenericClient,
+    what: &str,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<u64, Fault> {
+    let statement = prepared(client, what, sql).await?;
+    client.execute(&statement, params).await.sql(what)
+}
+
 /// Runs `attempt` (one transaction, begun and committed by it) until it commits, fails for
 /// good, or PostgreSQL has asked [`ATTEMPTS`] times for it to be run again.
 pub(super) async fn retry<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, StoreError>
@@ -157,4 +218,54 @@ pub(super) fn unix_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// The conditions of a `WHERE` clause that are present, with their parameters: a listing's
+/// filters and cursor are written into its text only when given, so each variant is planned
+/// for what it filters on (`owner = $1 AND id < $2` reads the index from the cursor on, where
+/// `($2 IS NULL OR id < $2)` would, in a plan cached for every value, scan from the start).
+/// The variants are a few per listing: which filters are present, not their values.
+#[derive(Default)]
+pub(super) struct Filter<'a> {
+    sql: String,
+    params: Vec<&'a (dyn ToSql + Sync)>,
+}
+
+impl<'a> Filter<'a> {
+    /// Adds `condition`, whose `?`s are its `values` in order.
+    pub(super) fn and(&mut self, condition: &str, values: &[&'a (dyn ToSql + Sync)]) {
+        self.sql.push_str(if self.sql.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        });
+        let mut values = values.iter().peekable();
+        for c in condition.chars() {
+            match values.next_if(|_| c == '?') {
+                Some(value) => {
+                    let placeholder = self.param(*value);
+                    self.sql.push_str(&placeholder);
+                }
+                None => self.sql.push(c),
+            }
+        }
+    }
+
+    /// Adds `condition` when `value` is given.
+    pub(super) fn and_some<T: ToSql + Sync>(&mut self, condition: &str, value: &'a Option<T>) {
+        if let Some(value) = value {
+            self.and(condition, &[value]);
+        }
+    }
+
+    /// The next parameter's placeholder (for a `LIMIT` after the clause), and its value.
+    pub(super) fn param(&mut self, value: &'a (dyn ToSql + Sync)) -> String {
+        self.params.push(value);
+        format!("${}", self.params.len())
+    }
+
+    /// The clause (empty, or starting with ` WHERE `) and its parameters.
+    pub(super) fn finish(self) -> (String, Vec<&'a (dyn ToSql + Sync)>) {
+        (self.sql, self.params)
+    }
 }
