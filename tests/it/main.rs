@@ -4,6 +4,7 @@
 mod admin;
 mod assets;
 mod billing;
+mod blobs;
 mod errors;
 mod fake_chat;
 mod fake_video;
@@ -12,6 +13,7 @@ mod hardening;
 mod harness;
 mod limits;
 mod messages;
+mod moto;
 mod references;
 mod restart;
 mod upstreams;
