@@ -12,7 +12,7 @@ use crate::harness::{Body, Multipart, Relay, png, poll_until};
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Creates a library and uploads `bytes` as an image asset; waits until it is active.
-async fn active_image(relay: &Relay, key: &str, bytes: &[u8]) -> String {
+pub(crate) async fn active_image(relay: &Relay, key: &str, bytes: &[u8]) -> String {
     let lib = relay
         .call_as(
             key,
@@ -74,7 +74,7 @@ async fn generate(relay: &Relay, key: &str, body: Value, sim: &str) -> crate::ha
 }
 
 /// The path and query of a signed URL the relay handed out.
-fn local(url: &str) -> &str {
+pub(crate) fn local(url: &str) -> &str {
     &url[url.find("/files/").expect("a signed /files/ URL")..]
 }
 

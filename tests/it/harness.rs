@@ -58,12 +58,24 @@ impl Relay {
     /// Starts a relay on an existing data directory; `key` is its known key (a store that
     /// has keys prints none).
     pub async fn start_in(dir: tempfile::TempDir, key: Option<String>, extra: &str) -> Relay {
+        Relay::start_with_env(dir, key, extra, HashMap::new()).await
+    }
+
+    /// [`Relay::start_in`] with `env` as the environment variables the relay reads.
+    pub async fn start_with_env(
+        dir: tempfile::TempDir,
+        key: Option<String>,
+        extra: &str,
+        env: HashMap<String, String>,
+    ) -> Relay {
         let text = merge_toml(FAST, extra);
         let config = Config::from_toml(Some(&text), "test config").expect("test config");
         let data = dir.path().to_owned();
-        let (app, bootstrap) = App::open(config, &data, Some(ADMIN_TOKEN))
-            .await
-            .expect("open relay");
+        let (app, bootstrap) = App::open_with_env(config, &data, Some(ADMIN_TOKEN), &|name| {
+            env.get(name).cloned()
+        })
+        .await
+        .expect("open relay");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();

@@ -4,6 +4,7 @@
 mod admin;
 mod assets;
 mod billing;
+mod blobs;
 mod cluster;
 mod errors;
 mod fake_chat;
@@ -13,6 +14,7 @@ mod hardening;
 mod harness;
 mod limits;
 mod messages;
+mod moto;
 mod references;
 mod restart;
 mod upstreams;

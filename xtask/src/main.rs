@@ -24,7 +24,8 @@ mod sdk;
 
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
-  ci        fmt check, floors (no circle of files), clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1),
+  ci        fmt check, floors (no circle of files), clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1;
+            the S3 blob tests with moto's server from PyPI in target/moto-venv),
             a short fuzz pass (5 s per target), a short crash run, the official SDK checks
             and a bounded Schemathesis pass
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
@@ -111,6 +112,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The S3-compatible server of the blob tests (`tests/it/moto.rs`), pinned.
+const MOTO: &str = "moto[server]==5.2.1";
+
 fn ci(args: &[String]) -> anyhow::Result<()> {
     let has = |flag: &str| args.iter().any(|a| a == flag);
     let quick = has("--quick");
@@ -140,8 +144,11 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         ]),
     )?;
     cmd::ensure_services()?;
+    // The S3 blob tests run a real S3-compatible server: moto's server mode, from PyPI.
+    let moto = cmd::python_with("moto-venv", MOTO)?;
     let mut test = cmd::cargo();
     test.args(["test", "--workspace"]);
+    test.env("RELAY_TEST_MOTO_PYTHON", &moto);
     if !quick {
         test.env("RUN_SLOW_TESTS", "1");
     }

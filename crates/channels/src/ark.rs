@@ -262,13 +262,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("channels-ark-{}", std::process::id()));
         let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir).unwrap());
         blobs
-            .put_bytes("a/first.png", b"\x89PNG\r\n\x1a\nsmall")
+            .put_bytes("a/first.png", Bytes::from_static(b"\x89PNG\r\n\x1a\nsmall"))
+            .await
             .unwrap();
         blobs
             .put_bytes(
                 "a/last.jpg",
-                &[vec![0xFF, 0xD8, 0xFF], vec![0; 64]].concat(),
+                [vec![0xFF, 0xD8, 0xFF], vec![0; 64]].concat().into(),
             )
+            .await
             .unwrap();
         let ark = Ark::new(
             RemoteSettings {
@@ -327,11 +329,14 @@ mod tests {
     }
 
     /// An ark channel over a fresh blob directory holding `files`.
-    fn ark_with(dir: &str, files: &[(&str, &[u8])], max_inline_bytes: u64) -> (Ark, PathBuf) {
+    async fn ark_with(dir: &str, files: &[(&str, &[u8])], max_inline_bytes: u64) -> (Ark, PathBuf) {
         let dir = std::env::temp_dir().join(format!("channels-{dir}-{}", std::process::id()));
         let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir).unwrap());
         for (id, bytes) in files {
-            blobs.put_bytes(id, bytes).unwrap();
+            blobs
+                .put_bytes(id, Bytes::copy_from_slice(bytes))
+                .await
+                .unwrap();
         }
         let settings = RemoteSettings {
             name: "ark".into(),
@@ -368,7 +373,7 @@ mod tests {
             ("r/clip.mp4", MP4),
             ("r/voice.wav", WAV),
         ];
-        let (ark, dir) = ark_with("ark-refs", &files, 1024);
+        let (ark, dir) = ark_with("ark-refs", &files, 1024).await;
         let references = [
             stored(ReferenceRole::Image, "r/image-a.png", None),
             stored(ReferenceRole::Video, "r/clip.mp4", None),
@@ -420,7 +425,7 @@ mod tests {
             ("r/image.png", PNG),
         ];
         // MP4 and WAV are over 20 bytes; the PNG is not.
-        let (ark, dir) = ark_with("ark-refs-cap", &files, 20);
+        let (ark, dir) = ark_with("ark-refs-cap", &files, 20).await;
         let references = [
             stored(
                 ReferenceRole::Video,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
@@ -190,30 +191,36 @@ impl Remote {
     }
 
     /// A stored reference (image, video or audio) and its media type (sniffed), when it is at
-    /// most `max_inline_bytes`. Blocking work runs on a blocking thread.
+    /// most `max_inline_bytes`: its length is looked at before any byte is read.
     pub async fn read_blob(&self, blob_id: &str) -> Result<(Vec<u8>, &'static str), ReadBlobError> {
-        let blobs = self.blobs.clone();
-        let id = blob_id.to_owned();
-        let max = self.settings.max_inline_bytes;
-        let failed = |id: &str, e: &dyn std::fmt::Display| ReadBlobError::Failed {
-            id: id.to_owned(),
+        let failed = |e: &dyn std::fmt::Display| ReadBlobError::Failed {
+            id: blob_id.to_owned(),
             message: e.to_string(),
         };
-        tokio::task::spawn_blocking(move || {
-            use std::io::Read;
-            let (file, len) = blobs.open(&id).map_err(|e| failed(&id, &e))?;
-            if len > max {
-                return Err(ReadBlobError::OverInlineCap { id, len, max });
+        let max = self.settings.max_inline_bytes;
+        let blob = self.blobs.open(blob_id).await.map_err(|e| failed(&e))?;
+        let len = blob.len();
+        if len > max {
+            return Err(ReadBlobError::OverInlineCap {
+                id: blob_id.to_owned(),
+                len,
+                max,
+            });
+        }
+        let mut buf = Vec::with_capacity(len as usize);
+        let mut chunks = blob.read_all().await.map_err(|e| failed(&e))?;
+        while let Some(chunk) = chunks.next().await {
+            buf.extend_from_slice(&chunk.map_err(|e| failed(&e))?);
+            if buf.len() as u64 > max {
+                return Err(ReadBlobError::OverInlineCap {
+                    id: blob_id.to_owned(),
+                    len: buf.len() as u64,
+                    max,
+                });
             }
-            let mut buf = Vec::with_capacity(len as usize);
-            file.take(max + 1)
-                .read_to_end(&mut buf)
-                .map_err(|e| failed(&id, &e))?;
-            let mime = media_mime(&buf);
-            Ok((buf, mime))
-        })
-        .await
-        .map_err(|e| failed(blob_id, &e))?
+        }
+        let mime = media_mime(&buf);
+        Ok((buf, mime))
     }
 }
 

@@ -79,11 +79,7 @@ impl Simulator {
             }
         }
         for r in references {
-            let (blobs, blob) = (Arc::clone(&self.blobs), r.blob.clone());
-            let opened = tokio::task::spawn_blocking(move || blobs.open(&blob).map(|(_, len)| len))
-                .await
-                .map_err(std::io::Error::other)
-                .and_then(|len| len);
+            let opened = self.blobs.open(&r.blob).await.map(|blob| blob.len());
             let role = r.role.as_str();
             match opened {
                 Ok(bytes) => {
@@ -155,12 +151,22 @@ impl Simulator {
         let thumbnail = self.blobs.temp_path();
         let last_frame = self.blobs.temp_path();
         let paths = (video.clone(), thumbnail.clone(), last_frame.clone());
-        let blobs = Arc::clone(&self.blobs);
-        let first_frame = job.first_frame.clone();
+        // A remote blob store hands the picture over as a local (unlinked) temporary file.
+        let first_frame = match &job.first_frame {
+            Some(id) => match self.blobs.open_file(id).await {
+                Ok((file, _)) => Some((id.clone(), file)),
+                Err(e) => {
+                    unusable_first_frame(&job.task_id, id, &format!("open: {e}"));
+                    None
+                }
+            },
+            None => None,
+        };
         let task_id = job.task_id.clone();
         let rendered = tokio::task::spawn_blocking(move || {
             let spec = RenderSpec {
-                first_frame: first_frame.and_then(|id| first_frame_picture(&*blobs, &task_id, &id)),
+                first_frame: first_frame
+                    .and_then(|(id, file)| first_frame_picture(file, &task_id, &id)),
                 ..spec
             };
             render(&spec, &paths.0, &paths.1, &paths.2)
@@ -188,31 +194,30 @@ impl Simulator {
     pub async fn cancel(&self, _upstream_id: &str) {}
 }
 
-/// The task's first-frame picture, or `None` (with a warning) when its blob cannot be read or
+/// The task's first-frame picture, or `None` (with a warning) when its blob cannot be
 /// decoded: the video is then rendered without it rather than the task failing. Blocking.
-fn first_frame_picture(blobs: &dyn BlobStore, task_id: &str, blob_id: &str) -> Option<Picture> {
-    let loaded = blobs
-        .open(blob_id)
-        .map_err(|e| format!("open: {e}"))
-        .and_then(|(file, _)| {
-            // The decoders are meant never to panic on bad bytes; should one still do so, the
-            // picture is dropped instead of the render thread.
-            std::panic::catch_unwind(move || picture::read(file))
-                .map_err(|_| "the decoder panicked".to_owned())?
-                .map_err(|e| e.to_string())
-        });
+fn first_frame_picture(file: std::fs::File, task_id: &str, blob_id: &str) -> Option<Picture> {
+    // The decoders are meant never to panic on bad bytes; should one still do so, the
+    // picture is dropped instead of the render thread.
+    let loaded = std::panic::catch_unwind(move || picture::read(file))
+        .map_err(|_| "the decoder panicked".to_owned())
+        .and_then(|read| read.map_err(|e| e.to_string()));
     match loaded {
         Ok(picture) => Some(picture),
         Err(error) => {
-            tracing::warn!(
-                task = task_id,
-                blob = blob_id,
-                %error,
-                "first-frame picture unusable; rendering without it"
-            );
+            unusable_first_frame(task_id, blob_id, &error);
             None
         }
     }
+}
+
+fn unusable_first_frame(task_id: &str, blob_id: &str, error: &str) {
+    tracing::warn!(
+        task = task_id,
+        blob = blob_id,
+        %error,
+        "first-frame picture unusable; rendering without it"
+    );
 }
 
 /// The first `max_words` words of `text`, at most `max_chars` characters.
@@ -232,6 +237,8 @@ fn first_words(text: &str, max_words: usize, max_chars: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     /// A scratch directory removed when dropped.
@@ -321,10 +328,15 @@ mod tests {
         let dir = Scratch::new();
         let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir.0).unwrap());
         blobs
-            .put_bytes("asset_1/image.png", &two_tone_png())
+            .put_bytes("asset_1/image.png", two_tone_png().into())
+            .await
             .unwrap();
         blobs
-            .put_bytes("asset_2/image.png", b"\x89PNG\r\n\x1a\nnot really")
+            .put_bytes(
+                "asset_2/image.png",
+                Bytes::from_static(b"\x89PNG\r\n\x1a\nnot really"),
+            )
+            .await
             .unwrap();
         let sim = Simulator::new(
             SimulatorSettings {
@@ -359,7 +371,8 @@ mod tests {
         let dir = Scratch::new();
         let blobs: Arc<dyn BlobStore> = Arc::new(store::LocalBlobs::open(&dir.0).unwrap());
         blobs
-            .put_bytes("video_1/audio.wav", b"RIFF....WAVE")
+            .put_bytes("video_1/audio.wav", Bytes::from_static(b"RIFF....WAVE"))
+            .await
             .unwrap();
         let sim = Simulator::new(
             SimulatorSettings {

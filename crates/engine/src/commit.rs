@@ -54,48 +54,10 @@ pub(crate) async fn succeed(
             return;
         }
     };
-    let blobs = engine.blobs.clone();
-    let prefix = task.id.clone();
-    let kept = tokio::task::spawn_blocking(move || -> std::io::Result<Outputs> {
-        let keep = |source: &ResultSource, name: &str| -> std::io::Result<(String, u64)> {
-            match source {
-                ResultSource::LocalFile(path) => {
-                    let id = format!("{prefix}/{name}");
-                    let len = blobs.commit(path, &id)?;
-                    Ok((id, len))
-                }
-                ResultSource::Url(_) => Err(std::io::Error::other(
-                    "a result URL was not downloaded first",
-                )),
-            }
-        };
-        // Images are named by their sniffed type (an upstream's last frame may be a JPEG or
-        // WebP): `/files/...` serves a blob with the type its name ends in.
-        let keep_image = |source: &ResultSource, stem: &str| {
-            keep(source, &format!("{stem}.{}", image_extension(source)?)).map(|k| k.0)
-        };
-        let (video, video_bytes) = keep(&files.video, "video.mp4")?;
-        let thumbnail = files
-            .thumbnail
-            .as_ref()
-            .map(|s| keep_image(s, "thumbnail"))
-            .transpose()?;
-        let last_frame = files
-            .last_frame
-            .as_ref()
-            .map(|s| keep_image(s, "last_frame"))
-            .transpose()?;
-        Ok(Outputs {
-            video: Some(video),
-            thumbnail,
-            last_frame,
-            video_bytes: Some(video_bytes),
-        })
-    })
-    .await;
+    let kept = keep_results(engine, &task.id, &files).await;
     let outputs = match kept {
-        Ok(Ok(outputs)) => outputs,
-        Ok(Err(e)) => {
+        Ok(outputs) => outputs,
+        Err(e) => {
             tracing::error!("engine: task {}: keeping the result: {e}", task.id);
             fail_task(
                 engine,
@@ -104,10 +66,6 @@ pub(crate) async fn succeed(
                 "the result could not be stored",
             )
             .await;
-            return;
-        }
-        Err(e) => {
-            tracing::error!("engine: task {}: keeping the result: {e}", task.id);
             return;
         }
     };
@@ -137,23 +95,67 @@ pub(crate) async fn succeed(
         ) {
             tracing::error!("engine: task {}: recording success: {e}", task.id);
         }
-        let blobs = engine.blobs.clone();
-        let prefix = task.id.clone();
-        let _ = tokio::task::spawn_blocking(move || blobs.delete_prefix(&prefix)).await;
+        if let Err(e) = engine.blobs.delete_prefix(&task.id).await {
+            tracing::warn!("engine: task {}: removing its result files: {e}", task.id);
+        }
     }
 }
 
+/// Commits the result files as blobs `<task>/video.mp4`, `<task>/thumbnail.<ext>` and
+/// `<task>/last_frame.<ext>` (streamed up by a remote blob store).
+async fn keep_results(
+    engine: &Arc<Engine>,
+    task_id: &str,
+    files: &channels::ResultFiles,
+) -> std::io::Result<Outputs> {
+    let keep = async |source: &ResultSource, name: &str| -> std::io::Result<(String, u64)> {
+        let ResultSource::LocalFile(path) = source else {
+            return Err(std::io::Error::other(
+                "a result URL was not downloaded first",
+            ));
+        };
+        let id = format!("{task_id}/{name}");
+        let len = engine.blobs.commit(path, &id).await?;
+        Ok((id, len))
+    };
+    // Images are named by their sniffed type (an upstream's last frame may be a JPEG or
+    // WebP): `/files/...` serves a blob with the type its name ends in.
+    let keep_image = async |source: &ResultSource, stem: &str| -> std::io::Result<String> {
+        let name = format!("{stem}.{}", image_extension(source).await?);
+        keep(source, &name).await.map(|k| k.0)
+    };
+    let (video, video_bytes) = keep(&files.video, "video.mp4").await?;
+    let thumbnail = match &files.thumbnail {
+        Some(s) => Some(keep_image(s, "thumbnail").await?),
+        None => None,
+    };
+    let last_frame = match &files.last_frame {
+        Some(s) => Some(keep_image(s, "last_frame").await?),
+        None => None,
+    };
+    Ok(Outputs {
+        video: Some(video),
+        thumbnail,
+        last_frame,
+        video_bytes: Some(video_bytes),
+    })
+}
+
 /// The file name ending of a result image by its first bytes (`png` when it is no image
-/// format we know; downloads were checked to be one). Blocking.
-fn image_extension(source: &ResultSource) -> std::io::Result<&'static str> {
-    use std::io::Read;
+/// format we know; downloads were checked to be one).
+async fn image_extension(source: &ResultSource) -> std::io::Result<&'static str> {
+    use tokio::io::AsyncReadExt;
     let ResultSource::LocalFile(path) = source else {
         return Err(std::io::Error::other(
             "a result URL was not downloaded first",
         ));
     };
     let mut head = Vec::with_capacity(64);
-    std::fs::File::open(path)?.take(64).read_to_end(&mut head)?;
+    tokio::fs::File::open(path)
+        .await?
+        .take(64)
+        .read_to_end(&mut head)
+        .await?;
     Ok(match fetch::sniff(&head) {
         Some(fetch::Format::Jpeg) => "jpg",
         Some(fetch::Format::Webp) => "webp",

@@ -10,13 +10,15 @@ use std::time::Duration;
 use anyhow::Context;
 use engine::{ChannelStats, Engine, now_secs};
 use fetch::{FetchConfig, Fetcher};
-use store::{BlobStore, Key, KeyStatus, LocalBlobs, PgStore, SledStore, Store};
+use store::{
+    BlobStore, Key, KeyStatus, LocalBlobs, PgStore, S3Blobs, S3Settings, SledStore, Store,
+};
 use tokio::sync::Notify;
 
 use crate::auth::{KeyCache, generate_secret, hash_secret};
 use crate::chat_ledger::{ChargeQueue, Reservations};
 use crate::cluster::Cluster;
-use crate::config::{Config, StoreBackend};
+use crate::config::{BlobBackend, BlobsConfig, Config, DEFAULT_S3_REGION, StoreBackend};
 use crate::limits::Limiter;
 use crate::setup;
 use crate::signed::{self, Signer};
@@ -76,6 +78,20 @@ impl App {
         data_dir: &Path,
         admin_token: Option<&str>,
     ) -> anyhow::Result<(Arc<App>, Bootstrap)> {
+        App::open_with_env(config, data_dir, admin_token, &|name| {
+            std::env::var(name).ok()
+        })
+        .await
+    }
+
+    /// [`App::open`] with the environment variables it reads (the blob store's credentials)
+    /// taken from `env`.
+    pub async fn open_with_env(
+        config: Config,
+        data_dir: &Path,
+        admin_token: Option<&str>,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> anyhow::Result<(Arc<App>, Bootstrap)> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating data dir {}", data_dir.display()))?;
         let store: Arc<dyn Store> = match config.store.backend() {
@@ -92,9 +108,7 @@ impl App {
                 )
             }
         };
-        let blobs = LocalBlobs::open(&data_dir.join("files"))
-            .with_context(|| format!("opening the blob directory in {}", data_dir.display()))?;
-        let blobs: Arc<dyn BlobStore> = Arc::new(blobs);
+        let blobs = open_blobs(&config.blobs, data_dir, env)?;
 
         let mut bootstrap = Bootstrap::default();
         let admin_hash = match admin_token {
@@ -187,6 +201,14 @@ impl App {
         Ok((Arc::new(app), bootstrap))
     }
 
+    /// How long a presigned blob URL is handed out for, when `[blobs] presign` is on.
+    pub fn presign_ttl(&self) -> Option<Duration> {
+        self.config
+            .blobs
+            .presign
+            .then(|| Duration::from_secs(self.config.server.signed_url_ttl_secs.max(1)))
+    }
+
     /// What the relay writes into URLs it hands out: `server.public_base_url`, or when that is
     /// empty, `http://` and the bound address (loopback for an unspecified bind address).
     pub fn public_base_url(&self) -> String {
@@ -246,4 +268,51 @@ pub fn new_key(name: &str, group: &str, quota: Option<i64>) -> (Key, String) {
         created_at: now_secs(),
     };
     (key, secret)
+}
+
+/// Opens the configured blob store: `<data>/files`, or an S3 bucket with its temporary files
+/// in `<data>/files/tmp` and its credentials from `env` (`AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, optionally `AWS_SESSION_TOKEN`).
+pub fn open_blobs(
+    config: &BlobsConfig,
+    data_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Arc<dyn BlobStore>> {
+    let files = data_dir.join("files");
+    match config.backend {
+        BlobBackend::Local => {
+            let blobs = LocalBlobs::open(&files)
+                .with_context(|| format!("opening the blob directory in {}", data_dir.display()))?;
+            Ok(Arc::new(blobs))
+        }
+        BlobBackend::S3 => {
+            let required = |name: &str| {
+                env(name).filter(|v| !v.is_empty()).with_context(|| {
+                    format!("blobs: backend \"s3\" needs {name} in the environment")
+                })
+            };
+            let bucket = config
+                .bucket
+                .clone()
+                .context("blobs.bucket is required when blobs.backend = \"s3\"")?;
+            let settings = S3Settings {
+                endpoint: config.endpoint.clone(),
+                region: config
+                    .region
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_S3_REGION.to_owned()),
+                prefix: config.prefix.clone().unwrap_or_default(),
+                access_key_id: required("AWS_ACCESS_KEY_ID")?,
+                secret_access_key: required("AWS_SECRET_ACCESS_KEY")?,
+                session_token: env("AWS_SESSION_TOKEN").filter(|v| !v.is_empty()),
+                part_bytes: config.part_bytes.map_or(store::DEFAULT_PART_BYTES, |p| {
+                    usize::try_from(p).unwrap_or(usize::MAX)
+                }),
+                bucket,
+            };
+            let blobs = S3Blobs::open(settings, &files.join("tmp"))
+                .with_context(|| format!("opening the blob store in bucket {:?}", config.bucket))?;
+            Ok(Arc::new(blobs))
+        }
+    }
 }

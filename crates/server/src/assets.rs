@@ -266,27 +266,13 @@ async fn upload_inner(
             // The bytes become the asset's blob before the record exists, so processing (also
             // after a restart) always finds them.
             let mut uploads = uploads.unwrap_or_default();
-            let blobs = app.blobs.clone();
             let blob = blob_id(&id);
-            let target = blob.clone();
-            let committed =
-                tokio::task::spawn_blocking(move || uploads.commit(index, &*blobs, &target)).await;
-            match committed {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::error!(asset = %id, "storing an upload: {e}");
-                    return Err(ApiError::new(
-                        ErrorCode::Unavailable,
-                        "the upload could not be stored now",
-                    ));
-                }
-                Err(e) => {
-                    tracing::error!(asset = %id, "storing an upload: {e}");
-                    return Err(ApiError::new(
-                        ErrorCode::Unavailable,
-                        "the upload could not be stored now",
-                    ));
-                }
+            if let Err(e) = uploads.commit(index, &*app.blobs, &blob).await {
+                tracing::error!(asset = %id, "storing an upload: {e}");
+                return Err(ApiError::new(
+                    ErrorCode::Unavailable,
+                    "the upload could not be stored now",
+                ));
             }
             (AssetSource::Upload, Some(blob))
         }

@@ -35,6 +35,7 @@ pub struct Config {
     pub simulator: SimulatorConfig,
     pub store: StoreConfig,
     pub cluster: ClusterConfig,
+    pub blobs: BlobsConfig,
     /// group -> channel family.
     pub groups: BTreeMap<String, String>,
     pub models: BTreeMap<String, ModelConfig>,
@@ -132,6 +133,127 @@ pub struct ClusterConfig {
     pub instance_id: String,
     /// Prefix of every Redis key and channel, so deployments can share one Redis.
     pub prefix: String,
+}
+
+/// Where blobs (videos, frames, uploads) are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlobBackend {
+    /// `<data>/files`.
+    #[default]
+    Local,
+    /// An S3-compatible object store; credentials from `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and optionally `AWS_SESSION_TOKEN`.
+    S3,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BlobsConfig {
+    pub backend: BlobBackend,
+    pub bucket: Option<String>,
+    /// An S3-compatible server's `http(s)://host[:port]`; none: AWS's endpoint of `region`.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// A key prefix (`prefix/<blob id>`).
+    pub prefix: Option<String>,
+    /// Content and `/files` requests answer `302` to a presigned URL of the object instead of
+    /// streaming it through the relay.
+    pub presign: bool,
+    /// Multipart uploads: the size of a part (at least 5 MiB).
+    pub part_bytes: Option<u64>,
+}
+
+/// The region of an S3 backend without `region`.
+pub const DEFAULT_S3_REGION: &str = "us-east-1";
+
+impl BlobsConfig {
+    /// The rules of `[blobs]`: an S3 backend needs a bucket; the S3 keys mean nothing to a
+    /// local one.
+    fn check(&self) -> Result<(), String> {
+        match self.backend {
+            BlobBackend::Local => {
+                let s3_only = [
+                    ("bucket", self.bucket.is_some()),
+                    ("endpoint", self.endpoint.is_some()),
+                    ("region", self.region.is_some()),
+                    ("prefix", self.prefix.is_some()),
+                    ("presign", self.presign),
+                    ("part_bytes", self.part_bytes.is_some()),
+                ];
+                if let Some((key, _)) = s3_only.iter().find(|(_, set)| *set) {
+                    return Err(format!(
+                        "blobs.{key} applies to backend = \"s3\" only (blobs.backend is \"local\")"
+                    ));
+                }
+            }
+            BlobBackend::S3 => {
+                match self.bucket.as_deref() {
+                    None => {
+                        return Err("blobs.bucket is required when blobs.backend = \"s3\"".into());
+                    }
+                    Some(b) if !valid_bucket(b) => {
+                        return Err(format!(
+                            "blobs.bucket: {b:?} is not a bucket name (3 to 63 of a-z, 0-9, '.', '-')"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                if let Some(endpoint) = self.endpoint.as_deref() {
+                    let rest = endpoint
+                        .strip_prefix("http://")
+                        .or_else(|| endpoint.strip_prefix("https://"));
+                    if rest.is_none_or(|r| r.trim_end_matches('/').is_empty()) {
+                        return Err(format!(
+                            "blobs.endpoint: {endpoint:?} is not an http:// or https:// URL"
+                        ));
+                    }
+                }
+                if self.region.as_deref().is_some_and(str::is_empty) {
+                    return Err(
+                        "blobs.region must not be empty (leave it out for us-east-1)".into(),
+                    );
+                }
+                if let Some(prefix) = self.prefix.as_deref() {
+                    let trimmed = prefix.trim_matches('/');
+                    let ok = !trimmed.is_empty()
+                        && trimmed.split('/').all(|seg| {
+                            !seg.is_empty()
+                                && seg != "."
+                                && seg != ".."
+                                && seg.chars().all(|c| {
+                                    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+                                })
+                        });
+                    if !ok {
+                        return Err(format!(
+                            "blobs.prefix: {prefix:?} must be segments of A-Z, a-z, 0-9, '.', '_', '-' separated by '/'"
+                        ));
+                    }
+                }
+                if let Some(part) = self.part_bytes
+                    && part < store::MIN_PART_BYTES as u64
+                {
+                    return Err(format!(
+                        "blobs.part_bytes must be at least {} (S3's smallest part), got {part}",
+                        store::MIN_PART_BYTES
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// S3's bucket naming rules, loosely: 3 to 63 lowercase letters, digits, dots and hyphens,
+/// starting and ending with a letter or digit.
+fn valid_bucket(name: &str) -> bool {
+    (3..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -353,6 +475,7 @@ impl Config {
         if self.simulator.fps == 0 || self.simulator.fps > 60 {
             return Err("simulator.fps must be from 1 to 60".into());
         }
+        self.blobs.check()?;
         for (name, model) in &self.models {
             match model.kind {
                 ModelKind::Video => {

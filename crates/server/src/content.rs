@@ -1,7 +1,8 @@
-//! Serving stored blobs: streamed from disk, with single-range `Range` requests (206).
+//! Serving stored blobs: streamed from the blob store (a local file, or a ranged GET of an
+//! object), with single-range `Range` requests (206); or a `302` to a presigned URL.
 
-use std::io::SeekFrom;
 use std::sync::Arc;
+use std::time::Duration;
 
 use error_codes::{ApiError, ErrorCode};
 use futures_util::TryStreamExt;
@@ -10,8 +11,6 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use store::BlobStore;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio_util::io::ReaderStream;
 
 use crate::http::{Answer, Body, empty, error};
 
@@ -78,39 +77,40 @@ pub fn parse_range(value: Option<&str>, len: u64) -> RangeAsk {
     RangeAsk::Part(range)
 }
 
-/// Streams blob `id` as `content_type`, honouring `Range`.
+/// Streams blob `id` as `content_type`, honouring `Range`; with `presign` (and a backend that
+/// has them), a `302` to a presigned URL valid that long instead.
 pub async fn serve_blob(
     blobs: &Arc<dyn BlobStore>,
     id: &str,
     content_type: &'static str,
     request_headers: &HeaderMap,
+    presign: Option<Duration>,
 ) -> Answer {
-    let blobs = blobs.clone();
-    let owned_id = id.to_owned();
-    let opened = tokio::task::spawn_blocking(move || blobs.open(&owned_id)).await;
-    let (file, len) = match opened {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+    let unavailable = |what: &str, e: &dyn std::fmt::Display| {
+        tracing::error!("{what} blob {id}: {e}");
+        error(&ApiError::new(
+            ErrorCode::Unavailable,
+            "the file cannot be read now",
+        ))
+    };
+    if let Some(ttl) = presign {
+        match blobs.presigned_get(id, ttl, content_type).await {
+            Ok(Some(url)) => return redirect(&url),
+            Ok(None) => {}
+            Err(e) => return unavailable("presigning", &e),
+        }
+    }
+    let blob = match blobs.open(id).await {
+        Ok(blob) => blob,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return error(&ApiError::new(
                 ErrorCode::NotFound,
                 "the file is no longer stored",
             ));
         }
-        Ok(Err(e)) => {
-            tracing::error!("opening blob {id}: {e}");
-            return error(&ApiError::new(
-                ErrorCode::Unavailable,
-                "the file cannot be read now",
-            ));
-        }
-        Err(e) => {
-            tracing::error!("opening blob {id}: {e}");
-            return error(&ApiError::new(
-                ErrorCode::Unavailable,
-                "the file cannot be read now",
-            ));
-        }
+        Err(e) => return unavailable("opening", &e),
     };
+    let len = blob.len();
     let range_header = request_headers
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok());
@@ -141,19 +141,27 @@ pub async fn serve_blob(
     };
     res.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(count));
-    let mut file = tokio::fs::File::from_std(file);
-    if start > 0
-        && let Err(e) = file.seek(SeekFrom::Start(start)).await
-    {
-        tracing::error!("seeking blob {id}: {e}");
-        return error(&ApiError::new(
-            ErrorCode::Unavailable,
-            "the file cannot be read now",
-        ));
-    }
-    let stream = ReaderStream::with_capacity(file.take(count), 64 * 1024).map_ok(Frame::data);
-    let body: Body = StreamBody::new(stream).boxed_unsync();
+    let stream = match blob.read(start, count).await {
+        Ok(stream) => stream,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return error(&ApiError::new(
+                ErrorCode::NotFound,
+                "the file is no longer stored",
+            ));
+        }
+        Err(e) => return unavailable("reading", &e),
+    };
+    let body: Body = StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync();
     *res.body_mut() = body;
+    res
+}
+
+/// `302` to `url`, with the URL in the body too (as the `redirect` content mode answers).
+pub fn redirect(url: &str) -> Answer {
+    let mut res = crate::http::json(StatusCode::FOUND, &serde_json::json!({"url": url}));
+    if let Ok(location) = HeaderValue::from_str(url) {
+        res.headers_mut().insert(header::LOCATION, location);
+    }
     res
 }
 

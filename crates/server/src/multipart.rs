@@ -70,21 +70,9 @@ impl Uploads {
         }
     }
 
-    /// Syncs upload `index` to disk on a blocking thread, so that committing it afterwards
-    /// (which syncs it too) does not hold an async worker while a large file is written out.
-    pub async fn sync(&self, index: usize) -> std::io::Result<()> {
-        let path = self
-            .0
-            .get(index)
-            .map(|u| u.path.clone())
-            .ok_or_else(|| std::io::Error::other("no such upload"))?;
-        tokio::task::spawn_blocking(move || std::fs::File::open(path)?.sync_all())
-            .await
-            .map_err(std::io::Error::other)?
-    }
-
-    /// Commits upload `index` as blob `id`.
-    pub fn commit(
+    /// Commits upload `index` as blob `id` (the blob store syncs or uploads it off the async
+    /// workers).
+    pub async fn commit(
         &mut self,
         index: usize,
         blobs: &dyn BlobStore,
@@ -94,7 +82,7 @@ impl Uploads {
             .0
             .get_mut(index)
             .ok_or_else(|| std::io::Error::other("no such upload"))?;
-        let len = blobs.commit(&upload.path, id)?;
+        let len = blobs.commit(&upload.path, id).await?;
         upload.committed = true;
         Ok(len)
     }

@@ -405,17 +405,29 @@ async fn file(
     use crate::http::query_param;
     let expires = query_param(query, "expires").and_then(|e| e.parse::<u64>().ok());
     let sig = query_param(query, "sig");
+    let now = now_secs();
     let valid = match (expires, sig) {
-        (Some(expires), Some(sig)) => app.signer.verify(blob, expires, &sig, now_secs()),
+        (Some(expires), Some(sig)) => app.signer.verify(blob, expires, &sig, now),
         _ => false,
     };
-    if !valid {
+    let Some(expires) = expires.filter(|_| valid) else {
         return error(&ApiError::new(
             ErrorCode::NotFound,
             "no such file, or its link is not valid (any more)",
         ));
-    }
-    crate::content::serve_blob(&app.blobs, blob, crate::signed::content_type(blob), headers).await
+    };
+    // A presigned URL lives no longer than the link it stands for.
+    let presign = app
+        .presign_ttl()
+        .map(|_| std::time::Duration::from_secs(expires.saturating_sub(now)));
+    crate::content::serve_blob(
+        &app.blobs,
+        blob,
+        crate::signed::content_type(blob),
+        headers,
+        presign,
+    )
+    .await
 }
 
 /// The OpenAPI document of the API, as written in the repository's `docs/openapi.yaml`.

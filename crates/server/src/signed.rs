@@ -83,17 +83,7 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 
 /// The Content-Type of a blob, by its file name's ending.
 pub fn content_type(blob: &str) -> &'static str {
-    match blob.rsplit('.').next().unwrap_or_default() {
-        "mp4" => "video/mp4",
-        "mov" => "video/quicktime",
-        "png" => "image/png",
-        "jpeg" | "jpg" => "image/jpeg",
-        "webp" => "image/webp",
-        "mp3" => "audio/mpeg",
-        "wav" => "audio/wav",
-        "m4a" => "audio/mp4",
-        _ => "application/octet-stream",
-    }
+    store::content_type(blob)
 }
 
 /// Whether a base URL names a host other machines can reach: not empty, not localhost, not a

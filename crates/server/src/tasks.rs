@@ -248,9 +248,9 @@ pub async fn delete(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
         .delete_task(&task.id)
         .await
         .map_err(store_unavailable)?;
-    let blobs = app.blobs.clone();
-    let prefix = task.id.clone();
-    let _ = tokio::task::spawn_blocking(move || blobs.delete_prefix(&prefix)).await;
+    if let Err(e) = app.blobs.delete_prefix(&task.id).await {
+        tracing::warn!("removing the files of task {}: {e}", task.id);
+    }
     Ok(())
 }
 

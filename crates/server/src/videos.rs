@@ -165,45 +165,65 @@ pub async fn create(
     // Store the frames and references under the task before the task exists: a refused creation
     // removes them.
     let mut stored = StoredFiles::new(app.blobs.clone(), &id);
-    let first_frame = match first {
-        Some(f) => Some(stored.keep(f, "first_frame", &valid.first_frame, &mut uploads)?),
-        None => None,
-    };
-    let last_frame = match last {
-        Some(f) => Some(stored.keep(f, "last_frame", &valid.last_frame, &mut uploads)?),
-        None => None,
-    };
-    let (audio, audio_blob) = stored.keep_reference(audio, "audio", &mut uploads).await?;
-    let (reference_video, reference_video_blob) = stored
-        .keep_reference(video, "reference_video", &mut uploads)
-        .await?;
-    let params = V1Params {
-        prompt: valid.prompt.clone(),
-        width: framing.width,
-        height: framing.height,
-        aspect_ratio: framing.ratio,
-        duration: valid.duration,
-        first_frame,
-        last_frame,
-        audio,
-        reference_video,
-        audio_blob,
-        reference_video_blob,
-        reference_video_audio: valid.reference_video_audio,
-        sim: sim.clone(),
-    };
-    let draft = tasks::Draft {
-        id,
-        model: &valid.model,
-        params: &params,
-        sim: &sim,
-        warnings,
-        price,
-    };
-    let task = tasks::new_task::<Videos, _>(app, key, draft)?;
-    tasks::create(app, &task).await?;
-    stored.keep_all();
-    Ok(task)
+    let created = async {
+        let first_frame = match first {
+            Some(f) => Some(
+                stored
+                    .keep(f, "first_frame", &valid.first_frame, &mut uploads)
+                    .await?,
+            ),
+            None => None,
+        };
+        let last_frame = match last {
+            Some(f) => Some(
+                stored
+                    .keep(f, "last_frame", &valid.last_frame, &mut uploads)
+                    .await?,
+            ),
+            None => None,
+        };
+        let (audio, audio_blob) = stored.keep_reference(audio, "audio", &mut uploads).await?;
+        let (reference_video, reference_video_blob) = stored
+            .keep_reference(video, "reference_video", &mut uploads)
+            .await?;
+        let params = V1Params {
+            prompt: valid.prompt.clone(),
+            width: framing.width,
+            height: framing.height,
+            aspect_ratio: framing.ratio,
+            duration: valid.duration,
+            first_frame,
+            last_frame,
+            audio,
+            reference_video,
+            audio_blob,
+            reference_video_blob,
+            reference_video_audio: valid.reference_video_audio,
+            sim: sim.clone(),
+        };
+        let draft = tasks::Draft {
+            id,
+            model: &valid.model,
+            params: &params,
+            sim: &sim,
+            warnings,
+            price,
+        };
+        let task = tasks::new_task::<Videos, _>(app, key, draft)?;
+        tasks::create(app, &task).await?;
+        Ok::<_, ApiError>(task)
+    }
+    .await;
+    match created {
+        Ok(task) => {
+            stored.keep_all();
+            Ok(task)
+        }
+        Err(e) => {
+            stored.remove_all().await;
+            Err(e)
+        }
+    }
 }
 
 /// `GET /v1/videos/{id}/content`.
@@ -244,16 +264,17 @@ pub async fn content(
     // Stored under their sniffed type's extension (a JPEG thumbnail from an upstream is .jpg).
     let content_type = blob.map_or("application/octet-stream", crate::signed::content_type);
     match blob {
-        Some(blob) if app.config.server.content_mode == ContentMode::Redirect => {
+        // With presigned URLs, `serve_blob` below sends the client straight to the store
+        // rather than through the relay's own signed link.
+        Some(blob)
+            if app.config.server.content_mode == ContentMode::Redirect
+                && app.presign_ttl().is_none() =>
+        {
             let expires = now_secs() + app.config.server.signed_url_ttl_secs;
             let url = app.signer.url(&app.public_base_url(), blob, expires);
-            let mut res = crate::http::json(StatusCode::FOUND, &json!({"url": url}));
-            if let Ok(location) = http::HeaderValue::from_str(&url) {
-                res.headers_mut().insert(http::header::LOCATION, location);
-            }
-            res
+            crate::content::redirect(&url)
         }
-        Some(blob) => serve_blob(&app.blobs, blob, content_type, headers).await,
+        Some(blob) => serve_blob(&app.blobs, blob, content_type, headers, app.presign_ttl()).await,
         None => error(&ApiError::new(
             ErrorCode::NotFound,
             "the task has no such content",

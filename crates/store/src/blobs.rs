@@ -1,143 +1,136 @@
-//! Blobs (videos, images): files written once, atomically, then read.
+//! Blobs (videos, images): files written once, atomically, then read as streams.
 //!
 //! A blob id is a relative path such as `video_01J.../video.mp4`. Ids are checked before any
-//! file system call, so no id can name a file outside the blob area.
+//! file system or object store call, so no id can name a file outside the blob area.
+//!
+//! Writers produce a blob into a local temporary file ([`BlobStore::temp_path`]) and hand it
+//! over with [`BlobStore::commit`]; readers get a [`Blob`]: its length, and its bytes (all of
+//! them or a range) as a stream of chunks. No backend holds a whole blob in memory.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// Where blobs live.
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+
+/// The bytes of a blob (or of a range of it), a chunk at a time.
+pub type BlobStream = BoxStream<'static, io::Result<Bytes>>;
+
+/// Where blobs live: a local directory ([`crate::LocalBlobs`]) or an S3-compatible object
+/// store ([`crate::S3Blobs`]). Every method that may block or wait on the network is async;
+/// the local backend runs its file system work (fsync, rename, removal) on tokio's blocking
+/// threads.
+#[async_trait]
 pub trait BlobStore: Send + Sync + 'static {
-    /// A fresh temporary path inside the blob area, to write a new blob into before `commit`.
+    /// A fresh local temporary path, to write a new blob into before `commit`.
     fn temp_path(&self) -> PathBuf;
-    /// fsyncs the temp file and atomically renames it to blob `id`; returns its length.
-    fn commit(&self, temp: &Path, id: &str) -> io::Result<u64>;
-    /// Writes a whole blob atomically (temp file + fsync + rename).
-    fn put_bytes(&self, id: &str, bytes: &[u8]) -> io::Result<u64>;
-    /// Opens a blob for reading, with its length.
-    fn open(&self, id: &str) -> io::Result<(File, u64)>;
+    /// Keeps the finished temp file as blob `id` (replacing an older one atomically) and
+    /// removes the temp file; returns the blob's length.
+    async fn commit(&self, temp: &Path, id: &str) -> io::Result<u64>;
+    /// Writes a whole blob atomically.
+    async fn put_bytes(&self, id: &str, bytes: Bytes) -> io::Result<u64>;
+    /// Opens blob `id` for reading: its length now, its bytes when [`Blob::read`] asks. A
+    /// missing blob is [`io::ErrorKind::NotFound`].
+    async fn open(&self, id: &str) -> io::Result<Blob>;
+    /// Blob `id` as a local file, for code that reads with blocking calls (decoders,
+    /// probes), with its length. A remote backend downloads it (streamed) into a temporary
+    /// file that is gone once the returned handle is closed.
+    async fn open_file(&self, id: &str) -> io::Result<(std::fs::File, u64)>;
     /// Removes a blob; a missing one is not an error.
-    fn delete(&self, id: &str) -> io::Result<()>;
+    async fn delete(&self, id: &str) -> io::Result<()>;
     /// Removes every blob whose id starts with `prefix/` (e.g. all files of one task).
-    fn delete_prefix(&self, prefix: &str) -> io::Result<()>;
-}
-
-/// Blobs as files under `<root>/blobs`, written through temporary files in `<root>/tmp` (same
-/// file system, so the final rename is atomic).
-#[derive(Debug, Clone)]
-pub struct LocalBlobs {
-    blobs: PathBuf,
-    tmp: PathBuf,
-}
-
-impl LocalBlobs {
-    /// Creates `root/blobs` and `root/tmp` if needed and removes temporary files left by an
-    /// earlier run (so open one `LocalBlobs` per root and process).
-    pub fn open(root: &Path) -> io::Result<LocalBlobs> {
-        let blobs = root.join("blobs");
-        let tmp = root.join("tmp");
-        fs::create_dir_all(&blobs)?;
-        fs::create_dir_all(&tmp)?;
-        for entry in fs::read_dir(&tmp)? {
-            let entry = entry?;
-            let path = entry.path();
-            let removed = if entry.file_type()?.is_dir() {
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            };
-            if let Err(e) = removed {
-                tracing::warn!(path = %path.display(), error = %e, "cannot remove stale temp file");
-            }
-        }
-        Ok(LocalBlobs { blobs, tmp })
-    }
-
-    fn path_of(&self, id: &str) -> io::Result<PathBuf> {
-        check_id(id)?;
-        Ok(self.blobs.join(id))
+    async fn delete_prefix(&self, prefix: &str) -> io::Result<()>;
+    /// A URL at which a client can GET blob `id` for `ttl`, served as `content_type`, without
+    /// the relay in the way; `None` where the backend has no such URLs (a local directory).
+    async fn presigned_get(
+        &self,
+        id: &str,
+        ttl: Duration,
+        content_type: &str,
+    ) -> io::Result<Option<String>> {
+        let _ = (id, ttl, content_type);
+        Ok(None)
     }
 }
 
-impl BlobStore for LocalBlobs {
-    fn temp_path(&self) -> PathBuf {
-        self.tmp.join(format!("{}.tmp", ulid::Ulid::new()))
+/// Reads a range of one opened blob; each backend has its own.
+#[async_trait]
+pub trait ReadRange: Send {
+    /// `count` bytes from `start` (both within the blob's length) as a stream.
+    async fn read(self: Box<Self>, start: u64, count: u64) -> io::Result<BlobStream>;
+}
+
+/// An opened blob: its length, and its bytes on demand.
+pub struct Blob {
+    len: u64,
+    reader: Box<dyn ReadRange>,
+}
+
+impl std::fmt::Debug for Blob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Blob").field("len", &self.len).finish()
+    }
+}
+
+impl Blob {
+    pub fn new(len: u64, reader: Box<dyn ReadRange>) -> Blob {
+        Blob { len, reader }
     }
 
-    fn commit(&self, temp: &Path, id: &str) -> io::Result<u64> {
-        let target = self.path_of(id)?;
-        let file = File::open(temp)?;
-        file.sync_all()?;
-        let len = file.metadata()?.len();
-        drop(file);
-        let parent = target.parent().unwrap_or(&self.blobs);
-        fs::create_dir_all(parent)?;
-        fs::rename(temp, &target)?;
-        sync_dir(parent)?;
-        Ok(len)
+    /// The blob's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
     }
 
-    fn put_bytes(&self, id: &str, bytes: &[u8]) -> io::Result<u64> {
-        check_id(id)?;
-        let temp = self.temp_path();
-        let written = File::create(&temp)
-            .and_then(|mut f| f.write_all(bytes))
-            .and_then(|()| self.commit(&temp, id));
-        if written.is_err() {
-            // Best effort: the temp file is also removed at the next open.
-            let _ = fs::remove_file(&temp);
-        }
-        written
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
-    fn open(&self, id: &str) -> io::Result<(File, u64)> {
-        let path = self.path_of(id)?;
-        let file = File::open(&path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
+    /// `count` bytes from `start`; a range past the end is [`io::ErrorKind::InvalidInput`].
+    pub async fn read(self, start: u64, count: u64) -> io::Result<BlobStream> {
+        if start.checked_add(count).is_none_or(|end| end > self.len) {
             return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("blob {id}: not a file"),
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "range of {count} bytes from {start} is outside the blob's {} bytes",
+                    self.len
+                ),
             ));
         }
-        Ok((file, meta.len()))
+        if count == 0 {
+            return Ok(Box::pin(futures_util::stream::empty()));
+        }
+        self.reader.read(start, count).await
     }
 
-    fn delete(&self, id: &str) -> io::Result<()> {
-        let path = self.path_of(id)?;
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        // Remove directories left empty, up to (not including) the blob root; a directory
-        // that is not empty stops the walk.
-        let mut dir = path.parent();
-        while let Some(d) = dir {
-            if d == self.blobs || fs::remove_dir(d).is_err() {
-                break;
-            }
-            dir = d.parent();
-        }
-        Ok(())
+    /// All of the blob's bytes.
+    pub async fn read_all(self) -> io::Result<BlobStream> {
+        let len = self.len;
+        self.read(0, len).await
     }
+}
 
-    fn delete_prefix(&self, prefix: &str) -> io::Result<()> {
-        let path = self.path_of(prefix)?;
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_dir() => fs::remove_dir_all(&path),
-            // A file named exactly `prefix` is not under `prefix/`.
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
+/// The media type of a blob by its name's ending (blobs are stored under their sniffed
+/// type's extension), `application/octet-stream` for any other.
+pub fn content_type(id: &str) -> &'static str {
+    match id.rsplit('.').next().unwrap_or_default() {
+        "mp4" => "video/mp4",
+        "mov" => "video/quicktime",
+        "png" => "image/png",
+        "jpeg" | "jpg" => "image/jpeg",
+        "webp" => "image/webp",
+        "mp3" => "audio/mpeg",
+        "wav" => "audio/wav",
+        "m4a" => "audio/mp4",
+        _ => "application/octet-stream",
     }
 }
 
 /// Accepts relative ids made of `[A-Za-z0-9._-]` segments separated by `/`, with no empty,
 /// `.` or `..` segment and no `..` anywhere.
-fn check_id(id: &str) -> io::Result<()> {
+pub(crate) fn check_id(id: &str) -> io::Result<()> {
     let refuse = |why: &str| {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -162,16 +155,25 @@ fn check_id(id: &str) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
-    // Directories cannot be opened as files there; the rename itself is what we rely on.
+/// Removes every file and directory in `tmp` (temporary files an earlier run left behind).
+pub(crate) fn clear_temp_dir(tmp: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(tmp)?;
+    for entry in std::fs::read_dir(tmp)? {
+        let entry = entry?;
+        let path = entry.path();
+        let removed = if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = removed {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove stale temp file");
+        }
+    }
     Ok(())
 }
 
-#[cfg(test)]
-mod tests;
+/// A fresh temporary file name in `tmp`.
+pub(crate) fn temp_in(tmp: &Path) -> PathBuf {
+    tmp.join(format!("{}.tmp", ulid::Ulid::new()))
+}

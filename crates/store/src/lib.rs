@@ -5,8 +5,9 @@
 //! each backend implements each step as one transaction. [`SledStore`] is the embedded
 //! default, one process's; [`PgStore`] keeps the same records in PostgreSQL, shared by any
 //! number of relay instances (claims of due work carry a lease, see [`Store::claim_due`]), and
-//! migrates its schema when it connects. Blobs (videos, images) live in a [`BlobStore`];
-//! [`LocalBlobs`] is a directory.
+//! migrates its schema when it connects. Blobs (videos, images) live in a [`BlobStore`]:
+//! [`LocalBlobs`] is a directory, [`S3Blobs`] an S3-compatible object store; either is read
+//! as a stream.
 //!
 //! One test suite (`suite`, tests only) runs every case against both backends.
 //!
@@ -15,8 +16,10 @@
 
 mod blobs;
 mod error;
+mod local_blobs;
 mod model;
 mod pg_store;
+mod s3_blobs;
 mod sled_store;
 mod steps;
 #[cfg(test)]
@@ -24,9 +27,11 @@ mod suite;
 #[cfg(test)]
 mod test_util;
 
-pub use blobs::{BlobStore, LocalBlobs};
+pub use blobs::{Blob, BlobStore, BlobStream, ReadRange, content_type};
 pub use error::StoreError;
+pub use local_blobs::LocalBlobs;
 pub use model::*;
 pub use pg_store::PgStore;
+pub use s3_blobs::{DEFAULT_PART_BYTES, MIN_PART_BYTES, S3Blobs, S3Settings};
 pub use sled_store::SledStore;
 pub use steps::{AssetUpdate, KeyUpdate, Store, TaskUpdate};

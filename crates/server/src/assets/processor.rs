@@ -150,37 +150,42 @@ async fn process(app: &Arc<App>, asset: AssetRecord, mut shutdown: watch::Receiv
             match fetched {
                 Err(e) => Ok(Outcome::Failed(fetch_failure(&e))),
                 Ok(bytes) => {
-                    let (blobs, blob) = (app.blobs.clone(), blob_id(&id));
-                    tokio::task::spawn_blocking(move || {
-                        let len = bytes.len() as u64;
-                        let mut reader = std::io::Cursor::new(&bytes[..]);
-                        match inspect(&mut reader, len, declared, max_image)? {
-                            Ok(found) => {
-                                blobs.put_bytes(&blob, &bytes)?;
-                                Ok(Outcome::Active(found))
-                            }
-                            Err(rejected) => Ok(Outcome::Failed(rejected)),
-                        }
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                    let inspected = {
+                        let bytes = bytes.clone();
+                        tokio::task::spawn_blocking(move || {
+                            let len = bytes.len() as u64;
+                            let mut reader = std::io::Cursor::new(&bytes[..]);
+                            inspect(&mut reader, len, declared, max_image)
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                    };
+                    match inspected {
+                        Ok(Ok(found)) => app
+                            .blobs
+                            .put_bytes(&blob_id(&id), bytes)
+                            .await
+                            .map(|_| Outcome::Active(found)),
+                        Ok(Err(rejected)) => Ok(Outcome::Failed(rejected)),
+                        Err(e) => Err(e),
+                    }
                 }
             }
         }
         AssetSource::Upload => {
-            let (blobs, blob) = (
-                app.blobs.clone(),
-                asset.blob.clone().unwrap_or_else(|| blob_id(&id)),
-            );
-            tokio::task::spawn_blocking(move || {
-                let (mut file, len) = blobs.open(&blob)?;
-                Ok(match inspect(&mut file, len, declared, max_image)? {
-                    Ok(found) => Outcome::Active(found),
-                    Err(rejected) => Outcome::Failed(rejected),
+            let blob = asset.blob.clone().unwrap_or_else(|| blob_id(&id));
+            // A remote blob store hands the file over as a local (unlinked) temporary file.
+            match app.blobs.open_file(&blob).await {
+                Ok((mut file, len)) => tokio::task::spawn_blocking(move || {
+                    Ok(match inspect(&mut file, len, declared, max_image)? {
+                        Ok(found) => Outcome::Active(found),
+                        Err(rejected) => Outcome::Failed(rejected),
+                    })
                 })
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                Err(e) => Err(e),
+            }
         }
     };
     let outcome = outcome.unwrap_or_else(|e| {
@@ -250,17 +255,10 @@ pub(crate) async fn remove_blobs(app: &Arc<App>, asset_ids: Vec<String>) {
     if asset_ids.is_empty() {
         return;
     }
-    let blobs = app.blobs.clone();
-    let removed = tokio::task::spawn_blocking(move || {
-        for id in asset_ids {
-            if let Err(e) = blobs.delete_prefix(&blob_prefix(&id)) {
-                tracing::warn!(asset = %id, "removing the asset's bytes: {e}");
-            }
+    for id in asset_ids {
+        if let Err(e) = app.blobs.delete_prefix(&blob_prefix(&id)).await {
+            tracing::warn!(asset = %id, "removing the asset's bytes: {e}");
         }
-    })
-    .await;
-    if let Err(e) = removed {
-        tracing::warn!("removing asset bytes: {e}");
     }
 }
 

@@ -189,7 +189,7 @@ impl StoredFiles {
         }
     }
 
-    pub fn keep(
+    pub async fn keep(
         &mut self,
         media: CheckedMedia,
         name: &str,
@@ -198,8 +198,8 @@ impl StoredFiles {
     ) -> Result<String, ApiError> {
         let id = format!("{}/{name}.{}", self.prefix, media.format.as_str());
         let written = match (source, media.bytes) {
-            (Some(Media::File(index)), _) => uploads.commit(*index, &*self.blobs, &id),
-            (_, Some(bytes)) => self.blobs.put_bytes(&id, &bytes),
+            (Some(Media::File(index)), _) => uploads.commit(*index, &*self.blobs, &id).await,
+            (_, Some(bytes)) => self.blobs.put_bytes(&id, bytes).await,
             (_, None) => Err(std::io::Error::other("no bytes")),
         };
         written.map_err(|e| {
@@ -224,19 +224,16 @@ impl StoredFiles {
             Some(CheckedReference::Upload { index, format }) => (index, format),
         };
         let id = format!("{}/{name}.{}", self.prefix, format.as_str());
-        // The long part of storing a large file (syncing it) on a blocking thread; the
-        // commit itself is then a rename.
-        let committed = match uploads.sync(index).await {
-            Ok(()) => uploads.commit(index, &*self.blobs, &id),
-            Err(e) => Err(e),
-        };
-        committed.map_err(|e| {
-            tracing::error!("storing {id}: {e}");
-            ApiError::new(
-                ErrorCode::Unavailable,
-                format!("the {name} reference could not be stored"),
-            )
-        })?;
+        uploads
+            .commit(index, &*self.blobs, &id)
+            .await
+            .map_err(|e| {
+                tracing::error!("storing {id}: {e}");
+                ApiError::new(
+                    ErrorCode::Unavailable,
+                    format!("the {name} reference could not be stored"),
+                )
+            })?;
         self.ids.push(id);
         Ok((None, self.ids.last().cloned()))
     }
@@ -244,12 +241,36 @@ impl StoredFiles {
     pub fn keep_all(mut self) {
         self.ids.clear();
     }
+
+    /// Removes every file kept so far (the task was refused); failures are logged.
+    pub async fn remove_all(mut self) {
+        for id in std::mem::take(&mut self.ids) {
+            if let Err(e) = self.blobs.delete(&id).await {
+                tracing::warn!("removing {id} of a refused task: {e}");
+            }
+        }
+    }
 }
 
 impl Drop for StoredFiles {
+    /// Removes the files of a task that was not stored, in the background (a drop cannot
+    /// wait); a failure is logged.
     fn drop(&mut self) {
-        for id in &self.ids {
-            let _ = self.blobs.delete(id);
+        let ids = std::mem::take(&mut self.ids);
+        if ids.is_empty() {
+            return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no runtime to remove the files of a refused task: {ids:?}");
+            return;
+        };
+        let blobs = self.blobs.clone();
+        runtime.spawn(async move {
+            for id in ids {
+                if let Err(e) = blobs.delete(&id).await {
+                    tracing::warn!("removing {id} of a refused task: {e}");
+                }
+            }
+        });
     }
 }
