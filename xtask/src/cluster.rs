@@ -8,8 +8,9 @@
 //! and a key's rate limit held across the three (the requests admitted in a burst are what one
 //! bucket allows, not three).
 //!
-//! It needs PostgreSQL on 127.0.0.1:5432 (`psql` to make a scratch database), Redis on
-//! 127.0.0.1:6379 and Python's `moto` package; a missing one fails the run, naming it.
+//! It needs PostgreSQL on 127.0.0.1:5432 (`psql` to make a scratch database) and Redis on
+//! 127.0.0.1:6379 (a missing one fails the run, naming it); moto is pip-installed into
+//! `target/moto-venv` when missing, as for the blob tests.
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -96,7 +97,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
 }
 
 /// The services the run needs, checked before anything starts.
-fn require_services(s3: bool) -> anyhow::Result<()> {
+fn require_services() -> anyhow::Result<()> {
     if !crate::cmd::listening(PG) {
         bail!(
             "PostgreSQL is required for the cluster test: start it on {PG} (trust auth, database `test`)"
@@ -104,17 +105,6 @@ fn require_services(s3: bool) -> anyhow::Result<()> {
     }
     if !crate::cmd::listening(REDIS) {
         bail!("Redis is required for the cluster test: start it on {REDIS}");
-    }
-    if !s3 {
-        return Ok(());
-    }
-    let moto = Command::new("python3")
-        .args(["-c", "import moto.server"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !moto.is_ok_and(|s| s.success()) {
-        bail!("moto is required for the cluster test's object store: pip install 'moto[server]'");
     }
     Ok(())
 }
@@ -175,12 +165,12 @@ struct Moto {
 }
 
 impl Moto {
-    fn start(log: &Path) -> anyhow::Result<Moto> {
+    fn start(python: &Path, log: &Path) -> anyhow::Result<Moto> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let log = std::fs::File::create(log)?;
-        let child = Command::new("python3")
+        let child = Command::new(python)
             .args([
                 "-m",
                 "moto.server",
@@ -252,7 +242,7 @@ impl Site {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let opts = parse(args)?;
-    require_services(!opts.local_files)?;
+    require_services()?;
     let profile = if opts.debug { "debug" } else { "release" };
     let mut build = crate::cmd::cargo();
     build.args(["build", "-p", "relay"]);
@@ -268,7 +258,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let moto = if opts.local_files {
         None
     } else {
-        Some(Moto::start(&work.join("moto.log"))?)
+        // moto's server, from PyPI into target/moto-venv (as for the blob tests).
+        let python = crate::cmd::python_with("moto-venv", crate::MOTO)?;
+        Some(Moto::start(&python, &work.join("moto.log"))?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

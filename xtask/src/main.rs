@@ -113,7 +113,7 @@ fn main() -> ExitCode {
 }
 
 /// The S3-compatible server of the blob tests (`tests/it/moto.rs`), pinned.
-const MOTO: &str = "moto[server]==5.2.1";
+pub const MOTO: &str = "moto[server]==5.2.1";
 
 fn ci(args: &[String]) -> anyhow::Result<()> {
     let has = |flag: &str| args.iter().any(|a| a == flag);
@@ -156,6 +156,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     if !quick {
         fuzz::fuzz(&["--secs".to_owned(), CI_FUZZ_SECS.to_owned()])?;
         crash::run(&["--cycles", "3", "--debug"].map(String::from))?;
+        cluster::run(&["--debug", "--secs", "10"].map(String::from))?;
     }
     if sdk {
         sdk::sdk_check()?;
