@@ -259,7 +259,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         None
     } else {
         // moto's server, from PyPI into target/moto-venv (as for the blob tests).
-        let python = crate::cmd::python_with("moto-venv", crate::MOTO)?;
+        let python = crate::cmd::python_with("moto-venv", crate::cmd::MOTO)?;
         Some(Moto::start(&python, &work.join("moto.log"))?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -38,6 +38,9 @@ pub fn count_flag(text: &str, flag: &str, min: u32, max: u32, usage: &str) -> an
         .with_context(|| format!("{flag} must be a whole number from {min} to {max}\n{usage}"))
 }
 
+/// The S3-compatible server of the blob tests (`tests/it/moto.rs`) and the cluster run, pinned.
+pub const MOTO: &str = "moto[server]==5.2.1";
+
 /// A virtualenv `target/DIR` (made when missing) with `pin` pip-installed; its python.
 pub fn python_with(dir: &str, pin: &str) -> anyhow::Result<PathBuf> {
     let venv = target_dir().join(dir);

@@ -112,9 +112,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The S3-compatible server of the blob tests (`tests/it/moto.rs`), pinned.
-pub const MOTO: &str = "moto[server]==5.2.1";
-
 fn ci(args: &[String]) -> anyhow::Result<()> {
     let has = |flag: &str| args.iter().any(|a| a == flag);
     let quick = has("--quick");
@@ -145,7 +142,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     )?;
     cmd::ensure_services()?;
     // The S3 blob tests run a real S3-compatible server: moto's server mode, from PyPI.
-    let moto = cmd::python_with("moto-venv", MOTO)?;
+    let moto = cmd::python_with("moto-venv", cmd::MOTO)?;
     let mut test = cmd::cargo();
     test.args(["test", "--workspace"]);
     test.env("RELAY_TEST_MOTO_PYTHON", &moto);
