@@ -41,8 +41,22 @@ pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
     Ok(())
 }
 
+/// A task by id: from [`super::trees::RecentTasks`] when its record is what was decoded last.
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
-    read(&store.trees.tasks, TASKS, id.as_bytes(), "read task")
+    let Some(bytes) = store
+        .trees
+        .tasks
+        .get(id.as_bytes())
+        .map_err(|e| backend("read task", e))?
+    else {
+        return Ok(None);
+    };
+    if let Some(task) = store.recent.get(id, &bytes) {
+        return Ok(Some(task));
+    }
+    let task: Task = decode(TASKS, &bytes)?;
+    store.recent.put(id, bytes, &task);
+    Ok(Some(task))
 }
 
 /// [`crate::Store::list_tasks`].

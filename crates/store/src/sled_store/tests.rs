@@ -79,3 +79,33 @@ async fn the_due_tree_holds_one_entry_per_unfinished_task() {
         .unwrap();
     assert_eq!(due(), [(300, c), (u64::MAX, b)]);
 }
+
+/// Reads by id are served decoded from the records read lately, and never stale: a record
+/// written since (by a step, or by hand under the store) is decoded again.
+#[tokio::test]
+async fn recent_tasks_follow_their_records() {
+    let (_dir, store) = open_store();
+    let id = tid("video", 1);
+    store
+        .create_task(&task(&id, "key_a", Queued, Some(5)), &[])
+        .await
+        .unwrap();
+    let first = store.task(&id).await.unwrap().unwrap();
+    assert_eq!(store.task(&id).await.unwrap().unwrap(), first);
+    let moved = store
+        .transition(&id, &[Queued], Running, &|t| t.progress = 40, &[])
+        .await
+        .unwrap();
+    let read = store.task(&id).await.unwrap().unwrap();
+    assert_eq!((read.status, read.progress), (Running, 40));
+    assert_eq!(read, moved);
+    // Under the store's feet: other bytes, decoded again.
+    let mut edited = read.clone();
+    edited.progress = 77;
+    store
+        .trees
+        .tasks
+        .insert(id.as_bytes(), serde_json::to_vec(&edited).unwrap())
+        .unwrap();
+    assert_eq!(store.task(&id).await.unwrap().unwrap().progress, 77);
+}

@@ -40,6 +40,39 @@ pub struct SledStore {
     pub(super) usage_by_key: Tree,
     pub(super) assets: AssetTrees,
     flusher: Arc<GroupFlush>,
+    /// Tasks read by id lately, decoded, with the bytes they were decoded from.
+    pub(super) recent: Arc<RecentTasks>,
+}
+
+/// The most tasks [`RecentTasks`] keeps; past it, it starts afresh.
+const RECENT_TASKS: usize = 1024;
+
+/// A task read by id is decoded from its JSON record, which costs more than the rest of a
+/// status poll: the tasks read lately are kept decoded beside the bytes they came from, and a
+/// read whose bytes are the same (compared whole) takes the decoded task instead. A changed
+/// record has other bytes, so nothing here can go stale.
+#[derive(Default)]
+pub(super) struct RecentTasks {
+    tasks: std::sync::Mutex<std::collections::HashMap<String, (sled::IVec, crate::Task)>>,
+}
+
+impl RecentTasks {
+    /// The task decoded from `bytes` when task `id` was last decoded from the same bytes.
+    pub(super) fn get(&self, id: &str, bytes: &sled::IVec) -> Option<crate::Task> {
+        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks
+            .get(id)
+            .filter(|(seen, _)| seen == bytes)
+            .map(|(_, task)| task.clone())
+    }
+
+    pub(super) fn put(&self, id: &str, bytes: sled::IVec, task: &crate::Task) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if tasks.len() >= RECENT_TASKS && !tasks.contains_key(id) {
+            tasks.clear();
+        }
+        tasks.insert(id.to_owned(), (bytes, task.clone()));
+    }
 }
 
 impl std::fmt::Debug for SledStore {
@@ -112,6 +145,7 @@ impl SledStore {
             usage_by_key: open_tree(&db, USAGE_BY_KEY)?,
             assets: AssetTrees::open(&db)?,
             flusher: Arc::default(),
+            recent: Arc::default(),
             db,
         };
         tracing::debug!(
