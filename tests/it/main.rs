@@ -14,6 +14,7 @@ mod hardening;
 mod harness;
 mod limits;
 mod messages;
+mod metrics;
 mod moto;
 mod references;
 mod restart;

@@ -88,6 +88,9 @@ pub(crate) async fn succeed(
             &settle,
         )
         .await;
+    if let Ok(done) = &result {
+        engine.finished(done);
+    }
     if let Err(e) = result {
         if !matches!(
             e,

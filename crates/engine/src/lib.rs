@@ -16,6 +16,7 @@ mod download;
 pub mod formats;
 mod intake;
 mod jobs;
+pub mod metrics;
 mod poll;
 pub mod routing;
 mod run;
@@ -27,6 +28,7 @@ pub mod steps;
 mod submit;
 
 pub use clock::{now_ms, now_secs};
+pub use metrics::EngineMetrics;
 pub use routing::{ChannelRoute, Health, Routing};
 pub use run::run;
 pub use settings::TasksConfig;

@@ -45,7 +45,9 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         };
         match claimed {
             Ok(due) => {
-                for task in due {
+                let now = now_ms();
+                for store::Claim { task, due_ms } in due {
+                    engine.metrics.claimed(now.saturating_sub(due_ms));
                     let fresh = in_flight
                         .lock()
                         .map(|mut set| set.insert(task.id.clone()))

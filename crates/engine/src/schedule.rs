@@ -12,8 +12,10 @@ use crate::steps::fail;
 /// Moves an unfinished task to `failed` with its refund (nothing when another writer ended
 /// it first; a store error is logged).
 pub(crate) async fn fail_task(engine: &Engine, task: &Task, code: &str, message: &str) {
-    if let Err(e) = fail(&*engine.store, task, code, message).await {
-        tracing::error!("engine: task {}: failing it: {e}", task.id);
+    match fail(&*engine.store, task, code, message).await {
+        Ok(Some(failed)) => engine.finished(&failed),
+        Ok(None) => {}
+        Err(e) => tracing::error!("engine: task {}: failing it: {e}", task.id),
     }
 }
 
@@ -29,7 +31,8 @@ pub(crate) async fn time_out(engine: &Arc<Engine>, task: Task) {
     let secs = engine.settings.timeout_secs;
     let message = format!("the task did not finish within {secs} s");
     match fail(&*engine.store, &task, "timeout", &message).await {
-        Ok(Some(_)) => {
+        Ok(Some(failed)) => {
+            engine.finished(&failed);
             if let (Some(name), Some(upstream_id)) =
                 (task.channel.as_deref(), task.upstream_id.as_deref())
                 && let Some(channel) = engine.channel_named(name)

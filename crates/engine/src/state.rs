@@ -8,6 +8,7 @@ use channels::VideoChannel;
 use store::{BlobStore, Store};
 use tokio::sync::Notify;
 
+use crate::metrics::EngineMetrics;
 use crate::routing::{ChannelRoute, Routing};
 use crate::settings::TasksConfig;
 use crate::stats::ChannelStats;
@@ -40,6 +41,7 @@ pub struct Engine {
     pub(crate) stats: Arc<HashMap<String, ChannelStats>>,
     pub(crate) settings: TasksConfig,
     pub(crate) public_urls: Option<PublicUrls>,
+    pub(crate) metrics: EngineMetrics,
     /// Wakes the engine when a task was created or changed by a request.
     pub(crate) wake: Notify,
 }
@@ -59,8 +61,14 @@ impl Engine {
             stats: parts.stats,
             settings: parts.settings,
             public_urls: parts.public_urls,
+            metrics: EngineMetrics::default(),
             wake: Notify::new(),
         }
+    }
+
+    /// What the engine counts, for `GET /metrics`.
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

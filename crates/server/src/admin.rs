@@ -4,12 +4,18 @@ use std::sync::Arc;
 
 use error_codes::{ApiError, ErrorCode};
 use hyper::body::Incoming;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use store::{AdminTaskQuery, Key, KeyStatus, RateLimit, StoreError, TaskKind, TaskStatus};
 
 use crate::app::{App, new_key};
-use crate::http::{Answer, error, ok, parse_json, read_body, store_unavailable};
+use crate::http::{Answer, error, full, ok, parse_json, read_body, store_unavailable};
+use crate::metrics::{CallLabels, ChannelLabels, ScopeLabels};
 
 /// A key as operators see it (never its secret or hash).
 pub fn key_record(key: &Key) -> Value {
@@ -439,4 +445,85 @@ pub async fn channels(app: &Arc<App>) -> Answer {
         })
         .collect();
     ok(&json!({"object": "list", "data": data}))
+}
+
+/// `GET /metrics` (the admin token is checked by the router).
+pub async fn metrics(app: &Arc<App>) -> Answer {
+    let counts = match app.store.task_counts().await {
+        Ok(counts) => counts,
+        Err(e) => return error(&store_unavailable(e)),
+    };
+    let mut registry = Registry::with_prefix("relay");
+    app.metrics.register(&mut registry);
+    app.engine.metrics().register(&mut registry);
+
+    let tasks = Family::<engine::metrics::TaskLabels, Gauge>::default();
+    for c in counts {
+        tasks
+            .get_or_create(&engine::metrics::TaskLabels::of(c.kind, c.status))
+            .set(i64::try_from(c.count).unwrap_or(i64::MAX));
+    }
+    registry.register("tasks", "Tasks in the store, by format and status", tasks);
+
+    let calls = Family::<CallLabels, Counter>::default();
+    for (name, stats) in app.channel_stats.iter() {
+        let (all, failures) = stats.totals();
+        for (outcome, n) in [("ok", all.saturating_sub(failures)), ("error", failures)] {
+            calls
+                .get_or_create(&CallLabels {
+                    channel: name.clone(),
+                    outcome,
+                })
+                .inc_by(n);
+        }
+    }
+    registry.register(
+        "upstream_calls",
+        "Upstream calls made by this instance, by channel and outcome",
+        calls,
+    );
+    let healthy = Family::<ChannelLabels, Gauge>::default();
+    let routing = app.engine.routing();
+    for channel in app.engine.channels() {
+        healthy
+            .get_or_create(&ChannelLabels {
+                channel: channel.name().to_owned(),
+            })
+            .set(i64::from(routing.is_healthy(channel.name())));
+    }
+    registry.register(
+        "channel_healthy",
+        "Whether a video channel is routed to (1) or resting after failures (0)",
+        healthy,
+    );
+
+    let refused = Family::<ScopeLabels, Counter>::default();
+    for (scope, n) in app.limiter.refusals() {
+        refused.get_or_create(&ScopeLabels { scope }).inc_by(n);
+    }
+    registry.register(
+        "rate_limited",
+        "Requests refused by a rate limit, by scope (key, task polls)",
+        refused,
+    );
+    let open = Gauge::<i64>::default();
+    if let Some(gate) = app.metrics.gate.get() {
+        open.set(i64::try_from(gate.open()).unwrap_or(i64::MAX));
+    }
+    registry.register("open_connections", "Client connections open", open);
+
+    let mut text = String::with_capacity(16 * 1024);
+    if let Err(e) = prometheus_text::encode(&mut text, &registry) {
+        tracing::error!("encoding the metrics: {e}");
+        return error(&ApiError::new(
+            ErrorCode::Unavailable,
+            "the metrics could not be encoded",
+        ));
+    }
+    let mut res = http::Response::new(full(text));
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
+    );
+    res
 }

@@ -20,6 +20,7 @@ use crate::chat_ledger::{ChargeQueue, Reservations};
 use crate::cluster::Cluster;
 use crate::config::{BlobBackend, BlobsConfig, Config, DEFAULT_S3_REGION, StoreBackend};
 use crate::limits::Limiter;
+use crate::metrics::Metrics;
 use crate::setup;
 use crate::signed::{self, Signer};
 
@@ -57,6 +58,8 @@ pub struct App {
     pub reservations: Reservations,
     /// Chat charges on their way to the store.
     pub charges: ChargeQueue,
+    /// What the request path counts, for `GET /metrics`.
+    pub metrics: Metrics,
 }
 
 /// Secrets created on a first start, to be shown once.
@@ -178,6 +181,13 @@ impl App {
             Some(cluster) => KeyCache::following(cluster.heard()),
             None => KeyCache::default(),
         };
+        let metrics = Metrics::new(
+            config
+                .models
+                .iter()
+                .filter(|(_, m)| m.kind == crate::config::ModelKind::Chat)
+                .map(|(name, _)| name),
+        );
         let app = App {
             config,
             store,
@@ -189,6 +199,7 @@ impl App {
             asset_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: Limiter::default(),
+            metrics,
             key_cache,
             cluster,
             reservations: Reservations::default(),

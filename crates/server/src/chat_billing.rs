@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use error_codes::{ApiError, ErrorCode};
 use messages::Usage;
-use store::{Charge, Key};
+use store::{Charge, Key, LedgerKind};
 
 use crate::app::App;
 use crate::chat_ledger::{CHARGE_BATCH, Held, Reserved, release};
@@ -220,6 +220,12 @@ impl Bill {
             usage.all_input(),
             usage.output_tokens,
         );
+        self.app.metrics.chat(
+            &self.model,
+            usage.all_input(),
+            usage.output_tokens,
+            cost.unsigned_abs(),
+        );
         if cost <= 0 {
             return;
         }
@@ -241,8 +247,13 @@ impl Bill {
 /// release, see [`crate::chat_ledger::Reservations`]).
 async fn write_batch(app: &App, items: Vec<(Charge, Reserved)>) {
     let (charges, reserved): (Vec<Charge>, Vec<Reserved>) = items.into_iter().unzip();
-    if let Err(e) = app.store.charges(&charges).await {
-        tracing::error!("writing {} chat charges: {e}", charges.len());
+    match app.store.charges(&charges).await {
+        Ok(_) => app.engine.metrics().ledger_total(
+            LedgerKind::Charge,
+            charges.len() as u64,
+            charges.iter().map(|c| c.amount.unsigned_abs()).sum(),
+        ),
+        Err(e) => tracing::error!("writing {} chat charges: {e}", charges.len()),
     }
     let mut shared = Vec::new();
     {

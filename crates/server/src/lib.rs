@@ -20,6 +20,7 @@ pub mod generations;
 pub mod http;
 pub mod limits;
 pub mod messages;
+pub mod metrics;
 pub mod multipart;
 #[cfg(test)]
 mod openapi_check;
@@ -79,6 +80,7 @@ pub async fn serve(
         .keep_alive_interval(head_timeout)
         .keep_alive_timeout(head_timeout);
     let gate = Arc::new(conns::Gate::new(server));
+    let _ = app.metrics.gate.set(gate.clone());
     tracing::info!(
         "connections: at most {} open, {} per client address (0: no cap)",
         gate.max(),

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use engine::now_secs;
@@ -44,6 +45,8 @@ pub enum Class<'a> {
 pub struct Limiter {
     buckets: Mutex<HashMap<u128, Bucket>>,
     prints: (RandomState, RandomState),
+    /// Refusals of keys' requests and of task polls, for the metrics.
+    refused: [AtomicU64; 2],
 }
 
 /// A refusal: how long until a token is there.
@@ -151,6 +154,30 @@ impl Limiter {
     /// Takes a token for `key`: from the buckets every relay shares when there is a
     /// `cluster`, from this process's when not (or when Redis does not answer in time).
     pub async fn check_shared(
+        &self,
+        cluster: Option<&Cluster>,
+        limits: &LimitsConfig,
+        key: &Key,
+        class: Class<'_>,
+    ) -> Result<(), Limited> {
+        let checked = self.check_either(cluster, limits, key, class).await;
+        if checked.is_err() {
+            let scope = usize::from(matches!(class, Class::Poll(_)));
+            self.refused[scope].fetch_add(1, Ordering::Relaxed);
+        }
+        checked
+    }
+
+    /// Refusals since start, by scope: a key's requests, and task polls.
+    pub fn refusals(&self) -> [(&'static str, u64); 2] {
+        [
+            ("key", self.refused[0].load(Ordering::Relaxed)),
+            ("task_poll", self.refused[1].load(Ordering::Relaxed)),
+        ]
+    }
+
+    /// [`Limiter::check_shared`] without the count.
+    async fn check_either(
         &self,
         cluster: Option<&Cluster>,
         limits: &LimitsConfig,

@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
@@ -26,6 +27,8 @@ enum Route<'a> {
     Readyz,
     /// `GET /openapi.yaml`: the API description, unauthenticated.
     OpenApi,
+    /// `GET /metrics`: Prometheus text, admin token.
+    Metrics,
     /// `/files/<blob id>`, authorised by its signature instead of a key.
     File(&'a str),
     CreateVideo,
@@ -101,6 +104,8 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["readyz"] => Err(Miss::Method("GET")),
         ["openapi.yaml"] if m == Method::GET => Ok(OpenApi),
         ["openapi.yaml"] => Err(Miss::Method("GET")),
+        ["metrics"] if m == Method::GET => Ok(Metrics),
+        ["metrics"] => Err(Miss::Method("GET")),
         ["v1", "videos"] if m == Method::POST => Ok(CreateVideo),
         ["v1", "videos"] if m == Method::GET => Ok(ListVideos),
         ["v1", "videos"] => Err(Miss::Method("GET, POST")),
@@ -160,6 +165,50 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
 }
 
 impl<'a> Route<'a> {
+    /// The route as the metrics label it: its method and path template, as in
+    /// [`route_table`].
+    fn label(&self) -> &'static str {
+        use Route::*;
+        match self {
+            Healthz => "GET /healthz",
+            Readyz => "GET /readyz",
+            OpenApi => "GET /openapi.yaml",
+            Metrics => "GET /metrics",
+            File(_) => "GET /files/{path}",
+            CreateVideo => "POST /v1/videos",
+            ListVideos => "GET /v1/videos",
+            GetVideo(_) => "GET /v1/videos/{task_id}",
+            DeleteVideo(_) => "DELETE /v1/videos/{task_id}",
+            VideoContent(_) => "GET /v1/videos/{task_id}/content",
+            CancelVideo(_) => "POST /v1/videos/{task_id}/cancel",
+            CreateGeneration => "POST /v1/video/generations",
+            ListGenerations => "GET /v1/video/generations",
+            GetGeneration(_) => "GET /v1/video/generations/{task_id}",
+            CancelGeneration(_) => "POST /v1/video/generations/{task_id}/cancel",
+            Moderation => "POST /api/generation/video/moderation-result",
+            CreateLibrary => "POST /v1/asset-libraries",
+            ListLibraries => "GET /v1/asset-libraries",
+            GetLibrary(_) => "GET /v1/asset-libraries/{library_id}",
+            DeleteLibrary(_) => "DELETE /v1/asset-libraries/{library_id}",
+            UploadAsset(_) => "POST /v1/asset-libraries/{library_id}/assets",
+            ListAssets(_) => "GET /v1/asset-libraries/{library_id}/assets",
+            GetAsset(_) => "GET /v1/assets/{asset_id}",
+            DeleteAsset(_) => "DELETE /v1/assets/{asset_id}",
+            CreateKey => "POST /admin/keys",
+            ListKeys => "GET /admin/keys",
+            GetKey(_) => "GET /admin/keys/{key_id}",
+            RevokeKey(_) => "DELETE /admin/keys/{key_id}",
+            PatchKey(_) => "PATCH /admin/keys/{key_id}",
+            KeyLedger(_) => "GET /admin/keys/{key_id}/ledger",
+            AdminTasks => "GET /admin/tasks",
+            AdminChannels => "GET /admin/channels",
+            Messages => "POST /v1/messages",
+            CountTokens => "POST /v1/messages/count_tokens",
+            ListModels => "GET /v1/models",
+            GetModel(_) => "GET /v1/models/{model_id}",
+        }
+    }
+
     /// The path parameter, if the route has one (for `File`, the whole blob path).
     fn param(&self) -> Option<&'a str> {
         use Route::*;
@@ -168,7 +217,7 @@ impl<'a> Route<'a> {
             | GetGeneration(p) | CancelGeneration(p) | GetLibrary(p) | DeleteLibrary(p)
             | UploadAsset(p) | ListAssets(p) | GetAsset(p) | DeleteAsset(p) | GetKey(p)
             | RevokeKey(p) | PatchKey(p) | KeyLedger(p) | GetModel(p) => Some(p),
-            Healthz | Readyz | OpenApi | CreateVideo | ListVideos | CreateGeneration
+            Healthz | Readyz | OpenApi | Metrics | CreateVideo | ListVideos | CreateGeneration
             | ListGenerations | CreateLibrary | ListLibraries | Moderation | CreateKey
             | ListKeys | AdminTasks | AdminChannels | Messages | CountTokens | ListModels => None,
         }
@@ -222,11 +271,15 @@ fn request_id(req: &Request<Incoming>) -> String {
 
 /// The hyper service function.
 pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
+    let started = Instant::now();
     let id = request_id(&req);
     // The messages endpoints put the id into their error bodies.
     req.extensions_mut()
         .insert(crate::messages::RequestId(id.clone()));
-    let mut res = dispatch(&app, req).await;
+    let mut label = UNMATCHED;
+    let mut res = dispatch(&app, req, &mut label).await;
+    app.metrics
+        .request(label, res.status().as_u16(), started.elapsed());
     if let Ok(value) = HeaderValue::from_str(&id) {
         res.headers_mut().insert("x-request-id", value.clone());
         res.headers_mut().insert("request-id", value);
@@ -234,7 +287,11 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
     Ok(res)
 }
 
-async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
+/// The metrics label of a request that matched no route.
+const UNMATCHED: &str = "unmatched";
+
+/// Routes and answers a request; `label` is set to the route's metrics label once matched.
+async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static str) -> Answer {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let query = parts.uri.query();
@@ -266,6 +323,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             return res;
         }
     };
+    *label = route.label();
     let headers = &parts.headers;
     match route {
         Route::Healthz => ok(&json!({"status": "ok"})),
@@ -300,6 +358,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
             }
             res
         }
+        Route::Metrics => match authenticate_admin(headers, &app.admin_hash) {
+            Ok(()) => admin::metrics(app).await,
+            Err(e) => error(&e),
+        },
         Route::CreateKey
         | Route::ListKeys
         | Route::GetKey(_)
@@ -450,6 +512,7 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/openapi.yaml"),
+        ("GET", "/metrics"),
         ("GET", "/files/{path}"),
         ("POST", "/v1/videos"),
         ("GET", "/v1/videos"),
@@ -595,6 +658,9 @@ mod tests {
                 let got = route(&Method::from_bytes(m.as_bytes()).unwrap(), &path);
                 assert_eq!(got.is_ok(), listed, "{m} {path}: {got:?}");
                 if let Ok(r) = got {
+                    if m == *method {
+                        assert_eq!(r.label(), format!("{method} {template}"));
+                    }
                     let name = format!("{r:?}");
                     kinds.insert(name.split('(').next().unwrap_or_default().to_owned());
                 }
@@ -603,6 +669,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 35, "route_table misses a route");
+        assert_eq!(kinds.len(), 36, "route_table misses a route");
     }
 }

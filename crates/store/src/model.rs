@@ -15,6 +15,25 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Queued,
+        TaskStatus::Running,
+        TaskStatus::Succeeded,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+
+    /// The status's name, as its JSON has it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
     /// `succeeded`, `failed` and `cancelled` are final: a final task never changes status again.
     pub const fn is_final(self) -> bool {
         matches!(
@@ -32,6 +51,35 @@ pub enum TaskKind {
     Video,
     /// Second format, `/v1/video/generations`.
     Generation,
+}
+
+impl TaskKind {
+    pub const ALL: [TaskKind; 2] = [TaskKind::Video, TaskKind::Generation];
+
+    /// The kind's name, as its JSON has it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Video => "video",
+            TaskKind::Generation => "generation",
+        }
+    }
+}
+
+/// A task handed out by [`crate::Store::claim_due`], with the due time it was claimed at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    /// The task as claimed: its `next_poll_ms` is the end of the lease.
+    pub task: Task,
+    /// When the task was due (unix milliseconds), before the lease moved it.
+    pub due_ms: u64,
+}
+
+/// How many tasks of one kind are in one status, from [`crate::Store::task_counts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskCount {
+    pub kind: TaskKind,
+    pub status: TaskStatus,
+    pub count: u64,
 }
 
 /// `{"code", "message"}` of a failed task.

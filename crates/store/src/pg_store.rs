@@ -58,8 +58,8 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry,
-    Library, Order, Page, Store, StoreError, Task, TaskQuery, TaskStatus,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
+    LedgerEntry, Library, Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus,
 };
 
 mod assets;
@@ -131,11 +131,15 @@ impl Store for PgStore {
         now_ms: u64,
         lease_ms: u64,
         limit: usize,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Vec<Claim>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         tasks::claim(self, now_ms, lease_ms, limit).await
+    }
+
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
+        tasks::counts(self).await
     }
 
     async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {

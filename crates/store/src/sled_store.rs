@@ -40,17 +40,19 @@
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `index`      | index keys and ranges every index shares                           |
+//! | `counts`     | tasks by kind and status, kept after each step's commit            |
 //! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
 //! | `record`     | records as JSON, reads by id, sled's errors as the store's         |
 //! | `flush`      | group commit                                                       |
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry,
-    Library, Order, Page, Store, StoreError, Task, TaskQuery, TaskStatus,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
+    LedgerEntry, Library, Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus,
 };
 
 mod assets;
+mod counts;
 mod flush;
 mod index;
 mod keys;
@@ -73,6 +75,7 @@ impl Store for SledStore {
             tasks::insert(tx, &task, &bytes)?;
             ledger::apply(&tx.ledger(), ledger, at)
         })?;
+        self.counts.add(task.kind, task.status);
         self.flush_after(&what).await
     }
 
@@ -98,11 +101,12 @@ impl Store for SledStore {
     ) -> Result<Task, StoreError> {
         let at = ledger::unix_secs();
         let what = format!("transition task {id}");
-        let task = self.trees.tx(&what, |tx| {
-            let task = tasks::transition(tx, id, from, to, update)?;
+        let (was, task) = self.trees.tx(&what, |tx| {
+            let moved = tasks::transition(tx, id, from, to, update)?;
             ledger::apply(&tx.ledger(), ledger, at)?;
-            Ok(task)
+            Ok(moved)
         })?;
+        self.counts.moved(task.kind, was, task.status);
         self.flush_after(&what).await?;
         Ok(task)
     }
@@ -112,8 +116,12 @@ impl Store for SledStore {
         now_ms: u64,
         lease_ms: u64,
         limit: usize,
-    ) -> Result<Vec<Task>, StoreError> {
+    ) -> Result<Vec<Claim>, StoreError> {
         tasks::claim(self, now_ms, lease_ms, limit)
+    }
+
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
+        Ok(self.counts.all())
     }
 
     async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {
@@ -122,7 +130,8 @@ impl Store for SledStore {
 
     async fn delete_task(&self, id: &str) -> Result<Option<Task>, StoreError> {
         let removed = tasks::delete(self, id)?;
-        if removed.is_some() {
+        if let Some(task) = &removed {
+            self.counts.remove(task.kind, task.status);
             self.flush_after(&format!("delete task {id}")).await?;
         }
         Ok(removed)

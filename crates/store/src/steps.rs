@@ -2,8 +2,8 @@
 
 use crate::error::StoreError;
 use crate::model::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Key, LedgerDraft, LedgerEntry,
-    Library, Order, Page, Task, TaskQuery, TaskStatus,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
+    LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus,
 };
 
 /// An edit of a task inside a [`Store::transition`].
@@ -62,13 +62,18 @@ pub trait Store: Send + Sync + 'static {
     /// caller, in this process or another sharing the backend, is handed it again until the
     /// lease runs out (its holder died) or the holder's next step sets the task's own time.
     /// Tasks another caller is claiming at the same moment are skipped, not waited for.
-    /// Returns the tasks as claimed. Not flushed: a claim lost in a crash leaves the task due.
+    /// Returns the tasks as claimed, each with the due time it had. Not flushed: a claim lost in
+    /// a crash leaves the task due.
     async fn claim_due(
         &self,
         now_ms: u64,
         lease_ms: u64,
         limit: usize,
-    ) -> Result<Vec<Task>, StoreError>;
+    ) -> Result<Vec<Claim>, StoreError>;
+
+    /// How many tasks there are of each kind in each status (pairs with none left out), for
+    /// the metrics. Cheap: counted by the backend, not by reading every task.
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
 
     /// Unfinished tasks, earliest due first (used at start-up and for the timeout sweep).
     async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError>;

@@ -19,9 +19,9 @@ use crate::test_util::TempDir;
 use tokio_postgres::NoTls;
 
 use crate::{
-    AssetRecord, AssetSource, AssetStatus, AssetType, Key, KeyStatus, LedgerDraft, LedgerEntry,
-    LedgerKind, Library, Outputs, Page, PgStore, SledStore, Store, StoreError, Task, TaskKind,
-    TaskQuery, TaskStatus,
+    AssetRecord, AssetSource, AssetStatus, AssetType, Claim, Key, KeyStatus, LedgerDraft,
+    LedgerEntry, LedgerKind, Library, Outputs, Page, PgStore, SledStore, Store, StoreError, Task,
+    TaskKind, TaskQuery, TaskStatus,
 };
 
 /// Which backend a test runs on.
@@ -294,6 +294,11 @@ pub fn charge(key_id: &str, task_id: &str, amount: i64) -> crate::Charge {
 
 pub fn ids(tasks: &[Task]) -> Vec<String> {
     tasks.iter().map(|t| t.id.clone()).collect()
+}
+
+/// The ids of claimed tasks, in the order claimed.
+pub fn claimed_ids(claims: &[Claim]) -> Vec<String> {
+    claims.iter().map(|c| c.task.id.clone()).collect()
 }
 
 pub fn noop(_: &mut Task) {}

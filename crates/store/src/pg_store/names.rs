@@ -3,20 +3,11 @@
 use crate::{AssetStatus, AssetType, LedgerKind, TaskKind, TaskStatus};
 
 pub(super) const fn task_status(s: TaskStatus) -> &'static str {
-    match s {
-        TaskStatus::Queued => "queued",
-        TaskStatus::Running => "running",
-        TaskStatus::Succeeded => "succeeded",
-        TaskStatus::Failed => "failed",
-        TaskStatus::Cancelled => "cancelled",
-    }
+    s.as_str()
 }
 
 pub(super) const fn task_kind(k: TaskKind) -> &'static str {
-    match k {
-        TaskKind::Video => "video",
-        TaskKind::Generation => "generation",
-    }
+    k.as_str()
 }
 
 pub(super) const fn asset_status(s: AssetStatus) -> &'static str {

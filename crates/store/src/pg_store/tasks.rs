@@ -11,7 +11,10 @@ use super::names::{task_kind, task_status};
 use super::pool::PgStore;
 use super::txn::{self, Fault, Filter, Sql, big, check_id, corrupt, encode};
 use crate::steps::TaskUpdate;
-use crate::{AdminTaskQuery, Order, Page, StoreError, Task, TaskQuery, TaskStatus};
+use crate::{
+    AdminTaskQuery, Claim, Order, Page, StoreError, Task, TaskCount, TaskKind, TaskQuery,
+    TaskStatus,
+};
 
 const TASKS: &str = "tasks";
 /// Largest page `list_tasks` returns.
@@ -255,7 +258,7 @@ pub(super) async fn claim(
     now_ms: u64,
     lease_ms: u64,
     limit: usize,
-) -> Result<Vec<Task>, StoreError> {
+) -> Result<Vec<Claim>, StoreError> {
     // The end of time stays out of reach: an unfinished task without a poll time is never due.
     let now = big(now_ms).min(i64::MAX - 1);
     let until = big(now_ms.saturating_add(lease_ms)).min(i64::MAX - 1);
@@ -285,7 +288,48 @@ pub(super) async fn claim(
         claimed.push((was, read_task(row).map_err(Fault::into_store)?));
     }
     claimed.sort_by(|(a, x), (b, y)| (a, x.id.as_bytes()).cmp(&(b, y.id.as_bytes())));
-    Ok(claimed.into_iter().map(|(_, task)| task).collect())
+    Ok(claimed
+        .into_iter()
+        .map(|(was, task)| Claim {
+            task,
+            due_ms: u64::try_from(was).unwrap_or(0),
+        })
+        .collect())
+}
+
+/// [`crate::Store::task_counts`]: one grouped count over the table.
+pub(super) async fn counts(store: &PgStore) -> Result<Vec<TaskCount>, StoreError> {
+    let what = "count tasks";
+    let client = store.client(what).await?;
+    let rows = txn::query(
+        &client,
+        what,
+        "SELECT kind, status, count(*) FROM tasks GROUP BY kind, status",
+        &[],
+    )
+    .await
+    .map_err(Fault::into_store)?;
+    let mut counted = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let (kind, status, n): (String, String, i64) = (
+            row.try_get(0).sql(what).map_err(Fault::into_store)?,
+            row.try_get(1).sql(what).map_err(Fault::into_store)?,
+            row.try_get(2).sql(what).map_err(Fault::into_store)?,
+        );
+        counted.push((kind, status, n));
+    }
+    Ok(TaskKind::ALL
+        .iter()
+        .flat_map(|&kind| TaskStatus::ALL.iter().map(move |&status| (kind, status)))
+        .map(|(kind, status)| TaskCount {
+            kind,
+            status,
+            count: counted
+                .iter()
+                .find(|(k, s, _)| k == task_kind(kind) && s == task_status(status))
+                .map_or(0, |(_, _, n)| u64::try_from(*n).unwrap_or(0)),
+        })
+        .collect())
 }
 
 /// [`crate::Store::unfinished_tasks`].

@@ -135,7 +135,7 @@ async fn two_instances_never_claim_the_same_task() {
                     if claimed.is_empty() {
                         return mine;
                     }
-                    mine.extend(claimed.into_iter().map(|t| t.id));
+                    mine.extend(claimed.into_iter().map(|c| c.task.id));
                 }
             })
         })

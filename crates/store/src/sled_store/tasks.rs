@@ -9,7 +9,9 @@ use super::task_index::{due_key, owner_key, owner_prefix, sort_key, split_due_ke
 use super::trees::{DUE, SledStore, TASKS, TASKS_BY_OWNER, Tx};
 use super::txn::{TxResult, abort, ensure_new, get, or_abort, put};
 use crate::steps::TaskUpdate;
-use crate::{AdminTaskQuery, Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus};
+use crate::{
+    AdminTaskQuery, Claim, Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
+};
 
 /// Largest page `list_tasks` returns.
 const MAX_PAGE: usize = 100;
@@ -144,7 +146,7 @@ pub(super) fn transition(
     from: &[TaskStatus],
     to: TaskStatus,
     update: TaskUpdate<'_>,
-) -> TxResult<Task> {
+) -> TxResult<(TaskStatus, Task)> {
     let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
         return abort(StoreError::TaskNotFound(id.to_owned()));
     };
@@ -168,7 +170,7 @@ pub(super) fn transition(
     }
     move_entry(tx.due, due_key(&old), due_key(&new))?;
     put(tx.tasks, id.as_bytes(), "task", &new)?;
-    Ok(new)
+    Ok((old.status, new))
 }
 
 /// [`crate::Store::claim_due`]: the due entries up to `limit`, each task's lease written in one
@@ -178,7 +180,7 @@ pub(super) fn claim(
     now_ms: u64,
     lease_ms: u64,
     limit: usize,
-) -> Result<Vec<Task>, StoreError> {
+) -> Result<Vec<Claim>, StoreError> {
     let mut ids = Vec::new();
     for key in store.trees.due.iter().keys().take(limit) {
         let key = key.map_err(|e| backend("read due index", e))?;
@@ -202,7 +204,7 @@ pub(super) fn claim(
             new.next_poll_ms = Some(until);
             move_entry(tx.due, due_key(&old), due_key(&new))?;
             put(tx.tasks, id.as_bytes(), "task", &new)?;
-            Ok(Some(new))
+            Ok(old.next_poll_ms.map(|due_ms| Claim { task: new, due_ms }))
         })?;
         claimed.extend(task);
     }

@@ -9,6 +9,7 @@ use sled::transaction::TransactionalTree;
 use sled::{Db, Tree};
 
 use super::assets::AssetTrees;
+use super::counts::TaskCounts;
 use super::flush::GroupFlush;
 use super::record::open_tree;
 use super::txn::{TxResult, run, tree_set};
@@ -42,6 +43,8 @@ pub struct SledStore {
     flusher: Arc<GroupFlush>,
     /// Tasks read by id lately, decoded, with the bytes they were decoded from.
     pub(super) recent: Arc<RecentTasks>,
+    /// Tasks by kind and status.
+    pub(super) counts: Arc<TaskCounts>,
 }
 
 /// The most tasks [`RecentTasks`] keeps; past it, it starts afresh.
@@ -138,8 +141,11 @@ impl SledStore {
             .cache_capacity(cache_bytes.max(1 << 20))
             .open()
             .map_err(|e| StoreError::Backend(format!("open database in {}: {e}", dir.display())))?;
+        let trees = Trees::open(&db)?;
+        let counts = Arc::new(TaskCounts::of(&trees.tasks));
         let store = SledStore {
-            trees: Trees::open(&db)?,
+            trees,
+            counts,
             meta: open_tree(&db, META)?,
             usage: open_tree(&db, USAGE)?,
             usage_by_key: open_tree(&db, USAGE_BY_KEY)?,

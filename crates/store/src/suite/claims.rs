@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Fixture, ids, noop, task};
+use super::{Fixture, claimed_ids, ids, noop, task};
 use crate::test_util::tid;
 use crate::{Store, Task};
 
@@ -32,27 +32,30 @@ async fn a_claim_leases_the_task_until_the_lease_runs_out(store: Fixture) {
 
     // Due ones, earliest first, each leased until now + lease.
     let claimed = store.claim_due(200, 1_000, 10).await.unwrap();
-    assert_eq!(ids(&claimed), [b.as_str(), a.as_str()]);
-    assert!(claimed.iter().all(|t| t.next_poll_ms == Some(1_200)));
+    assert_eq!(claimed_ids(&claimed), [b.as_str(), a.as_str()]);
+    assert!(claimed.iter().all(|c| c.task.next_poll_ms == Some(1_200)));
+    // Each with the due time it was claimed at.
+    let due: Vec<u64> = claimed.iter().map(|c| c.due_ms).collect();
+    assert_eq!(due, [50, 100]);
     let stored = store.task(&b).await.unwrap().unwrap();
-    assert_eq!(stored, claimed[0]);
+    assert_eq!(stored, claimed[0].task);
 
     // Not again before the lease runs out.
     assert!(store.claim_due(200, 1_000, 10).await.unwrap().is_empty());
     assert!(store.claim_due(299, 1_000, 10).await.unwrap().is_empty());
     assert_eq!(
-        ids(&store.claim_due(300, 1_000, 10).await.unwrap()),
+        claimed_ids(&store.claim_due(300, 1_000, 10).await.unwrap()),
         [c.as_str()]
     );
     assert!(store.claim_due(1_199, 1_000, 10).await.unwrap().is_empty());
 
     // Again once it has: the holder died without a step. `limit` counts.
     assert_eq!(
-        ids(&store.claim_due(1_200, 500, 1).await.unwrap()),
+        claimed_ids(&store.claim_due(1_200, 500, 1).await.unwrap()),
         [a.as_str()]
     );
     assert_eq!(
-        ids(&store.claim_due(1_200, 500, 10).await.unwrap()),
+        claimed_ids(&store.claim_due(1_200, 500, 10).await.unwrap()),
         [b.as_str()]
     );
 
@@ -63,11 +66,11 @@ async fn a_claim_leases_the_task_until_the_lease_runs_out(store: Fixture) {
         .await
         .unwrap();
     assert_eq!(
-        ids(&store.claim_due(1_260, 10, 10).await.unwrap()),
+        claimed_ids(&store.claim_due(1_260, 10, 10).await.unwrap()),
         [b.as_str()]
     );
     assert_eq!(
-        ids(&store.claim_due(1_700, 10, 10).await.unwrap()),
+        claimed_ids(&store.claim_due(1_700, 10, 10).await.unwrap()),
         [b.as_str(), c.as_str(), a.as_str()]
     );
     // Equal due times go by id.
@@ -90,12 +93,12 @@ async fn final_and_unscheduled_tasks_are_never_claimed(store: Fixture) {
     }
     let now = 1 << 50;
     assert_eq!(
-        ids(&store.claim_due(now, 0, 10).await.unwrap()),
+        claimed_ids(&store.claim_due(now, 0, 10).await.unwrap()),
         [ends.as_str()]
     );
     // A lease of 0 leaves it due at `now`.
     assert_eq!(
-        ids(&store.claim_due(now, 0, 10).await.unwrap()),
+        claimed_ids(&store.claim_due(now, 0, 10).await.unwrap()),
         [ends.as_str()]
     );
     store
@@ -137,7 +140,7 @@ async fn concurrent_claimers_never_get_the_same_task(store: Fixture) {
                     if claimed.is_empty() {
                         return mine;
                     }
-                    mine.extend(claimed.into_iter().map(|t| t.id));
+                    mine.extend(claimed.into_iter().map(|c| c.task.id));
                 }
             })
         })

@@ -1,6 +1,6 @@
 //! Tasks: creation, reads by id, one owner's pages with cursors over both kinds, deletion.
 
-use super::{Fixture, all_tasks, ids, owner_page, task, with_a_task};
+use super::{Fixture, all_tasks, ids, noop, owner_page, task, with_a_task};
 use crate::test_util::tid;
 use crate::{Order, StoreError, TaskKind, TaskQuery, TaskStatus};
 
@@ -8,6 +8,7 @@ cases!(
     create_get_and_list_with_cursors,
     create_refuses_an_existing_id,
     delete_removes_task_and_indexes_but_not_ledger,
+    counts_follow_creations_moves_and_deletions,
 );
 
 async fn create_get_and_list_with_cursors(store: Fixture) {
@@ -135,4 +136,60 @@ async fn delete_removes_task_and_indexes_but_not_ledger(store: Fixture) {
     assert!(page.items.is_empty());
     assert!(all_tasks(&*store, 10).await.is_empty());
     assert_eq!(store.ledger("key_a").await.unwrap().len(), 1);
+}
+
+async fn counts_follow_creations_moves_and_deletions(store: Fixture) {
+    use TaskStatus::{Failed, Queued, Running};
+    let count = |counts: &[crate::TaskCount], kind, status| {
+        counts
+            .iter()
+            .find(|c| c.kind == kind && c.status == status)
+            .map(|c| c.count)
+    };
+    let empty = store.task_counts().await.unwrap();
+    assert_eq!(empty.len(), TaskKind::ALL.len() * TaskStatus::ALL.len());
+    assert!(empty.iter().all(|c| c.count == 0));
+
+    let videos: Vec<String> = (1..=3).map(|n| tid("video", n)).collect();
+    for id in &videos {
+        store
+            .create_task(&task(id, "k", Queued, Some(1)), &[])
+            .await
+            .unwrap();
+    }
+    let gen_id = tid("gen", 4);
+    store
+        .create_task(&task(&gen_id, "k", Running, Some(1)), &[])
+        .await
+        .unwrap();
+    store
+        .transition(&videos[0], &[Queued], Running, &noop, &[])
+        .await
+        .unwrap();
+    store
+        .transition(&videos[1], &[Queued], Failed, &noop, &[])
+        .await
+        .unwrap();
+    // A refused move changes nothing.
+    store
+        .transition(&videos[1], &[Queued], Running, &noop, &[])
+        .await
+        .unwrap_err();
+    store
+        .transition(&gen_id, &[Running], Running, &noop, &[])
+        .await
+        .unwrap();
+    store.delete_task(&videos[2]).await.unwrap();
+
+    let expect = |counts: &[crate::TaskCount]| {
+        assert_eq!(count(counts, TaskKind::Video, Queued), Some(0));
+        assert_eq!(count(counts, TaskKind::Video, Running), Some(1));
+        assert_eq!(count(counts, TaskKind::Video, Failed), Some(1));
+        assert_eq!(count(counts, TaskKind::Generation, Running), Some(1));
+        assert_eq!(counts.iter().map(|c| c.count).sum::<u64>(), 3);
+    };
+    expect(&store.task_counts().await.unwrap());
+    // Counted again from the records when the store opens again.
+    let store = store.reopen().await;
+    expect(&store.task_counts().await.unwrap());
 }
