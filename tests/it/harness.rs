@@ -15,7 +15,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 use server::{App, Config};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
+use tokio::process::Child;
 use tokio::sync::oneshot;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -562,4 +564,61 @@ pub fn base64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// The relay binary, started by [`start_binary`].
+pub struct Running {
+    pub child: Child,
+    pub base: String,
+    /// What it printed to stdout up to its bootstrap lines.
+    pub lines: Vec<String>,
+}
+
+/// Starts the relay binary on port 0 and reads its start-up lines.
+pub async fn start_binary(data: &std::path::Path, config: &std::path::Path) -> Running {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .env("RELAY_ADMIN_TOKEN", "restart-admin")
+        .env("RELAY_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the relay binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = BufReader::new(stdout).lines();
+    let mut lines = Vec::new();
+    let mut base = None;
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = reader.next_line().await {
+            let done = line.starts_with("relay listening on ");
+            if done {
+                base = line.strip_prefix("relay listening on ").map(str::to_owned);
+            }
+            lines.push(line);
+            if done {
+                // The bootstrap lines follow the listening line; give them a moment to arrive.
+                while let Ok(Ok(Some(line))) =
+                    tokio::time::timeout(Duration::from_millis(300), reader.next_line()).await
+                {
+                    lines.push(line);
+                }
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the relay did not start: {lines:?}");
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = reader.next_line().await {} });
+    Running {
+        child,
+        base: base.expect("a listening line"),
+        lines,
+    }
 }

@@ -5,6 +5,7 @@ mod admin;
 mod assets;
 mod billing;
 mod blobs;
+mod cli;
 mod cluster;
 mod errors;
 mod fake_chat;

@@ -1,70 +1,12 @@
 //! The built binary: first-start bootstrap, and a SIGKILL with tasks in flight loses nothing.
 
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use http::Method;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-use crate::harness::{Body, Http, poll_until};
-
-struct Running {
-    child: Child,
-    base: String,
-    lines: Vec<String>,
-}
-
-/// Starts the relay binary on port 0 and reads its start-up lines.
-async fn start_binary(data: &Path, config: &Path) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
-        .arg("--config")
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .env("RELAY_ADMIN_TOKEN", "restart-admin")
-        .env("RELAY_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the relay binary");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut reader = BufReader::new(stdout).lines();
-    let mut lines = Vec::new();
-    let mut base = None;
-    let read = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Ok(Some(line)) = reader.next_line().await {
-            let done = line.starts_with("relay listening on ");
-            if done {
-                base = line.strip_prefix("relay listening on ").map(str::to_owned);
-            }
-            lines.push(line);
-            if done {
-                // The bootstrap lines follow the listening line; give them a moment to arrive.
-                while let Ok(Ok(Some(line))) =
-                    tokio::time::timeout(Duration::from_millis(300), reader.next_line()).await
-                {
-                    lines.push(line);
-                }
-                break;
-            }
-        }
-    })
-    .await;
-    assert!(read.is_ok(), "the relay did not start: {lines:?}");
-    // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = reader.next_line().await {} });
-    Running {
-        child,
-        base: base.expect("a listening line"),
-        lines,
-    }
-}
+use crate::harness::{Body, Http, poll_until, start_binary};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_with_tasks_in_flight_loses_nothing() {

@@ -1,6 +1,11 @@
-//! The relay binary: reads the configuration, opens the store, serves; and small operator
-//! commands that talk to a running relay's admin API.
+//! The relay binary: reads the configuration, opens the store, serves; small operator
+//! commands that talk to a running relay's admin API; and users' commands (`videos`, `chat`)
+//! that talk to its public API with an API key.
 #![forbid(unsafe_code)]
+
+mod chat;
+mod client;
+mod videos;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +21,12 @@ use server::{App, Config};
 use tokio::net::TcpListener;
 
 #[derive(Parser)]
-#[command(name = "relay", version, about = "A video generation relay")]
+#[command(
+    name = "relay",
+    version,
+    about = "A video generation relay",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -27,24 +37,24 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct ServeArgs {
     /// Configuration file (TOML) over the embedded default.
-    #[arg(long, env = "RELAY_CONFIG", global = true)]
+    #[arg(long, env = "RELAY_CONFIG")]
     config: Option<PathBuf>,
     /// Listen address; overrides the configuration's server.listen.
-    #[arg(long, env = "RELAY_LISTEN", global = true)]
+    #[arg(long, env = "RELAY_LISTEN")]
     listen: Option<SocketAddr>,
     /// Redis shared by the relays of a deployment; overrides the configuration's
     /// cluster.redis_url.
-    #[arg(long, env = "RELAY_REDIS_URL", global = true)]
+    #[arg(long, env = "RELAY_REDIS_URL")]
     redis_url: Option<String>,
     /// Where the store and files live.
-    #[arg(long, env = "RELAY_DATA_DIR", default_value = "./data", global = true)]
+    #[arg(long, env = "RELAY_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Start the relay (the default).
-    Serve,
+    Serve(ServeArgs),
     /// Manage API keys through a running relay's admin API.
     Keys {
         #[command(subcommand)]
@@ -64,6 +74,20 @@ enum Command {
         url: String,
         #[arg(long, env = "RELAY_ADMIN_TOKEN")]
         admin_token: String,
+    },
+    /// Your video tasks on a running relay: create one and download its MP4, list, get.
+    Videos {
+        #[command(subcommand)]
+        command: videos::VideosCommand,
+        #[command(flatten)]
+        api: client::ApiArgs,
+    },
+    /// Chat with a model through a running relay; the answer is printed as it streams.
+    Chat {
+        #[command(flatten)]
+        args: chat::ChatArgs,
+        #[command(flatten)]
+        api: client::ApiArgs,
     },
     /// Check a configuration file and exit.
     Config {
@@ -125,7 +149,8 @@ fn run() -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     match cli.command {
-        None | Some(Command::Serve) => runtime.block_on(serve(cli.serve)),
+        None => runtime.block_on(serve(cli.serve)),
+        Some(Command::Serve(args)) => runtime.block_on(serve(args)),
         Some(Command::Keys {
             command,
             url,
@@ -136,6 +161,14 @@ fn run() -> anyhow::Result<()> {
             url,
             admin_token,
         }) => runtime.block_on(usage(&id, &url, &admin_token)),
+        Some(Command::Videos { command, api }) => runtime.block_on(async {
+            let api = client::Api::new(&api)?;
+            videos::run(&api, command).await
+        }),
+        Some(Command::Chat { args, api }) => runtime.block_on(async {
+            let api = client::Api::new(&api)?;
+            chat::run(&api, args).await
+        }),
         Some(Command::Config {
             command: ConfigCommand::Check { path },
         }) => {
