@@ -19,3 +19,4 @@ mod references;
 mod restart;
 mod upstreams;
 mod videos;
+mod webhooks;
