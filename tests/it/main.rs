@@ -21,3 +21,4 @@ mod references;
 mod restart;
 mod upstreams;
 mod videos;
+mod webhooks;

@@ -1,5 +1,6 @@
 //! The official SDKs, unchanged, against the built relay: the OpenAI Python SDK on the first
-//! video format, the Anthropic Python SDKs on `/v1/messages`.
+//! video format, the Anthropic Python SDKs on `/v1/messages`, and the `standardwebhooks`
+//! package verifying a webhook the relay delivered.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -16,6 +17,9 @@ const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
 /// The OpenAI Python SDK version the check pins.
 const OPENAI_SDK: &str = "openai==3.54.0";
 
+/// The Standard Webhooks Python package (the verifier webhook receivers use), pinned.
+const STANDARD_WEBHOOKS: &str = "standardwebhooks==1.1.0";
+
 /// Runs the official OpenAI Python SDK, unchanged, against the built relay binary.
 pub fn sdk_check() -> anyhow::Result<()> {
     run(
@@ -25,6 +29,7 @@ pub fn sdk_check() -> anyhow::Result<()> {
     let root = root();
     let target = target_dir();
     let python = python_with("sdk-venv", OPENAI_SDK)?;
+    python_with("sdk-venv", STANDARD_WEBHOOKS)?;
 
     let work = target.join("sdk-check");
     let _ = std::fs::remove_dir_all(&work);
@@ -43,6 +48,13 @@ pub fn sdk_check() -> anyhow::Result<()> {
             .arg(root.join("tests").join("sdk").join("openai_videos.py"))
             .env("RELAY_BASE_URL", base)
             .env("RELAY_KEY", key)
+            .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
+    )?;
+    run(
+        "Standard Webhooks check",
+        Command::new(&python)
+            .arg(root.join("tests").join("sdk").join("standard_webhooks.py"))
+            .env("RELAY_BASE_URL", base)
             .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
     )?;
     drop(relay);

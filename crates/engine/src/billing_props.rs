@@ -29,6 +29,8 @@ fn key() -> Key {
         expires_at: None,
         status: KeyStatus::Active,
         created_at: 0,
+        webhook_url: None,
+        webhook_secret: None,
     }
 }
 
@@ -56,6 +58,7 @@ fn task(n: u64, price: i64) -> Task {
         error: None,
         warnings: Vec::new(),
         price,
+        callback_url: None,
     }
 }
 

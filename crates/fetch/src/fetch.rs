@@ -92,16 +92,7 @@ impl Fetcher {
 
     fn with_policy(config: FetchConfig, policy: Policy) -> Fetcher {
         let policy = Arc::new(policy);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            // Cannot fail: ring's default provider supports both default protocol versions.
-            .expect("the ring provider supports TLS 1.2 and 1.3")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = tls_config();
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -211,12 +202,26 @@ impl Fetcher {
     }
 }
 
+/// rustls with the ring provider and the webpki roots.
+pub(crate) fn tls_config() -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        // Cannot fail: ring's default provider supports both default protocol versions.
+        .expect("the ring provider supports TLS 1.2 and 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
 fn is_followed_redirect(status: StatusCode) -> bool {
     matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
 }
 
 /// A client error as a [`FetchError`]; details go to the log, not to the message.
-fn client_error(err: &hyper_util::client::legacy::Error, host: &str) -> FetchError {
+pub(crate) fn client_error(err: &hyper_util::client::legacy::Error, host: &str) -> FetchError {
     let mut source: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = source {
         if e.downcast_ref::<BlockedError>().is_some() {

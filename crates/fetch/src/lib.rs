@@ -7,6 +7,8 @@
 //! - [`decode_data_uri`]: `data:` URIs, base64 or percent-encoded; [`DataUriDecoder`] the same
 //!   a chunk at a time, for payloads written out rather than kept.
 //!
+//! - [`Poster`]: http(s) POST of a JSON body (webhook deliveries), the same guard, no
+//!   redirects.
 //! - [`GuardedConnector`]: the guard as a connector, for other clients that fetch URLs they
 //!   were handed (the channels' result downloads).
 //!
@@ -19,10 +21,12 @@ mod data_uri;
 mod error;
 mod fetch;
 mod guard;
+mod post;
 mod sniff;
 
 pub use data_uri::{DataUriDecoder, decode_data_uri, is_data_uri};
 pub use error::FetchError;
 pub use fetch::{FETCH_USER_AGENT, FetchConfig, Fetcher};
 pub use guard::{BlockedError, GuardedConnector, Policy as GuardPolicy, is_refused};
+pub use post::{POST_USER_AGENT, Poster};
 pub use sniff::{Format, MediaKind, SNIFF_LEN, image_dimensions, sniff};

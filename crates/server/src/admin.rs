@@ -33,6 +33,7 @@ pub fn key_record(key: &Key) -> Value {
         "expires_at": key.expires_at,
         "status": match key.status { KeyStatus::Active => "active", KeyStatus::Revoked => "revoked" },
         "created_at": key.created_at,
+        "webhook_url": key.webhook_url,
     })
 }
 
@@ -45,6 +46,7 @@ struct CreateKey {
     rate_limit: Option<RateLimitBody>,
     models: Option<Vec<String>>,
     expires_at: Option<u64>,
+    webhook_url: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -56,6 +58,40 @@ struct RateLimitBody {
 
 fn invalid(param: &str, detail: impl Into<String>) -> ApiError {
     ApiError::field(ErrorCode::InvalidRequest, param, detail)
+}
+
+/// A key's `webhook_url`: an absolute http(s) URL the relay may deliver to.
+fn webhook_url(app: &App, value: &Value) -> Result<String, ApiError> {
+    let url = value
+        .as_str()
+        .filter(|s| !s.is_empty() && s.len() <= 2048)
+        .ok_or_else(|| {
+            invalid(
+                "webhook_url",
+                "webhook_url must be an absolute http:// or https:// URL of at most 2048 bytes, or null",
+            )
+        })?;
+    crate::callbacks::check_url(&app.poster, "webhook_url", url)?;
+    Ok(url.to_owned())
+}
+
+/// `POST /admin/keys/{id}/webhook-secret`: a new webhook secret for the key, shown this once;
+/// deliveries from now on are signed with it.
+pub async fn rotate_webhook_secret(app: &Arc<App>, id: &str) -> Answer {
+    let secret = crate::callbacks::new_secret();
+    let rotated = app
+        .store
+        .update_key(id, &|k| k.webhook_secret = Some(secret.clone()))
+        .await;
+    match rotated {
+        Ok(key) => {
+            let mut record = key_record(&key);
+            record["webhook_secret"] = Value::String(secret);
+            ok(&record)
+        }
+        Err(StoreError::KeyNotFound(_)) => error(&key_not_found(id)),
+        Err(e) => error(&store_unavailable(e)),
+    }
 }
 
 /// `POST /admin/keys`.
@@ -85,8 +121,13 @@ pub async fn create_key(app: &Arc<App>, body: Incoming) -> Answer {
                 "rate_limit.rps and rate_limit.burst must be above 0",
             ));
         }
+        let webhook_url = match req.webhook_url {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(webhook_url(app, &v)?),
+        };
         let name = req.name.unwrap_or_else(|| "key".into());
         let (mut key, secret) = new_key(&name, &group, req.quota);
+        key.webhook_url = webhook_url;
         key.rate_limit = req.rate_limit.map(|r| RateLimit {
             rps: r.rps,
             burst: r.burst,
@@ -99,6 +140,10 @@ pub async fn create_key(app: &Arc<App>, body: Incoming) -> Answer {
             .map_err(store_unavailable)?;
         let mut record = key_record(&key);
         record["key"] = Value::String(secret);
+        record["webhook_secret"] = key
+            .webhook_secret
+            .clone()
+            .map_or(Value::Null, Value::String);
         Ok(record)
     }
     .await;
@@ -181,9 +226,11 @@ struct KeyPatch {
     models: Option<Option<Vec<String>>>,
     expires_at: Option<Option<u64>>,
     status: Option<KeyStatus>,
+    /// `Some(None)` removes it.
+    webhook_url: Option<Option<String>>,
 }
 
-fn parse_patch(value: Value) -> Result<KeyPatch, ApiError> {
+fn parse_patch(app: &App, value: Value) -> Result<KeyPatch, ApiError> {
     let Value::Object(map) = value else {
         return Err(invalid("body", "the patch must be a JSON object"));
     };
@@ -271,11 +318,17 @@ fn parse_patch(value: Value) -> Result<KeyPatch, ApiError> {
                     _ => return Err(invalid("status", "status must be active or revoked")),
                 })
             }
+            "webhook_url" => {
+                patch.webhook_url = Some(match v {
+                    Value::Null => None,
+                    v => Some(webhook_url(app, &v)?),
+                })
+            }
             other => {
                 return Err(invalid(
                     other,
                     format!(
-                        "unknown field {other:?}; a patch takes quota, quota_add, group, rate_limit, models, expires_at, status"
+                        "unknown field {other:?}; a patch takes quota, quota_add, group, rate_limit, models, expires_at, status, webhook_url"
                     ),
                 ));
             }
@@ -292,7 +345,7 @@ fn parse_patch(value: Value) -> Result<KeyPatch, ApiError> {
 pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
     let result = async {
         let bytes = read_body(body, app.config.server.json_limit()).await?;
-        let patch = parse_patch(parse_json(&bytes)?)?;
+        let patch = parse_patch(app, parse_json(&bytes)?)?;
         app.store
             .update_key(id, &|k| {
                 if let Some(quota) = patch.quota {
@@ -315,6 +368,9 @@ pub async fn patch_key(app: &Arc<App>, id: &str, body: Incoming) -> Answer {
                 }
                 if let Some(status) = patch.status {
                     k.status = status;
+                }
+                if let Some(url) = &patch.webhook_url {
+                    k.webhook_url = url.clone();
                 }
             })
             .await

@@ -30,6 +30,8 @@ pub struct App {
     pub store: Arc<dyn Store>,
     pub blobs: Arc<dyn BlobStore>,
     pub fetcher: Fetcher,
+    /// Delivers webhooks (behind the same SSRF guard as `fetcher`).
+    pub poster: fetch::Poster,
     /// Drives the video tasks; holds the video channels and their routing.
     pub engine: Arc<Engine>,
     /// Channels of `/v1/messages`, in configuration order.
@@ -163,6 +165,10 @@ impl App {
             allow_private: config.security.allow_private_urls,
             max_redirects: 5,
         });
+        let poster = fetch::Poster::new(
+            config.security.allow_private_urls,
+            Duration::from_millis(config.webhooks.timeout_ms.max(1)),
+        );
         let catalog = setup::catalog(&config);
         let cluster = match config.cluster.redis_url.trim() {
             "" => None,
@@ -193,6 +199,7 @@ impl App {
             store,
             blobs,
             fetcher,
+            poster,
             engine: Arc::new(engine),
             chat_channels,
             admin_hash,
@@ -277,6 +284,8 @@ pub fn new_key(name: &str, group: &str, quota: Option<i64>) -> (Key, String) {
         expires_at: None,
         status: KeyStatus::Active,
         created_at: now_secs(),
+        webhook_url: None,
+        webhook_secret: Some(crate::callbacks::new_secret()),
     };
     (key, secret)
 }

@@ -31,6 +31,7 @@ pub struct Config {
     pub tasks: TasksConfig,
     pub assets: AssetsConfig,
     pub security: SecurityConfig,
+    pub webhooks: WebhooksConfig,
     pub limits: LimitsConfig,
     pub simulator: SimulatorConfig,
     pub store: StoreConfig,
@@ -270,6 +271,24 @@ pub struct SecurityConfig {
     pub max_image_bytes: u64,
 }
 
+/// `[webhooks]`: delivery of the signed webhooks of finished tasks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// One attempt, from connecting to the answer's head.
+    pub timeout_ms: u64,
+    /// Wait after the first failed attempt; doubled after each further one.
+    pub retry_initial_ms: u64,
+    /// Cap of the wait between attempts.
+    pub retry_max_ms: u64,
+    /// No attempt starts later than this after the task ended; the delivery is then `failed`.
+    pub max_age_secs: u64,
+    /// How often due deliveries are looked for.
+    pub poll_interval_ms: u64,
+    /// Deliveries under way at once in this instance.
+    pub concurrency: u32,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
@@ -462,6 +481,21 @@ impl Config {
         }
         if self.tasks.timeout_secs == 0 {
             return Err("tasks.timeout_secs must be above 0".into());
+        }
+        let hooks = &self.webhooks;
+        if hooks.timeout_ms == 0
+            || hooks.retry_initial_ms == 0
+            || hooks.poll_interval_ms == 0
+            || hooks.concurrency == 0
+        {
+            return Err(
+                "webhooks.timeout_ms, webhooks.retry_initial_ms, webhooks.poll_interval_ms and \
+                 webhooks.concurrency must be above 0"
+                    .into(),
+            );
+        }
+        if hooks.retry_max_ms < hooks.retry_initial_ms {
+            return Err("webhooks.retry_max_ms must be at least webhooks.retry_initial_ms".into());
         }
         if !(self.simulator.task_secs >= 0.0 && self.simulator.task_secs <= 3600.0) {
             return Err("simulator.task_secs must be from 0 to 3600".into());

@@ -125,6 +125,9 @@ pub async fn create(
     let value = parse_json(&bytes)?;
     let family = app.config.groups.get(&key.group).map(String::as_str);
     let valid = video_generations::validate(&value, &app.catalog, family)?;
+    if let Some(url) = &valid.callback_url {
+        crate::callbacks::check_url(&app.poster, "callback_url", url)?;
+    }
     tasks::may_use(key, &valid.model)?;
     let ids: Vec<String> = valid.assets.iter().map(|a| a.id.clone()).collect();
     let facts = crate::assets::asset_facts(app, key, &ids).await?;
@@ -185,6 +188,7 @@ pub async fn create(
         sim: &sim,
         warnings: Vec::new(),
         price,
+        callback_url: valid.callback_url.clone(),
     };
     let task = tasks::new_task::<Generations, _>(app, key, draft)?;
     tasks::create(app, &task).await?;

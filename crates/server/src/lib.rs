@@ -10,6 +10,7 @@ pub mod admin;
 pub mod app;
 pub mod assets;
 pub mod auth;
+pub mod callbacks;
 pub mod chat_billing;
 pub mod chat_ledger;
 pub mod cluster;
@@ -29,6 +30,7 @@ pub mod setup;
 pub mod signed;
 pub mod tasks;
 pub mod videos;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,6 +63,8 @@ pub async fn serve(
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
+    let (stop_webhooks, webhooks_stop) = watch::channel(false);
+    let webhook_work = tokio::spawn(webhooks::run(app.clone(), webhooks_stop));
     let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
     let cluster_work = app.cluster.clone().map(|cluster| {
         let cache_of = app.clone();
@@ -148,6 +152,10 @@ pub async fn serve(
     }
     drop(listener);
     app.shutting_down.store(true, Ordering::Relaxed);
+    // Deliveries under way are dropped: their leases run out and a later claim (this relay's
+    // next start, or another instance) delivers them.
+    let _ = stop_webhooks.send(true);
+    let _ = webhook_work.await;
     tracing::info!("shutting down: finishing requests under way");
     if tokio::time::timeout(GRACE, graceful.shutdown())
         .await

@@ -18,7 +18,7 @@ use crate::http::{Answer, error, ok};
 use crate::limits::Class;
 use crate::tasks;
 use crate::videos::Videos;
-use crate::{admin, assets, generations, videos};
+use crate::{admin, assets, generations, videos, webhooks};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,7 +56,10 @@ enum Route<'a> {
     RevokeKey(&'a str),
     PatchKey(&'a str),
     KeyLedger(&'a str),
+    /// `POST /admin/keys/{id}/webhook-secret`.
+    RotateWebhookSecret(&'a str),
     AdminTasks,
+    AdminWebhooks,
     AdminChannels,
     /// `POST /v1/messages`.
     Messages,
@@ -148,6 +151,10 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["admin", "keys", _] => Err(Miss::Method("GET, PATCH, DELETE")),
         ["admin", "keys", id, "ledger"] if m == Method::GET => Ok(KeyLedger(id)),
         ["admin", "keys", _, "ledger"] => Err(Miss::Method("GET")),
+        ["admin", "keys", id, "webhook-secret"] if m == Method::POST => Ok(RotateWebhookSecret(id)),
+        ["admin", "keys", _, "webhook-secret"] => Err(Miss::Method("POST")),
+        ["admin", "webhooks"] if m == Method::GET => Ok(AdminWebhooks),
+        ["admin", "webhooks"] => Err(Miss::Method("GET")),
         ["admin", "tasks"] if m == Method::GET => Ok(AdminTasks),
         ["admin", "tasks"] => Err(Miss::Method("GET")),
         ["admin", "channels"] if m == Method::GET => Ok(AdminChannels),
@@ -200,6 +207,8 @@ impl<'a> Route<'a> {
             RevokeKey(_) => "DELETE /admin/keys/{key_id}",
             PatchKey(_) => "PATCH /admin/keys/{key_id}",
             KeyLedger(_) => "GET /admin/keys/{key_id}/ledger",
+            RotateWebhookSecret(_) => "POST /admin/keys/{key_id}/webhook-secret",
+            AdminWebhooks => "GET /admin/webhooks",
             AdminTasks => "GET /admin/tasks",
             AdminChannels => "GET /admin/channels",
             Messages => "POST /v1/messages",
@@ -213,13 +222,29 @@ impl<'a> Route<'a> {
     fn param(&self) -> Option<&'a str> {
         use Route::*;
         match *self {
-            File(p) | GetVideo(p) | DeleteVideo(p) | VideoContent(p) | CancelVideo(p)
-            | GetGeneration(p) | CancelGeneration(p) | GetLibrary(p) | DeleteLibrary(p)
-            | UploadAsset(p) | ListAssets(p) | GetAsset(p) | DeleteAsset(p) | GetKey(p)
-            | RevokeKey(p) | PatchKey(p) | KeyLedger(p) | GetModel(p) => Some(p),
+            File(p)
+            | GetVideo(p)
+            | DeleteVideo(p)
+            | VideoContent(p)
+            | CancelVideo(p)
+            | GetGeneration(p)
+            | CancelGeneration(p)
+            | GetLibrary(p)
+            | DeleteLibrary(p)
+            | UploadAsset(p)
+            | ListAssets(p)
+            | GetAsset(p)
+            | DeleteAsset(p)
+            | GetKey(p)
+            | RevokeKey(p)
+            | PatchKey(p)
+            | KeyLedger(p)
+            | RotateWebhookSecret(p)
+            | GetModel(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | CreateVideo | ListVideos | CreateGeneration
             | ListGenerations | CreateLibrary | ListLibraries | Moderation | CreateKey
-            | ListKeys | AdminTasks | AdminChannels | Messages | CountTokens | ListModels => None,
+            | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages | CountTokens
+            | ListModels => None,
         }
     }
 }
@@ -368,7 +393,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
         | Route::RevokeKey(_)
         | Route::PatchKey(_)
         | Route::KeyLedger(_)
+        | Route::RotateWebhookSecret(_)
         | Route::AdminTasks
+        | Route::AdminWebhooks
         | Route::AdminChannels => {
             if let Err(e) = authenticate_admin(headers, &app.admin_hash) {
                 return error(&e);
@@ -399,7 +426,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::RevokeKey(id) => admin::revoke_key(app, id).await,
                 Route::KeyLedger(id) => admin::ledger(app, id).await,
                 Route::PatchKey(id) => admin::patch_key(app, id, body).await,
+                Route::RotateWebhookSecret(id) => admin::rotate_webhook_secret(app, id).await,
                 Route::AdminTasks => admin::tasks(app, query).await,
+                Route::AdminWebhooks => webhooks::list(app, query).await,
                 Route::AdminChannels => admin::channels(app).await,
                 _ => error(&ErrorCode::NotFound.into()),
             }
@@ -539,7 +568,9 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("DELETE", "/admin/keys/{key_id}"),
         ("PATCH", "/admin/keys/{key_id}"),
         ("GET", "/admin/keys/{key_id}/ledger"),
+        ("POST", "/admin/keys/{key_id}/webhook-secret"),
         ("GET", "/admin/tasks"),
+        ("GET", "/admin/webhooks"),
         ("GET", "/admin/channels"),
         ("POST", "/v1/messages"),
         ("POST", "/v1/messages/count_tokens"),
@@ -669,6 +700,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 36, "route_table misses a route");
+        assert_eq!(kinds.len(), 38, "route_table misses a route");
     }
 }

@@ -81,9 +81,12 @@ pub struct Draft<'a, P> {
     pub sim: &'a SimDirectives,
     pub warnings: Vec<String>,
     pub price: i64,
+    /// The request's `callback_url` (checked); the key's `webhook_url` stands in without one.
+    pub callback_url: Option<String>,
 }
 
-/// A new `queued` task of format `F` owned by `key`, due now, with the configured deadline.
+/// A new `queued` task of format `F` owned by `key`, due now, with the configured deadline and
+/// the request's `callback_url` or the key's `webhook_url`.
 pub fn new_task<F: TaskFormat, P: Serialize>(
     app: &App,
     key: &Key,
@@ -116,6 +119,7 @@ pub fn new_task<F: TaskFormat, P: Serialize>(
         error: None,
         warnings: draft.warnings,
         price: draft.price,
+        callback_url: draft.callback_url.or_else(|| key.webhook_url.clone()),
     })
 }
 

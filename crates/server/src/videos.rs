@@ -113,6 +113,9 @@ pub async fn create(
         }
     };
     let mut valid = videos_v1::validate(&raw)?;
+    if let Some(url) = &valid.callback_url {
+        crate::callbacks::check_url(&app.poster, "callback_url", url)?;
+    }
     let first_frame_param = videos_v1::first_frame_param(&raw);
     // A `data:` URI is in `valid` now; the request's own copy of it goes.
     drop(raw);
@@ -208,6 +211,7 @@ pub async fn create(
             sim: &sim,
             warnings,
             price,
+            callback_url: valid.callback_url.take(),
         };
         let task = tasks::new_task::<Videos, _>(app, key, draft)?;
         tasks::create(app, &task).await?;

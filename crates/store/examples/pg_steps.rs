@@ -182,6 +182,8 @@ fn key(id: &str) -> Key {
         expires_at: None,
         status: KeyStatus::Active,
         created_at: 1,
+        webhook_url: None,
+        webhook_secret: None,
     }
 }
 
@@ -209,6 +211,7 @@ fn task(id: &str, owner: &str, params: &Params) -> Task {
         error: None,
         warnings: Vec::new(),
         price: 30,
+        callback_url: None,
     }
 }
 

@@ -37,6 +37,8 @@ pub enum StoreError {
         "store schema is at version {found}, newer than the {known} this build knows: run a relay at least as new as the one that migrated it"
     )]
     SchemaTooNew { found: i32, known: i32 },
+    #[error("webhook {0} not found")]
+    WebhookNotFound(String),
     #[error("asset library {0} not found")]
     LibraryNotFound(String),
     #[error("asset {0} not found")]

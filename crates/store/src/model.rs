@@ -168,6 +168,10 @@ pub struct Task {
     pub warnings: Vec<String>,
     /// Credits pre-deducted when the task was accepted.
     pub price: i64,
+    /// Where the task's final status is announced (a signed webhook): the request's
+    /// `callback_url`, or its key's `webhook_url` when it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,6 +209,12 @@ pub struct Key {
     pub expires_at: Option<u64>,
     pub status: KeyStatus,
     pub created_at: u64,
+    /// Default `callback_url` of the key's tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<String>,
+    /// The secret webhooks of the key's tasks are signed with (`whsec_<base64>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -409,4 +419,136 @@ pub struct AssetQuery {
     /// 1..=100.
     pub limit: usize,
     pub order: Order,
+}
+
+/// Where a webhook delivery stands: `pending` until a receiver answered 2xx (`delivered`) or
+/// its retries ran out (`failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookStatus {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl WebhookStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WebhookStatus::Pending => "pending",
+            WebhookStatus::Delivered => "delivered",
+            WebhookStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One try at delivering a webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookAttempt {
+    /// Unix milliseconds when the request was sent.
+    pub at_ms: u64,
+    /// The receiver's HTTP status, when it answered.
+    pub status_code: Option<u16>,
+    /// Why no answer came (connect error, timeout, refused address).
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// A webhook of a task that reached a final status: written by [`crate::Store::transition`] in
+/// the transaction that ended the task, then delivered (and retried) by the relay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Webhook {
+    /// `evt_<ulid>`: the event id, the same on every attempt; sorts by creation time.
+    pub id: String,
+    pub task_id: String,
+    /// The task's key.
+    pub owner: String,
+    pub url: String,
+    /// The task as it ended (what the event's `data` is rendered from).
+    pub task: Task,
+    /// Unix milliseconds when the task ended.
+    pub created_ms: u64,
+    pub status: WebhookStatus,
+    /// Unix milliseconds of the next attempt (or the end of the current attempt's lease);
+    /// `None` once delivered or failed.
+    pub next_attempt_ms: Option<u64>,
+    /// Oldest first.
+    pub attempts: Vec<WebhookAttempt>,
+}
+
+/// What an attempt at a delivery leads to, for [`crate::Store::record_webhook_attempt`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Try again at this time (unix milliseconds).
+    Retry { at_ms: u64 },
+    /// No more tries.
+    Failed,
+}
+
+/// Webhooks for operators: newest first, each filter optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookQuery {
+    pub task_id: Option<String>,
+    pub status: Option<WebhookStatus>,
+    /// Exclusive cursor: a webhook id; the page holds older ones.
+    pub after: Option<String>,
+    /// 1..=1000.
+    pub limit: usize,
+}
+
+impl Webhook {
+    /// The webhook a task that has just moved to a final status announces itself with, when it
+    /// has a `callback_url`: `pending`, due at `now_ms`. Both backends write it in the
+    /// transaction of the move.
+    pub(crate) fn for_final(task: &Task, now_ms: u64) -> Option<Webhook> {
+        let url = task.callback_url.clone()?;
+        if !task.status.is_final() {
+            return None;
+        }
+        Some(Webhook {
+            id: format!("evt_{}", ulid::Ulid::new()),
+            task_id: task.id.clone(),
+            owner: task.owner.clone(),
+            url,
+            task: task.clone(),
+            created_ms: now_ms,
+            status: WebhookStatus::Pending,
+            next_attempt_ms: Some(now_ms),
+            attempts: Vec::new(),
+        })
+    }
+
+    /// `attempt` appended and `outcome` applied; a webhook already delivered or failed keeps
+    /// its status.
+    pub(crate) fn record(&mut self, attempt: &WebhookAttempt, outcome: WebhookOutcome) {
+        self.attempts.push(attempt.clone());
+        if self.status != WebhookStatus::Pending {
+            return;
+        }
+        match outcome {
+            WebhookOutcome::Delivered => {
+                self.status = WebhookStatus::Delivered;
+                self.next_attempt_ms = None;
+            }
+            WebhookOutcome::Failed => {
+                self.status = WebhookStatus::Failed;
+                self.next_attempt_ms = None;
+            }
+            WebhookOutcome::Retry { at_ms } => self.next_attempt_ms = Some(at_ms),
+        }
+    }
+
+    /// Whether `query`'s filters (not its cursor) let it through.
+    pub(crate) fn matches(&self, query: &WebhookQuery) -> bool {
+        query.task_id.as_deref().is_none_or(|t| self.task_id == t)
+            && query.status.is_none_or(|s| self.status == s)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

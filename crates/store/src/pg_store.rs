@@ -11,6 +11,7 @@
 //! | `ledger`            | task entries, `seq` from `ledger_seq`; unique `(task_id, kind)`   |
 //! | `usage`             | charges of work without a task: a batch shares one `seq`, `ord` is its place |
 //! | `meta`              | name, value bytes                                                  |
+//! | `webhooks`          | id, `task_id`, `status`, `due_ms` (the next attempt while pending), the [`Webhook`] as jsonb |
 //! | `libraries`         | id, owner, the [`Library`] (with its `asset_count`) as jsonb      |
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
 //! | `schema_migrations` | the versions applied, each with its time                           |
@@ -51,6 +52,7 @@
 //! | `ledger`  | pre-deduction, settlement and refund against the quota; charges        |
 //! | `keys`    | keys by id and by hash; `meta`                                         |
 //! | `assets`  | asset libraries and assets                                             |
+//! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
@@ -60,6 +62,7 @@ use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
     LedgerEntry, Library, Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus,
+    Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
@@ -70,6 +73,7 @@ mod names;
 mod pool;
 mod tasks;
 mod txn;
+mod webhooks;
 
 pub use pool::PgStore;
 
@@ -140,6 +144,40 @@ impl Store for PgStore {
 
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
         tasks::counts(self).await
+    }
+
+    async fn claim_webhooks(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Webhook>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        webhooks::claim(self, now_ms, lease_ms, limit).await
+    }
+
+    async fn record_webhook_attempt(
+        &self,
+        id: &str,
+        attempt: &WebhookAttempt,
+        outcome: WebhookOutcome,
+    ) -> Result<Webhook, StoreError> {
+        let what = format!("record webhook {id}");
+        let what = what.as_str();
+        retry(what, || async move {
+            let mut client = self.client(what).await?;
+            let tx = client.transaction().await.sql(what)?;
+            let webhook = webhooks::record(&tx, id, attempt, outcome).await?;
+            tx.commit().await.sql(what)?;
+            Ok(webhook)
+        })
+        .await
+    }
+
+    async fn webhooks(&self, query: &WebhookQuery) -> Result<Page<Webhook>, StoreError> {
+        webhooks::list(self, query).await
     }
 
     async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {

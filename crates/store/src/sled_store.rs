@@ -13,6 +13,9 @@
 //! | `ledger`         | key id `\0` sequence (8 bytes big-endian)| JSON [`LedgerEntry`] |
 //! | `ledger_by_task` | task id `\0` kind name                   | entry id         |
 //! | `meta`           | name                                     | raw bytes        |
+//! | `webhooks`       | webhook id                               | JSON [`Webhook`](crate::Webhook) |
+//! | `webhooks_due`   | next attempt (ms, 8 bytes big-endian) webhook id | empty    |
+//! | `webhooks_by_task` | task id `\0` webhook id               | empty            |
 //!
 //! Every unfinished task has exactly one `due` entry (at `next_poll_ms`, or at `u64::MAX` when
 //! it has none, so that [`Store::unfinished_tasks`] still finds it but
@@ -37,6 +40,7 @@
 //! | `ledger`     | pre-deduction, settlement and refund against the quota; charges    |
 //! | `keys`       | keys by id and by hash; `meta`                                     |
 //! | `task_index` | the keys of `tasks_by_owner` and `due`                             |
+//! | `webhooks`   | webhooks: written with a task's end, claims, attempts, listings    |
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `index`      | index keys and ranges every index shares                           |
@@ -49,6 +53,7 @@ use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
     LedgerEntry, Library, Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus,
+    Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
@@ -62,6 +67,7 @@ mod task_index;
 mod tasks;
 mod trees;
 mod txn;
+mod webhooks;
 
 pub use trees::SledStore;
 
@@ -122,6 +128,30 @@ impl Store for SledStore {
 
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
         Ok(self.counts.all())
+    }
+
+    async fn claim_webhooks(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Webhook>, StoreError> {
+        webhooks::claim(self, now_ms, lease_ms, limit)
+    }
+
+    async fn record_webhook_attempt(
+        &self,
+        id: &str,
+        attempt: &WebhookAttempt,
+        outcome: WebhookOutcome,
+    ) -> Result<Webhook, StoreError> {
+        let webhook = webhooks::record(self, id, attempt, outcome)?;
+        self.flush_after(&format!("record webhook {id}")).await?;
+        Ok(webhook)
+    }
+
+    async fn webhooks(&self, query: &WebhookQuery) -> Result<Page<Webhook>, StoreError> {
+        webhooks::list(self, query)
     }
 
     async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError> {

@@ -3,7 +3,8 @@
 use crate::error::StoreError;
 use crate::model::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
-    LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus,
+    LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus, Webhook,
+    WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 /// An edit of a task inside a [`Store::transition`].
@@ -44,6 +45,10 @@ pub trait Store: Send + Sync + 'static {
     /// `from` may contain `to` for an update without a status change (progress), but a task in
     /// a final status is never changed. Returns the task as written.
     ///
+    /// A move to a final status of a task with a `callback_url` also writes its [`Webhook`]
+    /// (`pending`, due at once, carrying the task as written) in the same transaction, so a
+    /// task's end is never without its webhook, whatever stops the process afterwards.
+    ///
     /// `update` may run more than once (a backend may retry the transaction) and runs inside
     /// it: it must only edit the task, never call the store. It cannot change `id`, `owner` or
     /// `kind`, nor lower `progress`.
@@ -74,6 +79,31 @@ pub trait Store: Send + Sync + 'static {
     /// How many tasks there are of each kind in each status (pairs with none left out), for
     /// the metrics. Cheap: counted by the backend, not by reading every task.
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
+
+    /// Claims due webhook deliveries, as [`Store::claim_due`] claims tasks: `pending` webhooks
+    /// whose `next_attempt_ms` is at or before `now_ms`, earliest first, from an index; each
+    /// claimed one's `next_attempt_ms` moves to `now_ms + lease_ms` in the same transaction, so
+    /// no other caller gets it until the lease runs out or its attempt is recorded. Not flushed.
+    async fn claim_webhooks(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Webhook>, StoreError>;
+
+    /// Appends `attempt` to webhook `id` and applies `outcome` (delivered, due again at a time,
+    /// or failed), in one transaction, flushed. A webhook already delivered or failed keeps its
+    /// status (a late attempt of an expired lease is recorded, nothing more). Returns the
+    /// webhook as written.
+    async fn record_webhook_attempt(
+        &self,
+        id: &str,
+        attempt: &WebhookAttempt,
+        outcome: WebhookOutcome,
+    ) -> Result<Webhook, StoreError>;
+
+    /// Webhooks for operators, newest first, filtered by task and status and paged.
+    async fn webhooks(&self, query: &WebhookQuery) -> Result<Page<Webhook>, StoreError>;
 
     /// Unfinished tasks, earliest due first (used at start-up and for the timeout sweep).
     async fn unfinished_tasks(&self, limit: usize) -> Result<Vec<Task>, StoreError>;

@@ -232,6 +232,8 @@ pub fn key(id: &str, hash: &str, quota: Option<i64>) -> Key {
         expires_at: None,
         status: KeyStatus::Active,
         created_at: 1,
+        webhook_url: None,
+        webhook_secret: None,
     }
 }
 
@@ -263,6 +265,7 @@ pub fn task(id: &str, owner: &str, status: TaskStatus, next_poll_ms: Option<u64>
         error: None,
         warnings: Vec::new(),
         price: 30,
+        callback_url: None,
     }
 }
 
@@ -452,3 +455,4 @@ mod keys;
 mod ledger;
 mod tasks;
 mod transitions;
+mod webhooks;

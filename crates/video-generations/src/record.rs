@@ -147,6 +147,7 @@ mod tests {
             assets: Vec::<AssetRef>::new(),
             return_last_frame: true,
             seed: Some(42),
+            callback_url: None,
         }
     }
 

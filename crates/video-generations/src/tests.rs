@@ -256,6 +256,7 @@ fn request(assets: &[(&str, Role)]) -> ValidGeneration {
             .collect(),
         return_last_frame: false,
         seed: None,
+        callback_url: None,
     }
 }
 

@@ -133,11 +133,14 @@ pub struct ValidCreate {
     pub audio: Option<Media>,
     pub reference_video: Option<Media>,
     pub reference_video_audio: bool,
+    /// Where the task's final status is announced (a signed webhook).
+    #[serde(default)]
+    pub callback_url: Option<String>,
 }
 
 /// Validates a create request. Pure; returns the first failing check in CONTRACT §1.1's order:
 /// model, prompt, size, aspect_ratio, duration (and seconds), reference counts, images, audio,
-/// video, then reference_video_audio.
+/// video, then reference_video_audio and callback_url.
 pub fn validate(raw: &RawCreate) -> Result<ValidCreate, ApiError> {
     let model = check_model(raw)?;
     let prompt = check_prompt(raw)?;
@@ -166,6 +169,7 @@ pub fn validate(raw: &RawCreate) -> Result<ValidCreate, ApiError> {
         "an http(s) URL, a data: URI or a file part of an mp4 or mov video",
     )?;
     let reference_video_audio = check_reference_video_audio(raw, reference_video.is_some())?;
+    let callback_url = check_callback_url(raw)?;
 
     Ok(ValidCreate {
         model,
@@ -178,7 +182,51 @@ pub fn validate(raw: &RawCreate) -> Result<ValidCreate, ApiError> {
         audio,
         reference_video,
         reference_video_audio,
+        callback_url,
     })
+}
+
+/// Longest `callback_url`, in bytes.
+pub const MAX_CALLBACK_URL: usize = 2048;
+
+/// `callback_url`: an absolute http(s) URL with a host, no credentials, no whitespace.
+fn check_callback_url(raw: &RawCreate) -> Result<Option<String>, ApiError> {
+    let code = ErrorCode::InvalidRequest;
+    let name = "callback_url";
+    let Some(value) = single(raw, name, code)? else {
+        return Ok(None);
+    };
+    let url = text(value).filter(|s| is_callback_url(s));
+    match url {
+        Some(url) => Ok(Some(url.to_owned())),
+        None => Err(ApiError::field(
+            code,
+            name,
+            format!(
+                "callback_url must be an absolute http:// or https:// URL with a host, without \
+                 credentials, of at most {MAX_CALLBACK_URL} bytes, got {}",
+                describe(value.into())
+            ),
+        )),
+    }
+}
+
+fn is_callback_url(s: &str) -> bool {
+    let lower_prefix = |p: &str| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+    let rest = if lower_prefix("http://") {
+        &s[7..]
+    } else if lower_prefix("https://") {
+        &s[8..]
+    } else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    s.len() <= MAX_CALLBACK_URL
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        && !authority.is_empty()
+        && !authority.starts_with(':')
+        && !authority.contains('@')
+        && s.validate_url()
 }
 
 /// The field name the first frame came under (`input_reference` or `first_frame`), for the

@@ -174,6 +174,7 @@ mod tests {
             audio: None,
             reference_video: None,
             reference_video_audio: false,
+            callback_url: None,
         }
     }
 

@@ -79,6 +79,7 @@ fn finished_task(owner: &str, i: usize, now: u64) -> Task {
         error: None,
         warnings: Vec::new(),
         price: 80,
+        callback_url: None,
     }
 }
 
@@ -115,6 +116,8 @@ async fn seed(dir: &Path, n: usize) -> anyhow::Result<(Seed, Duration)> {
             expires_at: None,
             status: KeyStatus::Active,
             created_at: now,
+            webhook_url: None,
+            webhook_secret: None,
         };
         store.create_key(&key).await?;
         let next = Arc::new(AtomicUsize::new(0));

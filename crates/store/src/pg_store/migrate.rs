@@ -9,7 +9,10 @@ use super::txn::{Fault, Sql};
 use crate::StoreError;
 
 /// Every migration, in order: version `n` is `MIGRATIONS[n - 1]`.
-pub(super) const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+pub(super) const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_webhooks.sql"),
+];
 
 /// The newest version this build knows.
 pub(super) fn latest() -> i32 {

@@ -10,6 +10,7 @@ use tokio_postgres::types::Json;
 use super::names::{task_kind, task_status};
 use super::pool::PgStore;
 use super::txn::{self, Fault, Filter, Sql, big, check_id, corrupt, encode};
+use super::webhooks;
 use crate::steps::TaskUpdate;
 use crate::{
     AdminTaskQuery, Claim, Order, Page, StoreError, Task, TaskCount, TaskKind, TaskQuery,
@@ -247,6 +248,9 @@ pub(super) async fn transition(
         ],
     )
     .await?;
+    if let Some(webhook) = crate::Webhook::for_final(&new, webhooks::now_ms()) {
+        webhooks::insert(tx, &webhook).await?;
+    }
     Ok(new)
 }
 

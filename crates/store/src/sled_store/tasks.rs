@@ -8,6 +8,7 @@ use super::record::{backend, check_id, decode, encode, read};
 use super::task_index::{due_key, owner_key, owner_prefix, sort_key, split_due_key};
 use super::trees::{DUE, SledStore, TASKS, TASKS_BY_OWNER, Tx};
 use super::txn::{TxResult, abort, ensure_new, get, or_abort, put};
+use super::webhooks;
 use crate::steps::TaskUpdate;
 use crate::{
     AdminTaskQuery, Claim, Order, Page, StoreError, Task, TaskKind, TaskQuery, TaskStatus,
@@ -170,6 +171,9 @@ pub(super) fn transition(
     }
     move_entry(tx.due, due_key(&old), due_key(&new))?;
     put(tx.tasks, id.as_bytes(), "task", &new)?;
+    if let Some(webhook) = crate::Webhook::for_final(&new, webhooks::now_ms()) {
+        webhooks::insert(tx, &webhook)?;
+    }
     Ok((old.status, new))
 }
 

@@ -25,6 +25,9 @@ const LEDGER_BY_TASK: &str = "ledger_by_task";
 pub(super) const USAGE: &str = "usage";
 const USAGE_BY_KEY: &str = "usage_by_key";
 const META: &str = "meta";
+pub(super) const WEBHOOKS: &str = "webhooks";
+pub(super) const WEBHOOKS_DUE: &str = "webhooks_due";
+const WEBHOOKS_BY_TASK: &str = "webhooks_by_task";
 
 /// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
 const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
@@ -95,6 +98,9 @@ tree_set! {
         keys_by_hash: KEYS_BY_HASH,
         ledger: LEDGER,
         ledger_by_task: LEDGER_BY_TASK,
+        webhooks: WEBHOOKS,
+        webhooks_due: WEBHOOKS_DUE,
+        webhooks_by_task: WEBHOOKS_BY_TASK,
     }
 }
 

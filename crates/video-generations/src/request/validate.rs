@@ -32,6 +32,10 @@ pub struct ValidGeneration {
     pub return_last_frame: bool,
     /// `None`: the relay chooses.
     pub seed: Option<u64>,
+    /// Where the task's final status is announced (a signed webhook; the name the upstream
+    /// format gives its own callback).
+    #[serde(default)]
+    pub callback_url: Option<String>,
 }
 
 impl ValidGeneration {
@@ -65,6 +69,7 @@ pub fn validate(
     let prompt = check_prompt(fields)?;
     let return_last_frame = check_return_last_frame(fields)?;
     let seed = check_seed(fields)?;
+    let callback_url = check_callback_url(fields)?;
     Ok(ValidGeneration {
         model: model.name.clone(),
         family: model.family.clone(),
@@ -75,7 +80,66 @@ pub fn validate(
         assets,
         return_last_frame,
         seed,
+        callback_url,
     })
+}
+
+/// Longest `callback_url`, in bytes.
+pub const MAX_CALLBACK_URL: usize = 2048;
+
+/// `callback_url`: an absolute http(s) URL with a host, no credentials, no whitespace.
+fn check_callback_url(fields: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    let Some(value) = field(fields, "callback_url") else {
+        return Ok(None);
+    };
+    match value.as_str().filter(|s| is_callback_url(s)) {
+        Some(url) => Ok(Some(url.to_owned())),
+        None => Err(ApiError::field(
+            ErrorCode::InvalidRequest,
+            "callback_url",
+            format!(
+                "callback_url must be an absolute http:// or https:// URL with a host, without \
+                 credentials, of at most {MAX_CALLBACK_URL} bytes, got {}",
+                describe(value)
+            ),
+        )),
+    }
+}
+
+fn is_callback_url(s: &str) -> bool {
+    let lower_prefix = |p: &str| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+    let rest = if lower_prefix("http://") {
+        &s[7..]
+    } else if lower_prefix("https://") {
+        &s[8..]
+    } else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // `host`, `host:port`, `[v6]` or `[v6]:port`.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, rest)) => match rest.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok());
+    s.len() <= MAX_CALLBACK_URL
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        && !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '_'))
+        && !authority.contains('@')
+        && port_ok
 }
 
 /// A field's value; JSON `null` is the same as leaving it out.
