@@ -26,6 +26,10 @@ enum Route<'a> {
     Readyz,
     /// `GET /openapi.yaml`: the API description, unauthenticated.
     OpenApi,
+    /// `GET /console` and `/console/`: the web console's page, unauthenticated.
+    Console,
+    /// `GET /console/<file>`: one of the console's static files, unauthenticated.
+    ConsoleFile(&'a str),
     /// `/files/<blob id>`, authorised by its signature instead of a key.
     File(&'a str),
     CreateVideo,
@@ -83,6 +87,14 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(Miss::NotFound);
     };
+    // The console's page is also at `/console/`, the one path with an empty last segment.
+    if rest == "console/" {
+        return if method == Method::GET {
+            Ok(Route::Console)
+        } else {
+            Err(Miss::Method("GET"))
+        };
+    }
     let segments: Vec<&str> = rest.split('/').collect();
     if segments
         .iter()
@@ -101,6 +113,9 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["readyz"] => Err(Miss::Method("GET")),
         ["openapi.yaml"] if m == Method::GET => Ok(OpenApi),
         ["openapi.yaml"] => Err(Miss::Method("GET")),
+        ["console"] if m == Method::GET => Ok(Console),
+        ["console", file] if m == Method::GET => Ok(ConsoleFile(file)),
+        ["console"] | ["console", _] => Err(Miss::Method("GET")),
         ["v1", "videos"] if m == Method::POST => Ok(CreateVideo),
         ["v1", "videos"] if m == Method::GET => Ok(ListVideos),
         ["v1", "videos"] => Err(Miss::Method("GET, POST")),
@@ -167,8 +182,8 @@ impl<'a> Route<'a> {
             File(p) | GetVideo(p) | DeleteVideo(p) | VideoContent(p) | CancelVideo(p)
             | GetGeneration(p) | CancelGeneration(p) | GetLibrary(p) | DeleteLibrary(p)
             | UploadAsset(p) | ListAssets(p) | GetAsset(p) | DeleteAsset(p) | GetKey(p)
-            | RevokeKey(p) | PatchKey(p) | KeyLedger(p) | GetModel(p) => Some(p),
-            Healthz | Readyz | OpenApi | CreateVideo | ListVideos | CreateGeneration
+            | RevokeKey(p) | PatchKey(p) | KeyLedger(p) | GetModel(p) | ConsoleFile(p) => Some(p),
+            Healthz | Readyz | OpenApi | Console | CreateVideo | ListVideos | CreateGeneration
             | ListGenerations | CreateLibrary | ListLibraries | Moderation | CreateKey
             | ListKeys | AdminTasks | AdminChannels | Messages | CountTokens | ListModels => None,
         }
@@ -271,6 +286,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Answer {
         Route::Healthz => ok(&json!({"status": "ok"})),
         Route::Readyz => readyz(app).await,
         Route::OpenApi => openapi(),
+        Route::Console => crate::console::serve("index.html", headers),
+        Route::ConsoleFile(file) => crate::console::serve(file, headers),
         Route::File(blob) => file(app, blob, query, headers).await,
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
@@ -450,6 +467,9 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/openapi.yaml"),
+        ("GET", "/console"),
+        ("GET", "/console/"),
+        ("GET", "/console/{file}"),
         ("GET", "/files/{path}"),
         ("POST", "/v1/videos"),
         ("GET", "/v1/videos"),
@@ -554,6 +574,15 @@ mod tests {
         assert_eq!(route(&Method::GET, "/nope"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "//v1/videos"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "/openapi.yaml"), Ok(Route::OpenApi));
+        assert_eq!(route(&Method::GET, "/console"), Ok(Route::Console));
+        assert_eq!(route(&Method::GET, "/console/"), Ok(Route::Console));
+        assert_eq!(
+            route(&Method::GET, "/console/app.js"),
+            Ok(Route::ConsoleFile("app.js"))
+        );
+        assert_eq!(route(&Method::POST, "/console/"), Err(Miss::Method("GET")));
+        assert_eq!(route(&Method::GET, "/console/a/b.js"), Err(Miss::NotFound));
+        assert_eq!(route(&Method::GET, "/console//"), Err(Miss::NotFound));
     }
 
     #[test]
@@ -603,6 +632,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 35, "route_table misses a route");
+        assert_eq!(kinds.len(), 37, "route_table misses a route");
     }
 }
