@@ -20,7 +20,7 @@ struct File {
 
 const JS: &str = "text/javascript; charset=utf-8";
 
-macro_rules! file {
+macro_rules! embed {
     ($name:literal, $type:expr) => {
         File {
             name: $name,
@@ -32,19 +32,19 @@ macro_rules! file {
 
 /// Every file of the console; `index.html` is also served at `/console` and `/console/`.
 const FILES: &[File] = &[
-    file!("index.html", "text/html; charset=utf-8"),
-    file!("console.css", "text/css; charset=utf-8"),
-    file!("icon.svg", "image/svg+xml"),
-    file!("app.js", JS),
-    file!("api.js", JS),
-    file!("ui.js", JS),
-    file!("playground.js", JS),
-    file!("assets.js", JS),
-    file!("chat.js", JS),
-    file!("keys.js", JS),
-    file!("tasks.js", JS),
-    file!("channels.js", JS),
-    file!("metrics.js", JS),
+    embed!("index.html", "text/html; charset=utf-8"),
+    embed!("console.css", "text/css; charset=utf-8"),
+    embed!("icon.svg", "image/svg+xml"),
+    embed!("app.js", JS),
+    embed!("api.js", JS),
+    embed!("ui.js", JS),
+    embed!("playground.js", JS),
+    embed!("assets.js", JS),
+    embed!("chat.js", JS),
+    embed!("keys.js", JS),
+    embed!("tasks.js", JS),
+    embed!("channels.js", JS),
+    embed!("metrics.js", JS),
 ];
 
 /// The page loads nothing but its own files, talks to nothing but its own origin, and plays
