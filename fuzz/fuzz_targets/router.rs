@@ -24,14 +24,17 @@ fn fills(template: &str, param: Option<&str>, path: &str) -> bool {
     }
 }
 
-/// Whether `path` could be `template` with some parameter.
+/// Whether `path` could be `template` with some (non-empty) parameter.
 fn shape(template: &str, path: &str) -> bool {
     if template == "/files/{path}" {
         return path.starts_with("/files/");
     }
     let t: Vec<&str> = template.split('/').collect();
     let p: Vec<&str> = path.split('/').collect();
-    t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| t.starts_with('{') || t == p)
+    t.len() == p.len()
+        && t.iter()
+            .zip(&p)
+            .all(|(t, p)| (t.starts_with('{') && !p.is_empty()) || t == p)
 }
 
 fn clean(segment: &str) -> bool {

@@ -9,6 +9,7 @@ mod bench;
 mod cluster;
 mod cmd;
 mod conformance;
+mod console;
 mod crash;
 mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
@@ -28,7 +29,8 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
             the S3 blob tests with moto's server from PyPI in target/moto-venv),
             a short fuzz pass (5 s per target), a short crash run, the official SDK checks
             and a bounded Schemathesis pass
-  --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*)
+  --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*) and the
+            console's browser test (chromium from apt, Playwright from npm)
   --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
   sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)
@@ -55,6 +57,9 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
                 (`cluster --debug` is part of ci); `cluster --help`
   floors        the files of every crate by floor, bottom first, and every circle of files
                 (`use` lines and paths in code); fails when there is a circle. `floors --help`
+  console       the web console in a real browser (chromium + Playwright) against the debug
+                relay; `console --screenshots` also writes docs/console/*.png (part of ci with the
+                SDK checks)
   openapi       validate docs/openapi.yaml (openapi-spec-validator from PyPI; part of ci with the
                 SDK checks)
   schemathesis  property-based tests of the running relay against docs/openapi.yaml
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         // The Anthropic SDK check alone (it also runs as part of `ci`).
         Some("sdk-messages") => sdk::anthropic_sdk_check(),
         Some("openapi") => openapi::validate(),
+        Some("console") => console::run_console(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
         Some("profile") => profile::run(&args[1..]),
@@ -157,6 +163,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     }
     if sdk {
         sdk::sdk_check()?;
+        console::run_console(&[])?;
     }
     if sdk {
         openapi::validate()?;

@@ -16,6 +16,7 @@ pub mod chat_ledger;
 pub mod cluster;
 pub mod config;
 pub mod conns;
+pub mod console;
 pub mod content;
 pub mod generations;
 pub mod http;

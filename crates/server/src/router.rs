@@ -29,6 +29,10 @@ enum Route<'a> {
     OpenApi,
     /// `GET /metrics`: Prometheus text, admin token.
     Metrics,
+    /// `GET /console` and `/console/`: the web console's page, unauthenticated.
+    Console,
+    /// `GET /console/<file>`: one of the console's static files, unauthenticated.
+    ConsoleFile(&'a str),
     /// `/files/<blob id>`, authorised by its signature instead of a key.
     File(&'a str),
     CreateVideo,
@@ -89,6 +93,14 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(Miss::NotFound);
     };
+    // The console's page is also at `/console/`, the one path with an empty last segment.
+    if rest == "console/" {
+        return if method == Method::GET {
+            Ok(Route::Console)
+        } else {
+            Err(Miss::Method("GET"))
+        };
+    }
     let segments: Vec<&str> = rest.split('/').collect();
     if segments
         .iter()
@@ -109,6 +121,9 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["openapi.yaml"] => Err(Miss::Method("GET")),
         ["metrics"] if m == Method::GET => Ok(Metrics),
         ["metrics"] => Err(Miss::Method("GET")),
+        ["console"] if m == Method::GET => Ok(Console),
+        ["console", file] if m == Method::GET => Ok(ConsoleFile(file)),
+        ["console"] | ["console", _] => Err(Miss::Method("GET")),
         ["v1", "videos"] if m == Method::POST => Ok(CreateVideo),
         ["v1", "videos"] if m == Method::GET => Ok(ListVideos),
         ["v1", "videos"] => Err(Miss::Method("GET, POST")),
@@ -208,6 +223,8 @@ impl<'a> Route<'a> {
             PatchKey(_) => "PATCH /admin/keys/{key_id}",
             KeyLedger(_) => "GET /admin/keys/{key_id}/ledger",
             RotateWebhookSecret(_) => "POST /admin/keys/{key_id}/webhook-secret",
+            Console => "GET /console",
+            ConsoleFile(_) => "GET /console/{file}",
             AdminWebhooks => "GET /admin/webhooks",
             AdminTasks => "GET /admin/tasks",
             AdminChannels => "GET /admin/channels",
@@ -240,11 +257,12 @@ impl<'a> Route<'a> {
             | PatchKey(p)
             | KeyLedger(p)
             | RotateWebhookSecret(p)
-            | GetModel(p) => Some(p),
-            Healthz | Readyz | OpenApi | Metrics | CreateVideo | ListVideos | CreateGeneration
-            | ListGenerations | CreateLibrary | ListLibraries | Moderation | CreateKey
-            | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages | CountTokens
-            | ListModels => None,
+            | GetModel(p)
+            | ConsoleFile(p) => Some(p),
+            Healthz | Readyz | OpenApi | Metrics | Console | CreateVideo | ListVideos
+            | CreateGeneration | ListGenerations | CreateLibrary | ListLibraries | Moderation
+            | CreateKey | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages
+            | CountTokens | ListModels => None,
         }
     }
 }
@@ -354,6 +372,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
         Route::Healthz => ok(&json!({"status": "ok"})),
         Route::Readyz => readyz(app).await,
         Route::OpenApi => openapi(),
+        Route::Console => crate::console::serve("index.html", headers),
+        Route::ConsoleFile(file) => crate::console::serve(file, headers),
         Route::File(blob) => file(app, blob, query, headers).await,
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
@@ -542,6 +562,9 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("GET", "/readyz"),
         ("GET", "/openapi.yaml"),
         ("GET", "/metrics"),
+        ("GET", "/console"),
+        ("GET", "/console/"),
+        ("GET", "/console/{file}"),
         ("GET", "/files/{path}"),
         ("POST", "/v1/videos"),
         ("GET", "/v1/videos"),
@@ -648,6 +671,15 @@ mod tests {
         assert_eq!(route(&Method::GET, "/nope"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "//v1/videos"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "/openapi.yaml"), Ok(Route::OpenApi));
+        assert_eq!(route(&Method::GET, "/console"), Ok(Route::Console));
+        assert_eq!(route(&Method::GET, "/console/"), Ok(Route::Console));
+        assert_eq!(
+            route(&Method::GET, "/console/app.js"),
+            Ok(Route::ConsoleFile("app.js"))
+        );
+        assert_eq!(route(&Method::POST, "/console/"), Err(Miss::Method("GET")));
+        assert_eq!(route(&Method::GET, "/console/a/b.js"), Err(Miss::NotFound));
+        assert_eq!(route(&Method::GET, "/console//"), Err(Miss::NotFound));
     }
 
     #[test]
@@ -690,6 +722,8 @@ mod tests {
                 assert_eq!(got.is_ok(), listed, "{m} {path}: {got:?}");
                 if let Ok(r) = got {
                     if m == *method {
+                        // `/console/` is the page `/console` is.
+                        let template = template.strip_suffix('/').unwrap_or(template);
                         assert_eq!(r.label(), format!("{method} {template}"));
                     }
                     let name = format!("{r:?}");
@@ -700,6 +734,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 38, "route_table misses a route");
+        assert_eq!(kinds.len(), 40, "route_table misses a route");
     }
 }

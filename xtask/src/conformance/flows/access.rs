@@ -11,7 +11,15 @@ use crate::conformance::checks;
 use crate::conformance::client::{Req, Resp};
 use crate::conformance::suite::Suite;
 
-const PUBLIC: &[&str] = &["/healthz", "/readyz", "/openapi.yaml", "/files/{path}"];
+const PUBLIC: &[&str] = &[
+    "/healthz",
+    "/readyz",
+    "/openapi.yaml",
+    "/files/{path}",
+    "/console",
+    "/console/",
+    "/console/{file}",
+];
 const MESSAGES_PATHS: &[&str] = &[
     "/v1/messages",
     "/v1/messages/count_tokens",
@@ -43,6 +51,31 @@ pub async fn public(suite: &mut Suite) {
         }
     });
     suite.check(s, "openapi.yaml served and lists every route", v);
+    for path in ["/console", "/console/"] {
+        let r = suite.send(Req::get(path)).await;
+        let v = checks::status(&r, 200).and_then(|()| {
+            match (
+                r.header("content-type"),
+                r.header("content-security-policy"),
+            ) {
+                (Some(t), Some(csp))
+                    if t.starts_with("text/html") && csp.contains("default-src 'none'") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!(
+                    "expected an HTML page with a strict Content-Security-Policy, got {other:?}"
+                )),
+            }
+        });
+        suite.check(s, &format!("{path}: the console's page needs no key"), v);
+    }
+    let r = suite.send(Req::get("/console/no-such-file.js")).await;
+    suite.check(
+        s,
+        "an unknown console file is 404",
+        checks::api_error(&r, 404, "not found"),
+    );
     let r = suite
         .send(Req::get("/files/gen_x/video.mp4?expires=9999999999&sig=00"))
         .await;
