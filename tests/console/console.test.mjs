@@ -219,8 +219,12 @@ try {
       return route.fulfill({ status: 200, contentType: 'text/plain; version=0.0.4', body: exposition(polls) });
     });
     await go(page, 'channels');
-    await page.locator('#metrics[data-state="shown"]').waitFor();
-    assert.equal(await metric(page, 'connections'), '4');
+    // The view may still show the relay's own figures: wait for the stand-in's first poll
+    // (47 open connections is the stand-in's mark).
+    await page.waitForFunction(() => {
+      const shown = document.querySelector('[data-metric="connections"] .metric-value');
+      return shown && shown.innerText.trim() === '47';
+    }, null, { timeout: 20_000 });
     assert.equal(await metric(page, 'tasks'), '5');
     // Rates and histogram means need a second poll; the sparklines a third.
     await page.locator('[data-metric="requests"] .spark polyline').waitFor({ timeout: 20_000 });
@@ -263,18 +267,18 @@ function exposition(n) {
   return [
     '# HELP relay_http_requests_total HTTP requests by route and status.',
     '# TYPE relay_http_requests_total counter',
-    `relay_http_requests_total{route="/v1/videos",status="200"} ${90 * n + wave}`,
-    `relay_http_requests_total{route="/v1/videos/{id}",status="200"} ${60 * n}`,
-    `relay_http_requests_total{route="/v1/messages",status="500"} ${n}`,
+    `relay_http_requests_total{route="POST /v1/videos",status="200"} ${90 * n + wave}`,
+    `relay_http_requests_total{route="GET /v1/videos/{task_id}",status="200"} ${60 * n}`,
+    `relay_http_requests_total{route="POST /v1/messages",status="500"} ${n}`,
     '# TYPE relay_http_request_duration_seconds histogram',
-    `relay_http_request_duration_seconds_bucket{route="/v1/videos",le="+Inf"} ${40 * n}`,
-    `relay_http_request_duration_seconds_sum{route="/v1/videos"} ${n}`,
-    `relay_http_request_duration_seconds_count{route="/v1/videos"} ${40 * n}`,
-    'relay_open_connections 4',
+    `relay_http_request_duration_seconds_bucket{route="POST /v1/videos",le="+Inf"} ${40 * n}`,
+    `relay_http_request_duration_seconds_sum{route="POST /v1/videos"} ${n}`,
+    `relay_http_request_duration_seconds_count{route="POST /v1/videos"} ${40 * n}`,
+    'relay_open_connections 47',
     `relay_tasks{format="videos",status="queued"} 2`,
-    `relay_tasks{format="videos",status="in_progress"} 1`,
+    `relay_tasks{format="videos",status="running"} 1`,
     `relay_tasks{format="generations",status="running"} 2`,
-    `relay_tasks{format="videos",status="completed"} ${10 * n}`,
+    `relay_tasks{format="videos",status="succeeded"} ${10 * n}`,
     `relay_upstream_calls_total{channel="simulator",outcome="ok"} ${30 * n + wave}`,
     'relay_channel_healthy{channel="simulator"} 1',
     `relay_poller_lag_seconds_sum ${5 * n}`,

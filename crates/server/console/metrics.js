@@ -26,7 +26,7 @@ export function sum(samples, name, where = () => true) {
   return total;
 }
 
-const IN_FLIGHT = ['queued', 'in_progress', 'running'];
+const IN_FLIGHT = ['queued', 'running'];
 
 /**
  * The charted figures. Each takes (now, before, seconds between them) and gives a number or
