@@ -381,6 +381,9 @@ pub struct ChannelConfig {
     /// Video channels: hosts of result URLs fetched without the SSRF guard (`host` or
     /// `host:port`); the channel's own `base_url` is always trusted.
     pub trusted_hosts: Vec<String>,
+    /// `ark` channels: with a secret, submissions carry a `callback_url` on the relay
+    /// (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's poll.
+    pub callback_secret: Option<String>,
 }
 
 impl Config {
@@ -563,6 +566,21 @@ impl Config {
             }
             if matches!(channel.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
                 check_video_channel(self, channel)?;
+            }
+            match (&channel.callback_secret, channel.kind) {
+                (Some(_), kind) if kind != ChannelKind::Ark => {
+                    return Err(format!(
+                        "channels.{}: callback_secret applies to ark channels only",
+                        channel.name
+                    ));
+                }
+                (Some(secret), _) if secret.len() < 16 => {
+                    return Err(format!(
+                        "channels.{}: callback_secret must be at least 16 characters",
+                        channel.name
+                    ));
+                }
+                _ => {}
             }
             if let Some(rate) = channel.max_calls_per_sec {
                 if matches!(
