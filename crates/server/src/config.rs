@@ -827,6 +827,35 @@ mod tests {
     }
 
     #[test]
+    fn a_callback_secret_is_for_ark_channels_and_long_enough() {
+        let channel = |kind: &str, secret: &str| {
+            Config::from_toml(
+                Some(&format!(
+                    "[[channels]]\nname = \"u\"\nkind = \"{kind}\"\nbase_url = \"http://h/api/v3\"\nmodels = [\"model_h3\"]\ncallback_secret = \"{secret}\"\n"
+                )),
+                "t.toml",
+            )
+        };
+        let ok = channel("ark", "0123456789abcdef").unwrap();
+        assert_eq!(
+            ok.channels[0].callback_secret.as_deref(),
+            Some("0123456789abcdef")
+        );
+        let err = channel("ark", "short").unwrap_err().to_string();
+        assert!(
+            err.contains("channels.u: callback_secret must be at least 16"),
+            "{err}"
+        );
+        let err = channel("openai-videos", "0123456789abcdef")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("callback_secret applies to ark channels only"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_channel_call_rate_is_checked() {
         let channel = |kind: &str, rate: &str| {
             let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
