@@ -44,6 +44,8 @@ pub struct Switches {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub path: String,
+    /// The query string as it came, if any.
+    pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Value,
 }
@@ -144,6 +146,7 @@ async fn serve(
     let path = parts.uri.path().to_owned();
     shared.received.lock().expect("received").push(Received {
         path: path.clone(),
+        query: parts.uri.query().map(str::to_owned),
         headers: parts.headers.clone(),
         body: body.clone(),
     });

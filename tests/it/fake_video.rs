@@ -2,6 +2,8 @@
 //! Seedance-style `/api/v3/contents/generations/tasks`, with switches (changeable while it
 //! runs) for latency, failure rates, 429 bursts, going down, hanging polls, unknown statuses,
 //! expired result URLs, truncated downloads and large results generated while they are sent.
+//! Its `ark` side cancels and deletes as Ark does (a queued task deleted is gone, a running one
+//! refuses), and posts a task's final state to the submission's `callback_url`.
 //! It counts submissions per prompt, so a test that gives every task its own prompt can prove
 //! none was submitted twice, and polls, in all and per task.
 //!
@@ -42,6 +44,8 @@ pub struct Switches {
     pub latency_ms: AtomicU64,
     /// How long an accepted task runs, in ms.
     pub run_ms: AtomicU64,
+    /// `ark` tasks are `queued` (cancellable) for this long first, in ms, within `run_ms`.
+    pub queue_ms: AtomicU64,
     /// Share of submissions answered 500 (not accepted), in thousandths.
     pub submit_fail_permille: AtomicU32,
     /// Share of accepted tasks that end `failed`, in thousandths.
@@ -98,6 +102,28 @@ struct FakeTask {
     last_poll: Option<Instant>,
 }
 
+impl FakeTask {
+    /// The task's status now, in the protocol's words.
+    fn status(&self, sw: &Switches, ark: bool) -> &'static str {
+        let elapsed = self.started.elapsed().as_millis() as u64;
+        if sw.unknown_status.load(Ordering::SeqCst) {
+            "mystery"
+        } else if self.cancelled {
+            "cancelled"
+        } else if ark && elapsed < sw.queue_ms.load(Ordering::Relaxed) {
+            "queued"
+        } else if elapsed < sw.run_ms.load(Ordering::Relaxed) {
+            if ark { "running" } else { "in_progress" }
+        } else if self.fails {
+            "failed"
+        } else if ark {
+            "succeeded"
+        } else {
+            "completed"
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     tasks: HashMap<String, FakeTask>,
@@ -112,6 +138,11 @@ struct State {
     arrivals: Vec<Instant>,
     /// Where result URLs point, when not at the fake's own address.
     file_base: Option<String>,
+    /// `ark` `DELETE`s: (upstream id, status answered), oldest first.
+    deletes: Vec<(String, u16)>,
+    /// `ark` callbacks posted: (upstream id, status posted, the receiver's HTTP status or 0
+    /// when it could not be reached), oldest first.
+    callbacks: Vec<(String, String, u16)>,
 }
 
 pub struct FakeVideo {
@@ -235,6 +266,16 @@ impl FakeVideo {
             .clone()
     }
 
+    /// (upstream id, status answered) of each `ark` `DELETE`, oldest first.
+    pub fn deletes(&self) -> Vec<(String, u16)> {
+        self.state.lock().expect("fake state").deletes.clone()
+    }
+
+    /// (upstream id, status posted, receiver's answer) of each `ark` callback, oldest first.
+    pub fn callbacks(&self) -> Vec<(String, String, u16)> {
+        self.state.lock().expect("fake state").callbacks.clone()
+    }
+
     pub fn cancelled(&self) -> usize {
         let state = self.state.lock().expect("fake state");
         state.tasks.values().filter(|t| t.cancelled).count()
@@ -320,8 +361,8 @@ fn serve_conn(
 
 async fn handle(
     req: Request<Incoming>,
-    sw: &Switches,
-    state: &Mutex<State>,
+    sw: &Arc<Switches>,
+    state: &Arc<Mutex<State>>,
     base: &str,
 ) -> Response<Body> {
     let _active = Active::new(sw);
@@ -405,6 +446,10 @@ async fn handle(
                 format!("video_up_{}", st.next)
             };
             *st.accepted.entry(prompt.clone()).or_default() += 1;
+            let callback_url = ark
+                .then(|| serde_json::from_slice::<Value>(&body).ok())
+                .flatten()
+                .and_then(|v| v["callback_url"].as_str().map(str::to_owned));
             st.bodies.push(body);
             st.tasks.insert(
                 id.clone(),
@@ -417,6 +462,11 @@ async fn handle(
                 },
             );
             if ark {
+                if let Some(url) = callback_url {
+                    let (sw, state, base) = (sw.clone(), state.clone(), base.to_owned());
+                    let id = id.clone();
+                    tokio::spawn(async move { call_back(&sw, &state, &base, &id, &url).await });
+                }
                 answer(StatusCode::OK, json!({"id": id}))
             } else {
                 answer(
@@ -449,38 +499,11 @@ async fn handle(
             };
             let run = sw.run_ms.load(Ordering::Relaxed);
             let elapsed = task.started.elapsed().as_millis() as u64;
-            let status = if sw.unknown_status.load(Ordering::SeqCst) {
-                "mystery"
-            } else if task.cancelled {
-                "cancelled"
-            } else if elapsed < run {
-                if ark { "running" } else { "in_progress" }
-            } else if task.fails {
-                "failed"
-            } else if ark {
-                "succeeded"
-            } else {
-                "completed"
-            };
+            let status = task.status(sw, ark);
             let progress = (elapsed * 100).checked_div(run).unwrap_or(100).min(100);
             let error = (status == "failed").then(|| json!({"code": "InternalError", "message": format!("secret-host-detail for {}", task.prompt)}));
-            let base = state
-                .lock()
-                .expect("fake state")
-                .file_base
-                .clone()
-                .unwrap_or_else(|| base.to_owned());
             if ark {
-                answer(
-                    StatusCode::OK,
-                    json!({
-                        "id": id, "model": "seedance", "status": status, "error": error,
-                        "content": (status == "succeeded").then(|| json!({
-                            "video_url": format!("{base}/files/{id}.mp4?sig=x"),
-                            "last_frame_url": format!("{base}/files/{id}.png"),
-                        })),
-                    }),
-                )
+                answer(StatusCode::OK, ark_task(state, base, id, &task, status))
             } else {
                 answer(
                     StatusCode::OK,
@@ -498,8 +521,30 @@ async fn handle(
             let (id, ext) = file.rsplit_once('.').unwrap_or((file, ""));
             content(sw, state, &path, has_auth, id, ext == "png")
         }
-        (&Method::DELETE, ["v1", "videos", id])
-        | (&Method::DELETE, ["api", "v3", "contents", "generations", "tasks", id]) => {
+        (&Method::DELETE, ["api", "v3", "contents", "generations", "tasks", id]) => {
+            let mut st = state.lock().expect("fake state");
+            let status = st.tasks.get(*id).map(|t| t.status(sw, true));
+            let (code, body) = match status {
+                None => (
+                    StatusCode::NOT_FOUND,
+                    json!({"error": {"code": "ResourceNotFound", "message": "no such task"}}),
+                ),
+                // Ark: a running task can be neither cancelled nor deleted.
+                Some("running" | "mystery") => (
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": {"code": "InvalidAction.TaskRunning",
+                        "message": "a running task cannot be cancelled or deleted"}}),
+                ),
+                // A queued task is cancelled, a finished one deleted: gone either way.
+                Some(_) => {
+                    st.tasks.remove(*id);
+                    (StatusCode::OK, json!({}))
+                }
+            };
+            st.deletes.push(((*id).to_owned(), code.as_u16()));
+            answer(code, body)
+        }
+        (&Method::DELETE, ["v1", "videos", id]) => {
             let mut st = state.lock().expect("fake state");
             match st.tasks.get_mut(*id) {
                 Some(t) => {
@@ -581,4 +626,63 @@ fn content(
         bytes
     };
     res.body(full(bytes)).expect("response")
+}
+
+/// An `ark` task as its `GET` (and its callback) shows it.
+fn ark_task(state: &Mutex<State>, base: &str, id: &str, task: &FakeTask, status: &str) -> Value {
+    let base = state
+        .lock()
+        .expect("fake state")
+        .file_base
+        .clone()
+        .unwrap_or_else(|| base.to_owned());
+    let error = (status == "failed").then(|| {
+        json!({"code": "InternalError", "message": format!("secret-host-detail for {}", task.prompt)})
+    });
+    json!({
+        "id": id, "model": "seedance", "status": status, "error": error,
+        "content": (status == "succeeded").then(|| json!({
+            "video_url": format!("{base}/files/{id}.mp4?sig=x"),
+            "last_frame_url": format!("{base}/files/{id}.png"),
+        })),
+    })
+}
+
+/// Posts an `ark` task's state to its `callback_url` once it has finished (as Ark does on each
+/// status change; the fake sends only the last), and records the receiver's answer.
+async fn call_back(sw: &Switches, state: &Mutex<State>, base: &str, id: &str, url: &str) {
+    let run = sw.run_ms.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(run)).await;
+    let task = state.lock().expect("fake state").tasks.get(id).cloned();
+    let Some(task) = task else { return };
+    let status = task.status(sw, true);
+    let body = ark_task(state, base, id, &task, status).to_string();
+    let code = post_json(url, &body).await.unwrap_or(0);
+    state
+        .lock()
+        .expect("fake state")
+        .callbacks
+        .push((id.to_owned(), status.to_owned(), code));
+}
+
+/// A bare HTTP/1.1 `POST` of a JSON body to a plain `http://` URL; the answer's status.
+async fn post_json(url: &str, body: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = match rest.find('/') {
+        Some(at) => (&rest[..at], &rest[at..]),
+        None => (rest, "/"),
+    };
+    let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.ok()?;
+    stream.write_all(body.as_bytes()).await.ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.ok()?;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace().nth(1)?.parse().ok()
 }

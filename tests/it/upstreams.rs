@@ -82,5 +82,6 @@ async fn channel_view(relay: &Relay, name: &str) -> Value {
 }
 
 mod adapters;
+mod ark;
 mod failures;
 mod load;

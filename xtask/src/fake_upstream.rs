@@ -10,11 +10,12 @@ use anyhow::{Context, bail};
 use crate::fake_video::{FAKE_KEY, FakeVideo, Switches};
 
 pub const USAGE: &str = "usage: cargo xtask fake-upstream [--listen 127.0.0.1:9090] [--run-ms N]
-        [--latency-ms N] [--submit-fail PERMILLE] [--task-fail PERMILLE] [--burst-429 N]
+        [--queue-ms N] [--latency-ms N] [--submit-fail PERMILLE] [--task-fail PERMILLE] [--burst-429 N]
         [--downloads-503 N] [--down] [--hang-polls] [--unknown-status] [--expire-results]
         [--truncate] [--result-mb N]
 
-  --result-mb N  video results are an MP4 of N MiB generated while it is sent";
+  --result-mb N  video results are an MP4 of N MiB generated while it is sent
+  --queue-ms N   ark tasks stay queued (cancellable) for N ms of their run";
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let switches = Arc::new(Switches::default());
@@ -39,6 +40,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 return Ok(());
             }
             "--run-ms" => switches.run_ms.store(number(flag)?, Ordering::SeqCst),
+            "--queue-ms" => switches.queue_ms.store(number(flag)?, Ordering::SeqCst),
             "--latency-ms" => switches.latency_ms.store(number(flag)?, Ordering::SeqCst),
             "--submit-fail" => switches
                 .submit_fail_permille

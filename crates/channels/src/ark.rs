@@ -2,8 +2,13 @@
 //! reference images, videos and audio) go as `data:` URIs under the channel's inline cap, else
 //! as the relay's signed URLs; results are `content.video_url` and `content.last_frame_url`,
 //! which expire, so the engine downloads them at once.
+//!
+//! With a callback secret, each submission carries a `callback_url` on the relay,
+//! `<public base>/callbacks/ark/<channel>?task=<relay task id>&token=<token>`, the token an
+//! HMAC of channel and task under the secret ([`callback_token`]): the upstream's callback
+//! then names its task and proves it came through this submission.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -22,6 +27,31 @@ use crate::upstream_http::{UpstreamError, UpstreamResponse};
 
 pub struct Ark {
     remote: Remote,
+    callback: Option<ArkCallback>,
+}
+
+/// Where and how an `ark` channel asks its upstream to call back.
+#[derive(Debug, Clone)]
+pub struct ArkCallback {
+    /// The channel's callback secret (config `callback_secret`).
+    pub secret: String,
+    /// The relay's public base URL, known once the relay is bound; no `callback_url` is sent
+    /// before.
+    pub public_base: Arc<OnceLock<String>>,
+}
+
+/// The token of `task_id`'s callback on `channel`: the unpadded base64url HMAC-SHA256, keyed
+/// with `secret`, of `<channel>\n<task id>`.
+pub fn callback_token(secret: &str, channel: &str, task_id: &str) -> String {
+    use hmac::Mac as _;
+    // An HMAC takes a key of any length: this cannot fail.
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()) else {
+        return String::new();
+    };
+    mac.update(channel.as_bytes());
+    mac.update(b"\n");
+    mac.update(task_id.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,10 +79,29 @@ struct ArkContent {
 }
 
 impl Ark {
-    pub fn new(settings: RemoteSettings, blobs: Arc<dyn BlobStore>) -> Ark {
+    pub fn new(
+        settings: RemoteSettings,
+        blobs: Arc<dyn BlobStore>,
+        callback: Option<ArkCallback>,
+    ) -> Ark {
         Ark {
             remote: Remote::new(settings, blobs),
+            callback,
         }
+    }
+
+    /// The `callback_url` of `task_id`, when the channel has a callback secret and the relay
+    /// knows its public address.
+    pub fn callback_url(&self, task_id: &str) -> Option<String> {
+        let callback = self.callback.as_ref()?;
+        let base = callback.public_base.get()?.trim_end_matches('/');
+        let name = self.remote.name();
+        let token = callback_token(&callback.secret, name, task_id);
+        Some(format!(
+            "{base}/callbacks/ark/{}?task={}&token={token}",
+            path_part(name),
+            path_part(task_id)
+        ))
     }
 
     pub fn remote(&self) -> &Remote {
@@ -130,6 +179,9 @@ impl Ark {
         }
         if let Some(seed) = job.seed {
             body["seed"] = json!(seed);
+        }
+        if let Some(url) = self.callback_url(&job.task_id) {
+            body["callback_url"] = json!(url);
         }
         Ok(body)
     }
@@ -285,6 +337,7 @@ mod tests {
                 result_urls: Default::default(),
             },
             blobs,
+            None,
         );
         let body = ark
             .body(&job(Some("a/first.png"), None), &[])
@@ -349,7 +402,7 @@ mod tests {
             max_inline_bytes,
             result_urls: Default::default(),
         };
-        (Ark::new(settings, blobs), dir)
+        (Ark::new(settings, blobs, None), dir)
     }
 
     fn stored(role: ReferenceRole, blob: &str, url: Option<&str>) -> StoredReference {
@@ -480,6 +533,34 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("r/missing.png"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_callback_url_names_the_task_with_its_token() {
+        let (mut ark, dir) = ark_with("callback", &[], 32).await;
+        let public_base = Arc::new(OnceLock::new());
+        ark.callback = Some(ArkCallback {
+            secret: "s3cret".into(),
+            public_base: public_base.clone(),
+        });
+        // Before the relay knows its address, no callback is asked for.
+        let body = ark.body(&job(None, None), &[]).await.unwrap();
+        assert!(body.get("callback_url").is_none(), "{body}");
+        public_base
+            .set("https://relay.example/".to_owned())
+            .unwrap();
+        let body = ark.body(&job(None, None), &[]).await.unwrap();
+        let token = callback_token("s3cret", "ark", "gen_1");
+        assert_eq!(
+            body["callback_url"],
+            format!("https://relay.example/callbacks/ark/ark?task=gen_1&token={token}")
+        );
+        // The token depends on secret, channel and task alike.
+        assert_ne!(token, callback_token("other", "ark", "gen_1"));
+        assert_ne!(token, callback_token("s3cret", "ark2", "gen_1"));
+        assert_ne!(token, callback_token("s3cret", "ark", "gen_2"));
+        assert_eq!(token.len(), 43);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -22,7 +22,7 @@ pub use chat::{
 pub use job::{
     PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
-pub use remote::{RemoteSettings, ResultUrls};
+pub use remote::{RemoteSettings, ResultUrls, path_part};
 pub use sim_directives::SimDirectives;
 pub use simulator::{Simulator, SimulatorSettings};
 pub use upstream_http::{

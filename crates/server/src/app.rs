@@ -49,6 +49,9 @@ pub struct App {
     pub signer: Arc<Signer>,
     /// The address the server is bound to (set by `serve`).
     pub bound: std::sync::OnceLock<std::net::SocketAddr>,
+    /// [`App::public_base_url`] once it is known (set by `serve`), for channels that hand the
+    /// relay's address to their upstream (an `ark` channel's `callback_url`).
+    pub public_base: Arc<std::sync::OnceLock<String>>,
     /// Rate-limit buckets of this process (all of them without a cluster; the fallback with one).
     pub limiter: Limiter,
     /// State shared with the other relays through Redis (`[cluster] redis_url`); `None`:
@@ -114,6 +117,7 @@ impl App {
             }
         };
         let blobs = open_blobs(&config.blobs, data_dir, env)?;
+        let public_base: Arc<std::sync::OnceLock<String>> = Arc::default();
 
         let mut bootstrap = Bootstrap::default();
         let admin_hash = match admin_token {
@@ -153,7 +157,7 @@ impl App {
         let engine = Engine::new(engine::Parts {
             store: store.clone(),
             blobs: blobs.clone(),
-            channels: setup::video_channels(&config, &blobs)?,
+            channels: setup::video_channels(&config, &blobs, &public_base)?,
             routes: setup::routes(&config),
             stats: channel_stats.clone(),
             settings: config.tasks.clone(),
@@ -212,6 +216,7 @@ impl App {
             reservations: Reservations::default(),
             charges: ChargeQueue::default(),
             bound: std::sync::OnceLock::new(),
+            public_base,
             signer,
             catalog,
             channel_stats,

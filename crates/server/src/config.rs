@@ -381,6 +381,9 @@ pub struct ChannelConfig {
     /// Video channels: hosts of result URLs fetched without the SSRF guard (`host` or
     /// `host:port`); the channel's own `base_url` is always trusted.
     pub trusted_hosts: Vec<String>,
+    /// `ark` channels: with a secret, submissions carry a `callback_url` on the relay
+    /// (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's poll.
+    pub callback_secret: Option<String>,
 }
 
 impl Config {
@@ -563,6 +566,21 @@ impl Config {
             }
             if matches!(channel.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
                 check_video_channel(self, channel)?;
+            }
+            match (&channel.callback_secret, channel.kind) {
+                (Some(_), kind) if kind != ChannelKind::Ark => {
+                    return Err(format!(
+                        "channels.{}: callback_secret applies to ark channels only",
+                        channel.name
+                    ));
+                }
+                (Some(secret), _) if secret.len() < 16 => {
+                    return Err(format!(
+                        "channels.{}: callback_secret must be at least 16 characters",
+                        channel.name
+                    ));
+                }
+                _ => {}
             }
             if let Some(rate) = channel.max_calls_per_sec {
                 if matches!(
@@ -806,6 +824,35 @@ mod tests {
         let ok = with("[[channels]]\nname = \"u\"\nkind = \"openai-chat\"\nbase_url = \"http://h/v1\"\nmodels = [\"c\"]\nidle_timeout_secs = 5\n")
             .unwrap();
         assert_eq!(ok.channels[0].idle_timeout_secs, Some(5));
+    }
+
+    #[test]
+    fn a_callback_secret_is_for_ark_channels_and_long_enough() {
+        let channel = |kind: &str, secret: &str| {
+            Config::from_toml(
+                Some(&format!(
+                    "[[channels]]\nname = \"u\"\nkind = \"{kind}\"\nbase_url = \"http://h/api/v3\"\nmodels = [\"model_h3\"]\ncallback_secret = \"{secret}\"\n"
+                )),
+                "t.toml",
+            )
+        };
+        let ok = channel("ark", "0123456789abcdef").unwrap();
+        assert_eq!(
+            ok.channels[0].callback_secret.as_deref(),
+            Some("0123456789abcdef")
+        );
+        let err = channel("ark", "short").unwrap_err().to_string();
+        assert!(
+            err.contains("channels.u: callback_secret must be at least 16"),
+            "{err}"
+        );
+        let err = channel("openai-videos", "0123456789abcdef")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("callback_secret applies to ark channels only"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod ark_callback;
 pub mod assets;
 pub mod auth;
 pub mod callbacks;
@@ -61,6 +62,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         let _ = app.bound.set(addr);
     }
+    let _ = app.public_base.set(app.public_base_url());
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));

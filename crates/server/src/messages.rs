@@ -234,6 +234,7 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
         body: &checked.body,
         version: &checked.version,
         beta: checked.beta.as_deref(),
+        query: parts.uri.query(),
         sim: &checked.sim,
         input_estimate,
     };
@@ -405,6 +406,7 @@ pub async fn count_tokens(app: &Arc<App>, key: &Key, parts: &Parts, body: Incomi
         body: &checked.body,
         version: &checked.version,
         beta: checked.beta.as_deref(),
+        query: parts.uri.query(),
         sim: &checked.sim,
         input_estimate: messages::tokens::count_request(&checked.request),
     };

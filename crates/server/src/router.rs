@@ -35,6 +35,8 @@ enum Route<'a> {
     ConsoleFile(&'a str),
     /// `/files/<blob id>`, authorised by its signature instead of a key.
     File(&'a str),
+    /// `POST /callbacks/ark/{channel}`, authorised by its token instead of a key.
+    ArkCallback(&'a str),
     CreateVideo,
     ListVideos,
     GetVideo(&'a str),
@@ -112,6 +114,8 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     use Route::*;
     match segments.as_slice() {
         ["files", _, ..] if m == Method::GET => Ok(File(&rest["files/".len()..])),
+        ["callbacks", "ark", channel] if m == Method::POST => Ok(ArkCallback(channel)),
+        ["callbacks", "ark", _] => Err(Miss::Method("POST")),
         ["files", _, ..] => Err(Miss::Method("GET")),
         ["healthz"] if m == Method::GET => Ok(Healthz),
         ["healthz"] => Err(Miss::Method("GET")),
@@ -197,6 +201,7 @@ impl<'a> Route<'a> {
             OpenApi => "GET /openapi.yaml",
             Metrics => "GET /metrics",
             File(_) => "GET /files/{path}",
+            ArkCallback(_) => "POST /callbacks/ark/{channel}",
             CreateVideo => "POST /v1/videos",
             ListVideos => "GET /v1/videos",
             GetVideo(_) => "GET /v1/videos/{task_id}",
@@ -240,6 +245,7 @@ impl<'a> Route<'a> {
         use Route::*;
         match *self {
             File(p)
+            | ArkCallback(p)
             | GetVideo(p)
             | DeleteVideo(p)
             | VideoContent(p)
@@ -375,6 +381,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
         Route::Console => crate::console::serve("index.html", headers),
         Route::ConsoleFile(file) => crate::console::serve(file, headers),
         Route::File(blob) => file(app, blob, query, headers).await,
+        Route::ArkCallback(channel) => {
+            crate::ark_callback::receive(app, channel, query, body).await
+        }
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
             use crate::messages;
@@ -566,6 +575,7 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("GET", "/console/"),
         ("GET", "/console/{file}"),
         ("GET", "/files/{path}"),
+        ("POST", "/callbacks/ark/{channel}"),
         ("POST", "/v1/videos"),
         ("GET", "/v1/videos"),
         ("GET", "/v1/videos/{task_id}"),
@@ -734,6 +744,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 40, "route_table misses a route");
+        assert_eq!(kinds.len(), 41, "route_table misses a route");
     }
 }

@@ -1,7 +1,7 @@
 //! Builds the relay's parts from a configuration: the video and chat channels, their routes,
 //! and the second format's catalog.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,8 +18,9 @@ use crate::config::{ChannelConfig, ChannelKind, Config, ModelKind};
 pub fn video_channels(
     config: &Config,
     blobs: &Arc<dyn BlobStore>,
+    public_base: &Arc<OnceLock<String>>,
 ) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
-    let mut video_channels = remote_video_channels(config, blobs)?;
+    let mut video_channels = remote_video_channels(config, blobs, public_base)?;
     let simulators = config
         .channels
         .iter()
@@ -46,6 +47,7 @@ pub fn video_channels(
 fn remote_video_channels(
     config: &Config,
     blobs: &Arc<dyn BlobStore>,
+    public_base: &Arc<OnceLock<String>>,
 ) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
     let mut out = Vec::new();
     for c in &config.channels {
@@ -96,7 +98,14 @@ fn remote_video_channels(
             },
         };
         let channel = if c.kind == ChannelKind::Ark {
-            VideoChannel::Ark(channels::ark::Ark::new(settings, blobs.clone()))
+            let callback = c
+                .callback_secret
+                .clone()
+                .map(|secret| channels::ark::ArkCallback {
+                    secret,
+                    public_base: public_base.clone(),
+                });
+            VideoChannel::Ark(channels::ark::Ark::new(settings, blobs.clone(), callback))
         } else {
             VideoChannel::OpenaiVideos(channels::openai_videos::OpenaiVideos::new(
                 settings,

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{
     TIMEOUTS, VERSION, assert_only_a_good_message_is_charged, assert_vendor, chat_config, events,
-    failing, key_ledger, kinds, ledger, message, raw_stream, setup,
+    failing, key_ledger, kinds, ledger, message, post, raw_stream, setup,
 };
 use crate::fake_chat::{FakeChat, SECRET_HOST, Switches, UPSTREAM_KEY};
 use crate::harness::{Body, Relay, poll_until};
@@ -332,4 +332,54 @@ async fn a_silent_upstream_gets_pings_in_between_its_events() {
         res.text().replace(ping, ""),
         String::from_utf8_lossy(&direct.1)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_and_beta_header_pass_through_and_count_tokens_is_free() {
+    let (relay, fake) = setup(Switches::default()).await;
+    let body = json!({"model": "native-chat", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}]});
+    // A beta flag the relay has never heard of is not refused, and goes on as it came.
+    let beta = ("anthropic-beta", "made-up-beta-2099-01-01,another-one");
+    for (path, upstream_path) in [
+        (
+            "/v1/messages/count_tokens?beta=true",
+            "/v1/messages/count_tokens",
+        ),
+        ("/v1/messages?beta=true&x=a%20b", "/v1/messages"),
+    ] {
+        let res = post(&relay, path, body.clone(), &[VERSION, beta]).await;
+        assert_eq!(res.status, 200, "{path}: {}", res.text());
+        let seen = fake.last();
+        assert_eq!(seen.path, upstream_path);
+        let query = path.split_once('?').map(|(_, q)| q.to_owned());
+        assert_eq!(seen.query, query, "{path}");
+        assert_eq!(seen.headers.get("anthropic-beta").unwrap(), beta.1);
+        if upstream_path.ends_with("count_tokens") {
+            assert_eq!(res.json(), json!({"input_tokens": 42}));
+            // Counting tokens is never billed: the ledger is still empty.
+            assert!(ledger(&relay).await.is_empty());
+        }
+    }
+    // Without a query string none is invented.
+    let res = post(
+        &relay,
+        "/v1/messages/count_tokens",
+        body.clone(),
+        &[VERSION],
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(fake.last().query, None);
+    assert!(fake.last().headers.get("anthropic-beta").is_none());
+    // The message (not the count) is charged, exactly once: the count added nothing.
+    let relay_ref = &relay;
+    let k = poll_until(Duration::from_secs(5), || async move {
+        let k = kinds(&ledger(relay_ref).await);
+        (!k.is_empty()).then_some(k)
+    })
+    .await
+    .expect("the message's charge");
+    assert_eq!(k.len(), 1, "{k:?}");
+    assert_eq!(k[0].0, "charge");
 }

@@ -1,6 +1,7 @@
 //! A native upstream of the same format: the client's body goes on unchanged (only `model`
 //! rewritten when the channel maps it), with the upstream's key instead of the client's and
-//! the client's `anthropic-version` and `anthropic-beta`. Answers come back byte for byte;
+//! the client's `anthropic-version`, `anthropic-beta` and query string (`?beta=true`), all
+//! untouched. Answers come back byte for byte;
 //! streams are relayed as they arrive.
 
 use bytes::Bytes;
@@ -23,8 +24,13 @@ impl AnthropicChat {
         AnthropicChat { settings, http }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.settings.base_url.trim_end_matches('/'))
+    /// The upstream URL of `path`, with the client's query string as it came.
+    fn url(&self, path: &str, query: Option<&str>) -> String {
+        let base = self.settings.base_url.trim_end_matches('/');
+        match query.filter(|q| !q.is_empty()) {
+            Some(q) => format!("{base}{path}?{q}"),
+            None => format!("{base}{path}"),
+        }
     }
 
     /// The body to send: the client's, with `model` mapped when the channel maps it.
@@ -50,7 +56,7 @@ impl AnthropicChat {
         let name = &self.settings.name;
         let mut req = Request::builder()
             .method(Method::POST)
-            .uri(self.url(path))
+            .uri(self.url(path, call.query))
             .header("content-type", "application/json")
             .header("anthropic-version", call.version)
             .header(

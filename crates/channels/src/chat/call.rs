@@ -55,8 +55,11 @@ pub struct ChatCall<'a> {
     pub body: &'a Bytes,
     /// The client's `vendor-version` / `anthropic-version`.
     pub version: &'a str,
-    /// The client's `anthropic-beta`, if any.
+    /// The client's `anthropic-beta`, if any, passed on untouched.
     pub beta: Option<&'a str>,
+    /// The client's query string (`beta=true` ...), if any, passed on untouched by a native
+    /// upstream.
+    pub query: Option<&'a str>,
     pub sim: &'a SimDirectives,
     /// The relay's own count of the request's input tokens.
     pub input_estimate: u64,
