@@ -29,6 +29,8 @@ async fn json_create_poll_download() {
     assert!(id.starts_with("video_"));
     assert_eq!(v["object"], "video");
     assert_eq!(v["status"], "queued");
+    // The SDK's create_and_poll reads the poll interval from the create answer too.
+    assert_eq!(res.header("openai-poll-after-ms"), Some("5000"));
     assert_eq!(v["size"], "160x96");
     assert_eq!(v["aspect_ratio"], "16:9");
     assert_eq!(v["duration"], 5);

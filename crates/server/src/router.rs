@@ -18,7 +18,7 @@ use crate::http::{Answer, error, ok};
 use crate::limits::Class;
 use crate::tasks;
 use crate::videos::Videos;
-use crate::{admin, assets, generations, videos, webhooks};
+use crate::{admin, assets, generations, video_models, videos, webhooks};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,6 +41,9 @@ enum Route<'a> {
     ListGenerations,
     GetGeneration(&'a str),
     CancelGeneration(&'a str),
+    /// `GET /v1/video/models`.
+    ListVideoModels,
+    GetVideoModel(&'a str),
     CreateLibrary,
     ListLibraries,
     GetLibrary(&'a str),
@@ -128,6 +131,10 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
             Ok(CancelGeneration(id))
         }
         ["v1", "video", "generations", _, "cancel"] => Err(Miss::Method("POST")),
+        ["v1", "video", "models"] if m == Method::GET => Ok(ListVideoModels),
+        ["v1", "video", "models"] => Err(Miss::Method("GET")),
+        ["v1", "video", "models", id] if m == Method::GET => Ok(GetVideoModel(id)),
+        ["v1", "video", "models", _] => Err(Miss::Method("GET")),
         ["api", "generation", "video", "moderation-result"] if m == Method::POST => Ok(Moderation),
         ["api", "generation", "video", "moderation-result"] => Err(Miss::Method("POST")),
         ["v1", "asset-libraries"] if m == Method::POST => Ok(CreateLibrary),
@@ -192,6 +199,8 @@ impl<'a> Route<'a> {
             ListGenerations => "GET /v1/video/generations",
             GetGeneration(_) => "GET /v1/video/generations/{task_id}",
             CancelGeneration(_) => "POST /v1/video/generations/{task_id}/cancel",
+            ListVideoModels => "GET /v1/video/models",
+            GetVideoModel(_) => "GET /v1/video/models/{model_id}",
             Moderation => "POST /api/generation/video/moderation-result",
             CreateLibrary => "POST /v1/asset-libraries",
             ListLibraries => "GET /v1/asset-libraries",
@@ -229,6 +238,7 @@ impl<'a> Route<'a> {
             | CancelVideo(p)
             | GetGeneration(p)
             | CancelGeneration(p)
+            | GetVideoModel(p)
             | GetLibrary(p)
             | DeleteLibrary(p)
             | UploadAsset(p)
@@ -242,9 +252,9 @@ impl<'a> Route<'a> {
             | RotateWebhookSecret(p)
             | GetModel(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | CreateVideo | ListVideos | CreateGeneration
-            | ListGenerations | CreateLibrary | ListLibraries | Moderation | CreateKey
-            | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages | CountTokens
-            | ListModels => None,
+            | ListGenerations | ListVideoModels | CreateLibrary | ListLibraries | Moderation
+            | CreateKey | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages
+            | CountTokens | ListModels => None,
         }
     }
 }
@@ -472,6 +482,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::GetGeneration(id) => tasks::get::<Generations>(app, &key, id).await,
                 Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,
                 Route::Moderation => generations::moderation(app, &key, body).await,
+                Route::ListVideoModels => video_models::list(app, &key),
+                Route::GetVideoModel(id) => video_models::get(app, &key, id),
                 Route::CreateLibrary => assets::create_library(app, &key, headers, body).await,
                 Route::ListLibraries => assets::list_libraries(app, &key, query).await,
                 Route::GetLibrary(id) => assets::get_library(app, &key, id).await,
@@ -553,6 +565,8 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("GET", "/v1/video/generations"),
         ("GET", "/v1/video/generations/{task_id}"),
         ("POST", "/v1/video/generations/{task_id}/cancel"),
+        ("GET", "/v1/video/models"),
+        ("GET", "/v1/video/models/{model_id}"),
         ("POST", "/api/generation/video/moderation-result"),
         ("POST", "/v1/asset-libraries"),
         ("GET", "/v1/asset-libraries"),
@@ -700,6 +714,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 38, "route_table misses a route");
+        assert_eq!(kinds.len(), 40, "route_table misses a route");
     }
 }
