@@ -37,6 +37,8 @@ enum Route<'a> {
     DeleteVideo(&'a str),
     VideoContent(&'a str),
     CancelVideo(&'a str),
+    /// `POST /v1/videos/{task_id}/remix`.
+    RemixVideo(&'a str),
     CreateGeneration,
     ListGenerations,
     GetGeneration(&'a str),
@@ -122,6 +124,8 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["v1", "videos", _, "content"] => Err(Miss::Method("GET")),
         ["v1", "videos", id, "cancel"] if m == Method::POST => Ok(CancelVideo(id)),
         ["v1", "videos", _, "cancel"] => Err(Miss::Method("POST")),
+        ["v1", "videos", id, "remix"] if m == Method::POST => Ok(RemixVideo(id)),
+        ["v1", "videos", _, "remix"] => Err(Miss::Method("POST")),
         ["v1", "video", "generations"] if m == Method::POST => Ok(CreateGeneration),
         ["v1", "video", "generations"] if m == Method::GET => Ok(ListGenerations),
         ["v1", "video", "generations"] => Err(Miss::Method("GET, POST")),
@@ -195,6 +199,7 @@ impl<'a> Route<'a> {
             DeleteVideo(_) => "DELETE /v1/videos/{task_id}",
             VideoContent(_) => "GET /v1/videos/{task_id}/content",
             CancelVideo(_) => "POST /v1/videos/{task_id}/cancel",
+            RemixVideo(_) => "POST /v1/videos/{task_id}/remix",
             CreateGeneration => "POST /v1/video/generations",
             ListGenerations => "GET /v1/video/generations",
             GetGeneration(_) => "GET /v1/video/generations/{task_id}",
@@ -236,6 +241,7 @@ impl<'a> Route<'a> {
             | DeleteVideo(p)
             | VideoContent(p)
             | CancelVideo(p)
+            | RemixVideo(p)
             | GetGeneration(p)
             | CancelGeneration(p)
             | GetVideoModel(p)
@@ -474,6 +480,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
+                Route::RemixVideo(id) => {
+                    let task = videos::remix(app, &key, id, headers, body).await;
+                    tasks::created::<Videos>(app, task)
+                }
                 Route::CreateGeneration => {
                     let task = generations::create(app, &key, headers, body).await;
                     tasks::created::<Generations>(app, task)
@@ -561,6 +571,7 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("DELETE", "/v1/videos/{task_id}"),
         ("GET", "/v1/videos/{task_id}/content"),
         ("POST", "/v1/videos/{task_id}/cancel"),
+        ("POST", "/v1/videos/{task_id}/remix"),
         ("POST", "/v1/video/generations"),
         ("GET", "/v1/video/generations"),
         ("GET", "/v1/video/generations/{task_id}"),
@@ -714,6 +725,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 40, "route_table misses a route");
+        assert_eq!(kinds.len(), 41, "route_table misses a route");
     }
 }
