@@ -116,6 +116,34 @@ async fn json_create_poll_download() {
     let reader = decoder.read_info().expect("a PNG thumbnail");
     assert_eq!((reader.info().width, reader.info().height), (160, 96));
 
+    // The spritesheet: 3x3 frames spread over the video, each a third of the frame across.
+    let sheet = relay
+        .get(&format!("/v1/videos/{id}/content?variant=spritesheet"))
+        .await;
+    assert_eq!(sheet.status, 200, "{}", sheet.text());
+    assert_eq!(sheet.header("content-type"), Some("image/png"));
+    let decoder = png::Decoder::new(Cursor::new(sheet.body.to_vec()));
+    let mut reader = decoder.read_info().expect("a PNG spritesheet");
+    let (w, h) = (reader.info().width as usize, reader.info().height as usize);
+    assert_eq!((w, h), (159, 93));
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut rgb).unwrap();
+    let tile = |t: usize| -> Vec<u8> {
+        let (tw, th) = (w / 3, h / 3);
+        (0..th)
+            .flat_map(|y| {
+                let start = ((t / 3 * th + y) * w + t % 3 * tw) * 3;
+                rgb[start..start + tw * 3].to_vec()
+            })
+            .collect()
+    };
+    assert_ne!(
+        tile(0),
+        tile(8),
+        "the first and last tiles show different frames"
+    );
+    assert!(tile(8).iter().any(|&b| b != 0), "every tile is filled");
+
     let bad = relay
         .get(&format!("/v1/videos/{id}/content?variant=poster"))
         .await;

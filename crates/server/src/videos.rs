@@ -327,6 +327,18 @@ pub async fn content(
     let blob = match variant {
         Variant::Video => task.outputs.video.as_deref(),
         Variant::Thumbnail => task.outputs.thumbnail.as_deref(),
+        Variant::Spritesheet => match task.outputs.spritesheet.as_deref() {
+            Some(blob) => Some(blob),
+            None => {
+                return error(&ApiError::field(
+                    ErrorCode::NotFound,
+                    "variant",
+                    format!(
+                        "variant not available: task {id} has no spritesheet (its channel made none)"
+                    ),
+                ));
+            }
+        },
     };
     // Stored under their sniffed type's extension (a JPEG thumbnail from an upstream is .jpg).
     let content_type = blob.map_or("application/octet-stream", crate::signed::content_type);
