@@ -20,5 +20,6 @@ mod moto;
 mod references;
 mod restart;
 mod upstreams;
+mod video_models;
 mod videos;
 mod webhooks;

@@ -29,6 +29,8 @@ async fn json_create_poll_download() {
     assert!(id.starts_with("video_"));
     assert_eq!(v["object"], "video");
     assert_eq!(v["status"], "queued");
+    // The SDK's create_and_poll reads the poll interval from the create answer too.
+    assert_eq!(res.header("openai-poll-after-ms"), Some("5000"));
     assert_eq!(v["size"], "160x96");
     assert_eq!(v["aspect_ratio"], "16:9");
     assert_eq!(v["duration"], 5);
@@ -113,6 +115,34 @@ async fn json_create_poll_download() {
     let decoder = png::Decoder::new(Cursor::new(thumb.body.to_vec()));
     let reader = decoder.read_info().expect("a PNG thumbnail");
     assert_eq!((reader.info().width, reader.info().height), (160, 96));
+
+    // The spritesheet: 3x3 frames spread over the video, each a third of the frame across.
+    let sheet = relay
+        .get(&format!("/v1/videos/{id}/content?variant=spritesheet"))
+        .await;
+    assert_eq!(sheet.status, 200, "{}", sheet.text());
+    assert_eq!(sheet.header("content-type"), Some("image/png"));
+    let decoder = png::Decoder::new(Cursor::new(sheet.body.to_vec()));
+    let mut reader = decoder.read_info().expect("a PNG spritesheet");
+    let (w, h) = (reader.info().width as usize, reader.info().height as usize);
+    assert_eq!((w, h), (159, 93));
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut rgb).unwrap();
+    let tile = |t: usize| -> Vec<u8> {
+        let (tw, th) = (w / 3, h / 3);
+        (0..th)
+            .flat_map(|y| {
+                let start = ((t / 3 * th + y) * w + t % 3 * tw) * 3;
+                rgb[start..start + tw * 3].to_vec()
+            })
+            .collect()
+    };
+    assert_ne!(
+        tile(0),
+        tile(8),
+        "the first and last tiles show different frames"
+    );
+    assert!(tile(8).iter().any(|&b| b != 0), "every tile is filled");
 
     let bad = relay
         .get(&format!("/v1/videos/{id}/content?variant=poster"))
@@ -546,4 +576,112 @@ async fn redirect_mode_hands_out_signed_urls() {
         .send(Method::GET, &relay.url(path), Body::Empty, &[])
         .await;
     res.assert_error(404, "not found", None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remix_a_completed_video() {
+    let relay = Relay::start("").await;
+    let res = relay
+        .post_json(
+            "/v1/videos",
+            json!({"model": "model_h3", "prompt": "a red fox", "size": "160x96", "seconds": "6"}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let source = res.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(relay.wait_video(&source, WAIT).await["status"], "completed");
+
+    let remix = relay
+        .post_json(
+            &format!("/v1/videos/{source}/remix"),
+            json!({"prompt": "the same fox, at night"}),
+        )
+        .await;
+    assert_eq!(remix.status, 200, "{}", remix.text());
+    assert_eq!(remix.header("openai-poll-after-ms"), Some("5000"));
+    let v = remix.json();
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_ne!(id, source);
+    assert_eq!(v["status"], "queued");
+    assert_eq!(v["remixed_from_video_id"], source.as_str());
+    assert_eq!(v["prompt"], "the same fox, at night");
+    assert_eq!(
+        (v["size"].as_str(), v["seconds"].as_str()),
+        (Some("160x96"), Some("6"))
+    );
+    let done = relay.wait_video(&id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["remixed_from_video_id"], source.as_str());
+    let video = relay.get(&format!("/v1/videos/{id}/content")).await;
+    let info = channels::mp4probe::probe(Cursor::new(video.body.to_vec())).expect("an MP4");
+    assert_eq!((info.width, info.height), (160, 96));
+    assert!((info.duration_secs - 6.0).abs() <= 0.1, "{info:?}");
+    // The source is no remix; the list shows both.
+    let original = relay.get(&format!("/v1/videos/{source}")).await.json();
+    assert_eq!(original["remixed_from_video_id"], serde_json::Value::Null);
+    assert_eq!(
+        relay.get("/v1/videos").await.json()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Given values replace the source's, and are validated like a creation.
+    let longer = relay
+        .post_json(
+            &format!("/v1/videos/{source}/remix"),
+            json!({"prompt": "longer", "seconds": "8", "size": "96x96"}),
+        )
+        .await
+        .json();
+    assert_eq!(
+        (longer["size"].as_str(), longer["seconds"].as_str()),
+        (Some("96x96"), Some("8"))
+    );
+    relay
+        .post_json(
+            &format!("/v1/videos/{source}/remix"),
+            json!({"prompt": "x", "seconds": "99"}),
+        )
+        .await
+        .assert_error(400, "invalid duration", Some("seconds"));
+    relay
+        .post_json(&format!("/v1/videos/{source}/remix"), json!({}))
+        .await
+        .assert_error(400, "invalid prompt", Some("prompt"));
+
+    // Unfinished: 409; another key's or unknown: 404.
+    let stuck = relay
+        .call_as(
+            &relay.key.clone(),
+            Method::POST,
+            "/v1/videos",
+            Body::Json(json!({"model": "model_h3", "prompt": "stuck", "size": "96x96"})),
+            &[("x-relay-sim", "stuck")],
+        )
+        .await
+        .json();
+    relay
+        .post_json(
+            &format!("/v1/videos/{}/remix", stuck["id"].as_str().unwrap()),
+            json!({"prompt": "x"}),
+        )
+        .await
+        .assert_error(409, "task not completed", None);
+    let (_, other) = relay.new_key("other", None).await;
+    relay
+        .call_as(
+            &other,
+            Method::POST,
+            &format!("/v1/videos/{source}/remix"),
+            Body::Json(json!({"prompt": "mine now"})),
+            &[],
+        )
+        .await
+        .assert_error(404, "not found", None);
+    relay
+        .post_json("/v1/videos/video_nope/remix", json!({"prompt": "x"}))
+        .await
+        .assert_error(404, "not found", None);
 }

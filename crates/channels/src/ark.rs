@@ -254,6 +254,7 @@ impl Ark {
                             .last_frame_url
                             .filter(|u| is_http(u))
                             .map(ResultSource::Url),
+                        spritesheet: None,
                     }),
                     None => upstream_failed(name, "succeeded", "succeeded without a video_url"),
                 }

@@ -105,6 +105,8 @@ pub struct ResultFiles {
     pub video: ResultSource,
     pub thumbnail: Option<ResultSource>,
     pub last_frame: Option<ResultSource>,
+    /// A grid of frames (the simulator's own; remote channels have none).
+    pub spritesheet: Option<ResultSource>,
 }
 
 /// Answer to a poll.

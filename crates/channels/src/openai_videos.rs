@@ -150,6 +150,7 @@ impl OpenaiVideos {
                         "{base}/content?variant=thumbnail"
                     ))),
                     last_frame: None,
+                    spritesheet: None,
                 })
             }
             status @ ("failed" | "cancelled" | "expired") => {

@@ -9,7 +9,7 @@ use crate::job::{
     PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
 use crate::sim::picture::{self, Picture};
-use crate::sim::render::{RenderSpec, render};
+use crate::sim::render::{RenderSpec, render_with_sheet};
 
 /// Settings of one simulator channel.
 #[derive(Debug, Clone)]
@@ -150,7 +150,13 @@ impl Simulator {
         let video = self.blobs.temp_path();
         let thumbnail = self.blobs.temp_path();
         let last_frame = self.blobs.temp_path();
-        let paths = (video.clone(), thumbnail.clone(), last_frame.clone());
+        let sheet = self.blobs.temp_path();
+        let paths = (
+            video.clone(),
+            thumbnail.clone(),
+            last_frame.clone(),
+            sheet.clone(),
+        );
         // A remote blob store hands the picture over as a local (unlinked) temporary file.
         let first_frame = match &job.first_frame {
             Some(id) => match self.blobs.open_file(id).await {
@@ -169,7 +175,7 @@ impl Simulator {
                     .and_then(|(id, file)| first_frame_picture(file, &task_id, &id)),
                 ..spec
             };
-            render(&spec, &paths.0, &paths.1, &paths.2)
+            render_with_sheet(&spec, &paths.0, &paths.1, &paths.2, Some(&paths.3))
         })
         .await;
         match rendered {
@@ -177,9 +183,10 @@ impl Simulator {
                 video: ResultSource::LocalFile(video),
                 thumbnail: Some(ResultSource::LocalFile(thumbnail)),
                 last_frame: Some(ResultSource::LocalFile(last_frame)),
+                spritesheet: Some(ResultSource::LocalFile(sheet)),
             }),
             Ok(Err(e)) => {
-                for p in [&video, &thumbnail, &last_frame] {
+                for p in [&video, &thumbnail, &last_frame, &sheet] {
                     let _ = std::fs::remove_file(p);
                 }
                 PollOutcome::Failed {

@@ -136,10 +136,15 @@ async fn keep_results(
         Some(s) => Some(keep_image(s, "last_frame").await?),
         None => None,
     };
+    let spritesheet = match &files.spritesheet {
+        Some(s) => Some(keep_image(s, "spritesheet").await?),
+        None => None,
+    };
     Ok(Outputs {
         video: Some(video),
         thumbnail,
         last_frame,
+        spritesheet,
         video_bytes: Some(video_bytes),
     })
 }

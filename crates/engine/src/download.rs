@@ -41,8 +41,8 @@ pub(crate) async fn download_results(
     let was_url = matches!(files.video, ResultSource::Url(_));
     let video = localize(engine, channel, files.video, Expect::Video).await?;
     note(was_url, &video);
-    let mut images = Vec::with_capacity(2);
-    for source in [files.thumbnail, files.last_frame] {
+    let mut images = Vec::with_capacity(3);
+    for source in [files.thumbnail, files.last_frame, files.spritesheet] {
         let Some(source) = source else {
             images.push(None);
             continue;
@@ -75,6 +75,7 @@ pub(crate) async fn download_results(
         video,
         thumbnail: images.next().flatten(),
         last_frame: images.next().flatten(),
+        spritesheet: images.next().flatten(),
     })
 }
 

@@ -31,6 +31,7 @@ pub mod router;
 pub mod setup;
 pub mod signed;
 pub mod tasks;
+pub mod video_models;
 pub mod videos;
 pub mod webhooks;
 

@@ -18,7 +18,7 @@ use crate::http::{Answer, error, ok};
 use crate::limits::Class;
 use crate::tasks;
 use crate::videos::Videos;
-use crate::{admin, assets, generations, videos, webhooks};
+use crate::{admin, assets, generations, video_models, videos, webhooks};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -43,10 +43,15 @@ enum Route<'a> {
     DeleteVideo(&'a str),
     VideoContent(&'a str),
     CancelVideo(&'a str),
+    /// `POST /v1/videos/{task_id}/remix`.
+    RemixVideo(&'a str),
     CreateGeneration,
     ListGenerations,
     GetGeneration(&'a str),
     CancelGeneration(&'a str),
+    /// `GET /v1/video/models`.
+    ListVideoModels,
+    GetVideoModel(&'a str),
     CreateLibrary,
     ListLibraries,
     GetLibrary(&'a str),
@@ -138,6 +143,8 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["v1", "videos", _, "content"] => Err(Miss::Method("GET")),
         ["v1", "videos", id, "cancel"] if m == Method::POST => Ok(CancelVideo(id)),
         ["v1", "videos", _, "cancel"] => Err(Miss::Method("POST")),
+        ["v1", "videos", id, "remix"] if m == Method::POST => Ok(RemixVideo(id)),
+        ["v1", "videos", _, "remix"] => Err(Miss::Method("POST")),
         ["v1", "video", "generations"] if m == Method::POST => Ok(CreateGeneration),
         ["v1", "video", "generations"] if m == Method::GET => Ok(ListGenerations),
         ["v1", "video", "generations"] => Err(Miss::Method("GET, POST")),
@@ -147,6 +154,10 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
             Ok(CancelGeneration(id))
         }
         ["v1", "video", "generations", _, "cancel"] => Err(Miss::Method("POST")),
+        ["v1", "video", "models"] if m == Method::GET => Ok(ListVideoModels),
+        ["v1", "video", "models"] => Err(Miss::Method("GET")),
+        ["v1", "video", "models", id] if m == Method::GET => Ok(GetVideoModel(id)),
+        ["v1", "video", "models", _] => Err(Miss::Method("GET")),
         ["api", "generation", "video", "moderation-result"] if m == Method::POST => Ok(Moderation),
         ["api", "generation", "video", "moderation-result"] => Err(Miss::Method("POST")),
         ["v1", "asset-libraries"] if m == Method::POST => Ok(CreateLibrary),
@@ -208,10 +219,13 @@ impl<'a> Route<'a> {
             DeleteVideo(_) => "DELETE /v1/videos/{task_id}",
             VideoContent(_) => "GET /v1/videos/{task_id}/content",
             CancelVideo(_) => "POST /v1/videos/{task_id}/cancel",
+            RemixVideo(_) => "POST /v1/videos/{task_id}/remix",
             CreateGeneration => "POST /v1/video/generations",
             ListGenerations => "GET /v1/video/generations",
             GetGeneration(_) => "GET /v1/video/generations/{task_id}",
             CancelGeneration(_) => "POST /v1/video/generations/{task_id}/cancel",
+            ListVideoModels => "GET /v1/video/models",
+            GetVideoModel(_) => "GET /v1/video/models/{model_id}",
             Moderation => "POST /api/generation/video/moderation-result",
             CreateLibrary => "POST /v1/asset-libraries",
             ListLibraries => "GET /v1/asset-libraries",
@@ -250,8 +264,10 @@ impl<'a> Route<'a> {
             | DeleteVideo(p)
             | VideoContent(p)
             | CancelVideo(p)
+            | RemixVideo(p)
             | GetGeneration(p)
             | CancelGeneration(p)
+            | GetVideoModel(p)
             | GetLibrary(p)
             | DeleteLibrary(p)
             | UploadAsset(p)
@@ -266,9 +282,9 @@ impl<'a> Route<'a> {
             | GetModel(p)
             | ConsoleFile(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | Console | CreateVideo | ListVideos
-            | CreateGeneration | ListGenerations | CreateLibrary | ListLibraries | Moderation
-            | CreateKey | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages
-            | CountTokens | ListModels => None,
+            | CreateGeneration | ListGenerations | ListVideoModels | CreateLibrary
+            | ListLibraries | Moderation | CreateKey | ListKeys | AdminTasks | AdminWebhooks
+            | AdminChannels | Messages | CountTokens | ListModels => None,
         }
     }
 }
@@ -493,6 +509,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
+                Route::RemixVideo(id) => {
+                    let task = videos::remix(app, &key, id, headers, body).await;
+                    tasks::created::<Videos>(app, task)
+                }
                 Route::CreateGeneration => {
                     let task = generations::create(app, &key, headers, body).await;
                     tasks::created::<Generations>(app, task)
@@ -501,6 +521,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::GetGeneration(id) => tasks::get::<Generations>(app, &key, id).await,
                 Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,
                 Route::Moderation => generations::moderation(app, &key, body).await,
+                Route::ListVideoModels => video_models::list(app, &key),
+                Route::GetVideoModel(id) => video_models::get(app, &key, id),
                 Route::CreateLibrary => assets::create_library(app, &key, headers, body).await,
                 Route::ListLibraries => assets::list_libraries(app, &key, query).await,
                 Route::GetLibrary(id) => assets::get_library(app, &key, id).await,
@@ -582,10 +604,13 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("DELETE", "/v1/videos/{task_id}"),
         ("GET", "/v1/videos/{task_id}/content"),
         ("POST", "/v1/videos/{task_id}/cancel"),
+        ("POST", "/v1/videos/{task_id}/remix"),
         ("POST", "/v1/video/generations"),
         ("GET", "/v1/video/generations"),
         ("GET", "/v1/video/generations/{task_id}"),
         ("POST", "/v1/video/generations/{task_id}/cancel"),
+        ("GET", "/v1/video/models"),
+        ("GET", "/v1/video/models/{model_id}"),
         ("POST", "/api/generation/video/moderation-result"),
         ("POST", "/v1/asset-libraries"),
         ("GET", "/v1/asset-libraries"),
@@ -744,6 +769,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 41, "route_table misses a route");
+        assert_eq!(kinds.len(), 44, "route_table misses a route");
     }
 }

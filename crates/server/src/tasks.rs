@@ -41,10 +41,15 @@ pub fn answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
     }
 }
 
-/// `create`'s answer: the new task's record, or the error.
+/// `create`'s answer: the new task's record (with `openai-poll-after-ms`: it has not ended), or
+/// the error.
 pub fn created<F: TaskFormat>(app: &App, result: Result<Task, ApiError>) -> Answer {
     match result {
-        Ok(task) => answer::<F>(app, &task),
+        Ok(task) => {
+            let mut res = answer::<F>(app, &task);
+            poll_after_header(&task, &mut res);
+            res
+        }
         Err(e) => error(&e),
     }
 }
@@ -258,9 +263,9 @@ pub async fn delete(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
     Ok(())
 }
 
-/// `openai-poll-after-ms` on an unfinished task (CONTRACT §0.1a).
+/// `openai-poll-after-ms` on a successful answer about an unfinished task (CONTRACT §0.1a).
 pub fn poll_after_header(task: &Task, res: &mut Answer) {
-    if !task.status.is_final() {
+    if !task.status.is_final() && res.status().is_success() {
         res.headers_mut()
             .insert("openai-poll-after-ms", HeaderValue::from_static("5000"));
     }

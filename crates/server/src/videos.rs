@@ -54,7 +54,7 @@ impl TaskFormat for Videos {
                 message: e.message.clone(),
             }),
             warnings: task.warnings.clone(),
-            remixed_from_video_id: None,
+            remixed_from_video_id: p.remixed_from,
         })
     }
 
@@ -81,7 +81,7 @@ pub async fn create(
     body: Incoming,
 ) -> Result<Task, ApiError> {
     // Parse: JSON or multipart (the OpenAI SDK always sends multipart).
-    let (raw, mut uploads) = match media_type(headers).as_deref() {
+    let (raw, uploads) = match media_type(headers).as_deref() {
         Some("application/json") => {
             let bytes = read_body(body, app.config.server.json_limit()).await?;
             (
@@ -112,6 +112,68 @@ pub async fn create(
             ));
         }
     };
+    create_from(app, key, headers, raw, uploads, None).await
+}
+
+/// `POST /v1/videos/{id}/remix`: a new task from a `completed` one of the key's owner, with
+/// the new `prompt` and the source's model, size and seconds unless the body gives them.
+pub async fn remix(
+    app: &Arc<App>,
+    key: &store::Key,
+    id: &str,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<Task, ApiError> {
+    let source = tasks::owned(app, key, id, TaskKind::Video).await?;
+    if media_type(headers).as_deref() != Some("application/json") {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "POST /v1/videos/{id}/remix takes application/json",
+        ));
+    }
+    let bytes = read_body(body, app.config.server.json_limit()).await?;
+    let serde_json::Value::Object(mut fields) = parse_json(&bytes)? else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "the body must be a JSON object with a prompt",
+        ));
+    };
+    if source.status != TaskStatus::Succeeded {
+        return Err(ApiError::new(
+            ErrorCode::TaskNotCompleted,
+            format!(
+                "task {id} is {}, not completed: only a completed video can be remixed",
+                status_of(source.status).as_str()
+            ),
+        ));
+    }
+    let p: V1Params = read_params(&source).map_err(unreadable)?;
+    // The source's framing and length stand unless the body gives its own; references are the
+    // source's video, not the body's.
+    for name in videos_v1::REFERENCE_FIELDS {
+        fields.remove(name);
+    }
+    fields.remove("reference_video_audio");
+    fields.insert("model".into(), json!(source.model));
+    if !fields.contains_key("size") && !fields.contains_key("aspect_ratio") {
+        fields.insert("size".into(), json!(format!("{}x{}", p.width, p.height)));
+    }
+    if !fields.contains_key("seconds") && !fields.contains_key("duration") {
+        fields.insert("duration".into(), json!(p.duration));
+    }
+    let raw = RawCreate::from_json(serde_json::Value::Object(fields))?;
+    create_from(app, key, headers, raw, Uploads::default(), Some(&source.id)).await
+}
+
+/// A new task from a parsed create request; `remix_of` is the task it remixes.
+async fn create_from(
+    app: &Arc<App>,
+    key: &store::Key,
+    headers: &HeaderMap,
+    raw: RawCreate,
+    mut uploads: Uploads,
+    remix_of: Option<&str>,
+) -> Result<Task, ApiError> {
     let mut valid = videos_v1::validate(&raw)?;
     if let Some(url) = &valid.callback_url {
         crate::callbacks::check_url(&app.poster, "callback_url", url)?;
@@ -203,6 +265,7 @@ pub async fn create(
             reference_video_blob,
             reference_video_audio: valid.reference_video_audio,
             sim: sim.clone(),
+            remixed_from: remix_of.map(str::to_owned),
         };
         let draft = tasks::Draft {
             id,
@@ -264,6 +327,18 @@ pub async fn content(
     let blob = match variant {
         Variant::Video => task.outputs.video.as_deref(),
         Variant::Thumbnail => task.outputs.thumbnail.as_deref(),
+        Variant::Spritesheet => match task.outputs.spritesheet.as_deref() {
+            Some(blob) => Some(blob),
+            None => {
+                return error(&ApiError::field(
+                    ErrorCode::NotFound,
+                    "variant",
+                    format!(
+                        "variant not available: task {id} has no spritesheet (its channel made none)"
+                    ),
+                ));
+            }
+        },
     };
     // Stored under their sniffed type's extension (a JPEG thumbnail from an upstream is .jpg).
     let content_type = blob.map_or("application/octet-stream", crate::signed::content_type);

@@ -95,6 +95,10 @@ pub struct Outputs {
     pub video: Option<String>,
     pub thumbnail: Option<String>,
     pub last_frame: Option<String>,
+    /// A grid of frames (`GET /v1/videos/{id}/content?variant=spritesheet`), when the channel
+    /// made one.
+    #[serde(default)]
+    pub spritesheet: Option<String>,
     /// Size of the video blob in bytes.
     pub video_bytes: Option<u64>,
 }

@@ -22,6 +22,8 @@ pub enum Variant {
     Video,
     /// An image of the first frame.
     Thumbnail,
+    /// A grid image of frames spread over the video.
+    Spritesheet,
 }
 
 /// Parses `limit=5&after=video_x&order=asc`; a bad value is `400 invalid request` naming the
@@ -30,7 +32,7 @@ pub fn parse_list_query(query: Option<&str>) -> Result<ListParams, ApiError> {
     list_query::parse(query, &LIST, no_extra)
 }
 
-/// Parses `variant=video|thumbnail` (default `video`); anything else is `400 invalid request`,
+/// Parses `variant=video|thumbnail|spritesheet` (default `video`); anything else is `400 invalid request`,
 /// param `variant`.
 pub fn parse_content_query(query: Option<&str>) -> Result<Variant, ApiError> {
     let mut variant = Variant::default();
@@ -40,10 +42,11 @@ pub fn parse_content_query(query: Option<&str>) -> Result<Variant, ApiError> {
             variant = match value.as_str() {
                 "video" => Variant::Video,
                 "thumbnail" => Variant::Thumbnail,
+                "spritesheet" => Variant::Spritesheet,
                 _ => {
                     return Err(invalid(
                         "variant",
-                        "variant must be video or thumbnail",
+                        "variant must be video, thumbnail or spritesheet",
                         &value,
                     ));
                 }
@@ -122,7 +125,8 @@ mod tests {
             (Some("variant=video"), Ok(Variant::Video)),
             (Some("variant=thumbnail"), Ok(Variant::Thumbnail)),
             (Some("foo=bar&variant=thumbnail"), Ok(Variant::Thumbnail)),
-            (Some("variant=spritesheet"), Err(())),
+            (Some("variant=spritesheet"), Ok(Variant::Spritesheet)),
+            (Some("variant=sprites"), Err(())),
             (Some("variant="), Err(())),
             (Some("variant=Video"), Err(())),
         ];

@@ -74,7 +74,7 @@ pub struct VideoObject {
     pub error: Option<VideoError>,
     #[serde(default)]
     pub warnings: Vec<String>,
-    /// Always `null` for now (no remix operation).
+    /// The video this one remixes; `null` for a video that is not a remix.
     #[serde(default)]
     pub remixed_from_video_id: Option<String>,
 }

@@ -50,6 +50,7 @@ fn finished_task(owner: &str, i: usize, now: u64) -> Task {
             video: Some(format!("{id}/video.mp4")),
             thumbnail: Some(format!("{id}/thumbnail.png")),
             last_frame: None,
+            spritesheet: None,
             video_bytes: Some(1_843_200),
         },
         id,

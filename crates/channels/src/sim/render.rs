@@ -118,6 +118,24 @@ pub fn render(
     thumbnail_out: &Path,
     last_frame_out: &Path,
 ) -> Result<Rendered, RenderError> {
+    render_with_sheet(spec, video_out, thumbnail_out, last_frame_out, None)
+}
+
+/// Tiles across and down a spritesheet.
+pub const SHEET_GRID: usize = 3;
+/// Widest tile of a spritesheet, in pixels.
+const SHEET_TILE_MAX: usize = 320;
+
+/// [`render`], plus a spritesheet: a PNG of [`SHEET_GRID`] x [`SHEET_GRID`] frames spread
+/// evenly over the video (first frame first), each scaled down to at most
+/// [`SHEET_TILE_MAX`] pixels wide, written to `sheet_out`.
+pub fn render_with_sheet(
+    spec: &RenderSpec,
+    video_out: &Path,
+    thumbnail_out: &Path,
+    last_frame_out: &Path,
+    sheet_out: Option<&Path>,
+) -> Result<Rendered, RenderError> {
     let sides = MIN_SIDE..=MAX_SIDE;
     if !sides.contains(&spec.width) || !sides.contains(&spec.height) {
         return Err(RenderError::InvalidSize {
@@ -177,10 +195,20 @@ pub fn render(
     let pattern = Pattern::new(coded.0, coded.1, spec.fps, frames, &spec.text, backdrop);
     let mut frame = Frame::new(coded_w as usize, coded_h as usize);
     pattern.init(&mut frame);
+    let mut sheet = sheet_out.map(|_| Sheet::new(display));
+    let tiles = (SHEET_GRID * SHEET_GRID) as u64;
     for index in 0..frames {
         pattern.draw(&mut frame, index);
         if index == 0 {
             write_png(&frame, display, thumbnail_out, "thumbnail")?;
+        }
+        if let Some(sheet) = &mut sheet {
+            // Tile t shows frame t * frames / tiles: the first frame, then evenly on.
+            for t in 0..tiles {
+                if t * u64::from(frames) / tiles == u64::from(index) {
+                    sheet.put(&frame, display, t as usize);
+                }
+            }
         }
         if index + 1 == frames {
             write_png(&frame, display, last_frame_out, "last frame")?;
@@ -209,6 +237,9 @@ pub fn render(
         mux.end_sample().map_err(mux_err)?;
     }
     let video_bytes = mux.finish().map_err(RenderError::Finish)?;
+    if let (Some(sheet), Some(path)) = (sheet, sheet_out) {
+        sheet.write(path)?;
+    }
     Ok(Rendered {
         video_bytes,
         frames,
@@ -243,6 +274,57 @@ fn strip_start_code(nal: &[u8]) -> &[u8] {
 }
 
 /// Writes `frame` as an RGB PNG of `display` size, row by row.
+/// A spritesheet being filled, as RGB rows.
+struct Sheet {
+    tile: (usize, usize),
+    rgb: Vec<u8>,
+}
+
+impl Sheet {
+    fn new(display: (usize, usize)) -> Sheet {
+        let (dw, dh) = display;
+        let tw = (dw / SHEET_GRID).clamp(1, SHEET_TILE_MAX);
+        let th = (tw * dh / dw.max(1)).max(1);
+        Sheet {
+            tile: (tw, th),
+            rgb: vec![0; tw * th * SHEET_GRID * SHEET_GRID * 3],
+        }
+    }
+
+    /// Scales `frame` down (nearest pixel) into tile `t`, row by row.
+    fn put(&mut self, frame: &Frame, display: (usize, usize), t: usize) {
+        let (dw, dh) = display;
+        let (tw, th) = self.tile;
+        let width = tw * SHEET_GRID;
+        let (col, row) = (t % SHEET_GRID, t / SHEET_GRID);
+        let mut line = vec![0u8; dw * 3];
+        for y in 0..th {
+            frame.rgb_row(y * dh / th, display, &mut line);
+            let start = ((row * th + y) * width + col * tw) * 3;
+            for x in 0..tw {
+                let from = (x * dw / tw) * 3;
+                self.rgb[start + x * 3..start + x * 3 + 3].copy_from_slice(&line[from..from + 3]);
+            }
+        }
+    }
+
+    fn write(&self, path: &Path) -> Result<(), RenderError> {
+        let what = "spritesheet";
+        let (tw, th) = self.tile;
+        let file = File::create(path).map_err(|source| RenderError::Create { what, source })?;
+        let (w, h) = ((tw * SHEET_GRID) as u32, (th * SHEET_GRID) as u32);
+        let mut encoder = png::Encoder::new(BufWriter::new(file), w, h);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::Fast);
+        let png_err = |source| RenderError::Png { what, source };
+        let mut writer = encoder.write_header().map_err(png_err)?;
+        writer.write_image_data(&self.rgb).map_err(png_err)?;
+        writer.finish().map_err(png_err)?;
+        Ok(())
+    }
+}
+
 fn write_png(
     frame: &Frame,
     display: (usize, usize),

@@ -32,6 +32,9 @@ pub struct V1Params {
     pub reference_video_audio: bool,
     #[serde(default)]
     pub sim: SimDirectives,
+    /// The task this one remixes (`POST /v1/videos/{id}/remix`).
+    #[serde(default)]
+    pub remixed_from: Option<String>,
 }
 
 /// The job the channel runs for a first-format task.
