@@ -147,6 +147,22 @@ pub async fn remix(
             ),
         ));
     }
+    // Only the simulator remixes: an upstream remixes its own video, by its own id, which an
+    // ordinary creation on another call would not.
+    let made_by = source.channel.as_deref().unwrap_or_default();
+    if app
+        .engine
+        .channel_named(made_by)
+        .is_none_or(|c| c.kind() != "simulator")
+    {
+        return Err(ApiError::field(
+            ErrorCode::InvalidRequest,
+            "video_id",
+            format!(
+                "task {id} was made by channel {made_by}, which cannot remix; only the simulator's videos can be remixed"
+            ),
+        ));
+    }
     let p: V1Params = read_params(&source).map_err(unreadable)?;
     // The source's framing and length stand unless the body gives its own; references are the
     // source's video, not the body's.

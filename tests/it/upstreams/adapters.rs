@@ -29,6 +29,16 @@ async fn first_format_over_openai_videos_keeps_its_own_copy() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_clean(&done.to_string(), &fake);
 
+    // An upstream's video is not remixed as if it were a new one: refused, naming the channel.
+    let remix = relay
+        .post_json(
+            &format!("/v1/videos/{id}/remix"),
+            json!({"prompt": "again"}),
+        )
+        .await;
+    remix.assert_error(400, "invalid request", Some("video_id"));
+    assert!(remix.text().contains("channel up"), "{}", remix.text());
+
     // The upstream got the SDK's multipart with the image as a file part.
     let sent = fake.bodies();
     let sent = String::from_utf8_lossy(&sent[0]);
