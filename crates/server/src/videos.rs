@@ -10,7 +10,6 @@ use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use fetch::MediaKind;
 use http::{HeaderMap, StatusCode};
-use hyper::body::Incoming;
 use serde_json::json;
 use store::{Task, TaskKind, TaskStatus};
 use videos_v1::{RawCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
@@ -19,6 +18,7 @@ use crate::app::App;
 use crate::config::ContentMode;
 use crate::content::serve_blob;
 use crate::http::{Answer, error, media_type, parse_json, read_body};
+use crate::idempotency::{Hashed, Idem};
 use crate::multipart::{self, Uploads};
 use crate::tasks::{self, TaskFormat, unreadable};
 use media::{StoredFiles, image, reference};
@@ -78,7 +78,8 @@ pub async fn create(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
-    body: Incoming,
+    body: Hashed,
+    idem: &mut Idem,
 ) -> Result<Task, ApiError> {
     // Parse: JSON or multipart (the OpenAI SDK always sends multipart).
     let (raw, mut uploads) = match media_type(headers).as_deref() {
@@ -112,6 +113,7 @@ pub async fn create(
             ));
         }
     };
+    idem.claim(app).await?;
     let mut valid = videos_v1::validate(&raw)?;
     if let Some(url) = &valid.callback_url {
         crate::callbacks::check_url(&app.poster, "callback_url", url)?;
@@ -214,7 +216,7 @@ pub async fn create(
             callback_url: valid.callback_url.take(),
         };
         let task = tasks::new_task::<Videos, _>(app, key, draft)?;
-        tasks::create(app, &task).await?;
+        tasks::create::<Videos>(app, &task, idem).await?;
         Ok::<_, ApiError>(task)
     }
     .await;
