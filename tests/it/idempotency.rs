@@ -291,6 +291,24 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
     let _ = submit.await;
 
     let second = start_binary(&data, &config).await;
+    let admin_tasks = || async {
+        let tasks = http
+            .send(
+                Method::GET,
+                &format!("{}/admin/tasks", second.base),
+                Body::Empty,
+                &admin,
+            )
+            .await
+            .json();
+        tasks["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let survived = admin_tasks().await;
     let retry = http
         .send(
             Method::POST,
@@ -299,6 +317,19 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
             &user,
         )
         .await;
+    if survived.is_empty() {
+        // Killed between the write and its flush: the task was never acknowledged and is gone;
+        // its claim may have reached the disk, and holds the key until it lapses.
+        assert!(
+            retry.status == 200
+                || (retry.status == 409 && retry.header("retry-after") == Some("1")),
+            "{}",
+            retry.text()
+        );
+        assert!(admin_tasks().await.len() <= 1);
+        return;
+    }
+    assert_eq!(survived, vec![written.clone()]);
     assert_eq!(retry.status, 200, "{}", retry.text());
     assert_eq!(retry.json()["id"], written.as_str(), "{}", retry.text());
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
@@ -330,14 +361,70 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
         .collect();
     assert_eq!(prededucts.len(), 1, "{ledger}");
     assert_eq!(prededucts[0]["task_id"], written.as_str());
-    let tasks = http
-        .send(
-            Method::GET,
-            &format!("{}/admin/tasks", second.base),
-            Body::Empty,
-            &admin,
+    assert_eq!(admin_tasks().await, vec![written]);
+}
+
+/// A repeat while the first request is still being handled (held on fetching its first frame,
+/// after the key is claimed) is `409` with `retry-after: 1`; once the first is answered, a
+/// repeat gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_in_flight_is_told_to_retry_then_replayed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let image_url = format!("http://{}/frame.png", listener.local_addr().unwrap());
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (asked, fetching) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = stream.read(&mut head).await;
+        let _ = asked.send(());
+        let _ = released.await;
+        let image = png(64, 36);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            image.len()
+        );
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(&image).await;
+    });
+
+    let relay = Relay::start("").await;
+    let (key_id, key) = relay.new_key("k", Some(10_000)).await;
+    let body = || {
+        Body::Json(
+            json!({"model": "model_h3", "prompt": "held", "first_frame": image_url,
+                          "size": "64x64"}),
         )
+    };
+    let first = {
+        let (client, url, key) = (relay.client.clone(), relay.url("/v1/videos"), key.clone());
+        let headers = [
+            ("authorization", format!("Bearer {key}")),
+            (IDEM, "held-1".to_owned()),
+        ];
+        let body = body();
+        tokio::spawn(async move { client.send(Method::POST, &url, body, &headers).await })
+    };
+    // The frame is fetched after the key is claimed: the first request holds it now (for at
+    // most the test configuration's 2 s fetch timeout).
+    tokio::time::timeout(Duration::from_secs(10), fetching)
         .await
-        .json();
-    assert_eq!(tasks["data"].as_array().unwrap().len(), 1, "{tasks}");
+        .expect("the first request fetches its frame")
+        .unwrap();
+    let refused = post(&relay, &key, "/v1/videos", body(), "held-1").await;
+    refused.assert_error(409, "idempotency conflict", Some(IDEM));
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(listed(&relay, &key, "/v1/videos").await.is_empty());
+
+    release.send(()).unwrap();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = post(&relay, &key, "/v1/videos", body(), "held-1").await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(listed(&relay, &key, "/v1/videos").await, vec![id.clone()]);
+    assert_eq!(prededucts(&relay, &key_id).await, vec![id]);
 }
