@@ -13,6 +13,7 @@ mod fake_video;
 mod generations;
 mod hardening;
 mod harness;
+mod idempotency;
 mod limits;
 mod messages;
 mod metrics;

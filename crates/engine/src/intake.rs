@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use store::{StoreError, Task, TaskStatus};
+use store::{IdemAnswer, IdemTicket, StoreError, Task, TaskStatus};
 
 use crate::calls::cancel_upstream;
 use crate::state::Engine;
@@ -24,6 +24,23 @@ impl Engine {
     pub async fn enqueue(&self, task: &Task) -> Result<(), StoreError> {
         let ledger = prededuct(task);
         self.store.create_task(task, &ledger).await?;
+        self.metrics.ledger(&ledger);
+        self.wake();
+        Ok(())
+    }
+
+    /// [`Engine::enqueue`] for a request with an `Idempotency-Key`: the key's record (claimed
+    /// by `ticket`) is completed with `answer` in the same store step as the task.
+    pub async fn enqueue_idempotent(
+        &self,
+        task: &Task,
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        let ledger = prededuct(task);
+        self.store
+            .create_task_idempotent(task, &ledger, ticket, answer)
+            .await?;
         self.metrics.ledger(&ledger);
         self.wake();
         Ok(())

@@ -39,6 +39,7 @@ pub enum ErrorCode {
     MethodNotAllowed,
     TaskNotCompleted,
     TaskNotCancellable,
+    IdempotencyConflict,
     RangeNotSatisfiable,
     UnsupportedMediaType,
     Unavailable,
@@ -49,7 +50,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for tests and documentation.
-    pub const ALL: [ErrorCode; 31] = [
+    pub const ALL: [ErrorCode; 32] = [
         ErrorCode::Unauthorized,
         ErrorCode::InvalidModel,
         ErrorCode::GroupMismatch,
@@ -75,6 +76,7 @@ impl ErrorCode {
         ErrorCode::MethodNotAllowed,
         ErrorCode::TaskNotCompleted,
         ErrorCode::TaskNotCancellable,
+        ErrorCode::IdempotencyConflict,
         ErrorCode::RangeNotSatisfiable,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::Unavailable,
@@ -107,7 +109,9 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::RequestTimeout => 408,
-            ErrorCode::TaskNotCompleted | ErrorCode::TaskNotCancellable => 409,
+            ErrorCode::TaskNotCompleted
+            | ErrorCode::TaskNotCancellable
+            | ErrorCode::IdempotencyConflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::RangeNotSatisfiable => 416,
             ErrorCode::UnsupportedMediaType => 415,
@@ -147,6 +151,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method not allowed",
             ErrorCode::TaskNotCompleted => "task not completed",
             ErrorCode::TaskNotCancellable => "task not cancellable",
+            ErrorCode::IdempotencyConflict => "idempotency conflict",
             ErrorCode::RangeNotSatisfiable => "range not satisfiable",
             ErrorCode::UnsupportedMediaType => "unsupported media type",
             ErrorCode::Unavailable => "unavailable",
@@ -184,6 +189,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::TaskNotCompleted => "task_not_completed",
             ErrorCode::TaskNotCancellable => "task_not_cancellable",
+            ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::RangeNotSatisfiable => "range_not_satisfiable",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Unavailable => "unavailable",

@@ -34,6 +34,7 @@ use crate::app::App;
 use crate::http::{
     Answer, MAX_ID_LEN, error, media_type, ok, parse_json, read_body, store_unavailable,
 };
+use crate::idempotency::{Hashed, Idem};
 use crate::multipart;
 
 pub use inspect::{Inspected, Rejected, inspect};
@@ -201,9 +202,10 @@ pub async fn upload(
     key: &Key,
     library_id: &str,
     headers: &HeaderMap,
-    body: Incoming,
+    body: Hashed,
+    idem: &mut Idem,
 ) -> Answer {
-    answer(upload_inner(app, key, library_id, headers, body).await)
+    answer(upload_inner(app, key, library_id, headers, body, idem).await)
 }
 
 async fn upload_inner(
@@ -211,7 +213,8 @@ async fn upload_inner(
     key: &Key,
     library_id: &str,
     headers: &HeaderMap,
-    body: Incoming,
+    body: Hashed,
+    idem: &mut Idem,
 ) -> Result<AssetObject, ApiError> {
     let library = owned_library(app, key, library_id).await?;
     let id = new_id("asset");
@@ -259,6 +262,7 @@ async fn upload_inner(
             ));
         }
     };
+    idem.claim(app).await?;
     let declared = valid.declared.map(store_type);
     let (source, blob) = match valid.source {
         UploadSource::Url(url) => (AssetSource::Url(url), None),

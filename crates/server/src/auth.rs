@@ -24,7 +24,7 @@ pub fn generate_secret(prefix: &str) -> String {
 }
 
 /// Appends `bytes` as lowercase hex (on every request's path: no formatting machinery).
-fn push_hex(out: &mut String, bytes: &[u8]) {
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));

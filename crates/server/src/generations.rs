@@ -16,6 +16,7 @@ use video_generations::{
 
 use crate::app::App;
 use crate::http::{Answer, error, parse_json, read_body_lenient};
+use crate::idempotency::{Hashed, Idem};
 use crate::tasks::{self, TaskFormat, unreadable};
 
 /// Frame size of a resolution tier (`720p`: short side 720) at a ratio (`16:9`).
@@ -106,7 +107,8 @@ pub async fn create(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
-    body: Incoming,
+    body: Hashed,
+    idem: &mut Idem,
 ) -> Result<Task, ApiError> {
     match crate::http::media_type(headers).as_deref() {
         Some("application/json") => {}
@@ -122,6 +124,7 @@ pub async fn create(
     }
     // The body size check comes last in this format (SPEC §7): read up to 4x the limit.
     let (bytes, over_limit) = read_body_lenient(body, app.config.server.json_limit()).await?;
+    idem.claim(app).await?;
     let value = parse_json(&bytes)?;
     let family = app.config.groups.get(&key.group).map(String::as_str);
     let valid = video_generations::validate(&value, &app.catalog, family)?;
@@ -191,7 +194,7 @@ pub async fn create(
         callback_url: valid.callback_url.clone(),
     };
     let task = tasks::new_task::<Generations, _>(app, key, draft)?;
-    tasks::create(app, &task).await?;
+    tasks::create::<Generations>(app, &task, idem).await?;
     Ok(task)
 }
 

@@ -10,7 +10,6 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body as _, Incoming};
 use serde::Serialize;
 
 /// Every answer's body type: full bytes or a stream from disk.
@@ -116,19 +115,24 @@ pub fn body_stalled(idle: Duration) -> ApiError {
 }
 
 /// The next frame of `body`, waiting at most `idle` for it.
-pub async fn next_frame(
-    body: &mut Incoming,
+pub async fn next_frame<B: hyper::body::Body + Unpin>(
+    body: &mut B,
     idle: Duration,
-) -> Result<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>, ApiError> {
+) -> Result<Option<Result<hyper::body::Frame<B::Data>, B::Error>>, ApiError> {
     tokio::time::timeout(idle, body.frame())
         .await
         .map_err(|_| body_stalled(idle))
 }
 
+/// A request body as the readers here take it: hyper's own, or one wrapped (hashed, for
+/// [`crate::idempotency`]).
+pub trait ReqBody: hyper::body::Body<Data = Bytes, Error = hyper::Error> + Unpin {}
+impl<B: hyper::body::Body<Data = Bytes, Error = hyper::Error> + Unpin> ReqBody for B {}
+
 /// Reads a whole body of at most `limit.bytes`. A declared or streamed length over 4x the
 /// limit is refused without reading the rest; a body between the limit and 4x is read to the
 /// end (and dropped as it comes) and then refused (CONTRACT §4.3).
-pub async fn read_body(body: Incoming, limit: Limit) -> Result<Bytes, ApiError> {
+pub async fn read_body(body: impl ReqBody, limit: Limit) -> Result<Bytes, ApiError> {
     let (bytes, total) = read_capped(body, limit.bytes, limit).await?;
     if total > limit.bytes {
         return Err(too_large());
@@ -139,7 +143,10 @@ pub async fn read_body(body: Incoming, limit: Limit) -> Result<Bytes, ApiError> 
 /// Reads a whole body for a path that checks its size last (the second format, SPEC §7): a
 /// declared or streamed length over 4x `limit` is refused at once; otherwise the body is read
 /// and returned with whether it is over `limit`, for the caller to refuse after its other checks.
-pub async fn read_body_lenient(body: Incoming, limit: Limit) -> Result<(Bytes, bool), ApiError> {
+pub async fn read_body_lenient(
+    body: impl ReqBody,
+    limit: Limit,
+) -> Result<(Bytes, bool), ApiError> {
     let (bytes, total) = read_capped(body, limit.hard(), limit).await?;
     Ok((bytes, total > limit.bytes))
 }
@@ -147,7 +154,11 @@ pub async fn read_body_lenient(body: Incoming, limit: Limit) -> Result<(Bytes, b
 /// Reads `body` to its end, keeping its first `keep` bytes, and answers them with the whole
 /// length; a declared length over the hard cap is refused before any byte is read, a streamed
 /// one as soon as it passes the cap.
-async fn read_capped(body: Incoming, keep: u64, limit: Limit) -> Result<(Bytes, u64), ApiError> {
+async fn read_capped(
+    body: impl ReqBody,
+    keep: u64,
+    limit: Limit,
+) -> Result<(Bytes, u64), ApiError> {
     let hard = limit.hard();
     if body.size_hint().lower() > hard {
         return Err(too_large());

@@ -21,6 +21,7 @@ pub mod console;
 pub mod content;
 pub mod generations;
 pub mod http;
+pub mod idempotency;
 pub mod limits;
 pub mod messages;
 pub mod metrics;
@@ -67,6 +68,7 @@ pub async fn serve(
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
+    let idempotency_sweep = tokio::spawn(idempotency::sweep(app.clone(), stop_engine.subscribe()));
     let (stop_webhooks, webhooks_stop) = watch::channel(false);
     let webhook_work = tokio::spawn(webhooks::run(app.clone(), webhooks_stop));
     let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
@@ -170,6 +172,7 @@ pub async fn serve(
     let _ = stop_engine.send(true);
     let _ = engine.await;
     let _ = asset_work.await;
+    let _ = idempotency_sweep.await;
     if !app.charges.drained(GRACE).await {
         tracing::warn!("chat charges still unwritten after {GRACE:?}");
     }

@@ -15,6 +15,7 @@ use crate::app::App;
 use crate::auth::{authenticate, authenticate_admin};
 use crate::generations::Generations;
 use crate::http::{Answer, error, ok};
+use crate::idempotency::Idem;
 use crate::limits::Class;
 use crate::tasks;
 use crate::videos::Videos;
@@ -501,8 +502,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
             }
             match route {
                 Route::CreateVideo => {
-                    let task = videos::create(app, &key, headers, body).await;
-                    tasks::created::<Videos>(app, task)
+                    let mut idem = match Idem::from_request(&parts, &key) {
+                        Ok(idem) => idem,
+                        Err(e) => return error(&e),
+                    };
+                    let body = idem.body(body);
+                    let task = videos::create(app, &key, headers, body, &mut idem).await;
+                    idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::ListVideos => tasks::list::<Videos>(app, &key, query).await,
                 Route::GetVideo(id) => tasks::get::<Videos>(app, &key, id).await,
@@ -510,12 +516,23 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
                 Route::RemixVideo(id) => {
-                    let task = videos::remix(app, &key, id, headers, body).await;
-                    tasks::created::<Videos>(app, task)
+                    let mut idem = match Idem::from_request(&parts, &key) {
+                        Ok(idem) => idem,
+                        Err(e) => return error(&e),
+                    };
+                    let body = idem.body(body);
+                    let task = videos::remix(app, &key, id, headers, body, &mut idem).await;
+                    idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::CreateGeneration => {
-                    let task = generations::create(app, &key, headers, body).await;
-                    tasks::created::<Generations>(app, task)
+                    let mut idem = match Idem::from_request(&parts, &key) {
+                        Ok(idem) => idem,
+                        Err(e) => return error(&e),
+                    };
+                    let body = idem.body(body);
+                    let task = generations::create(app, &key, headers, body, &mut idem).await;
+                    idem.finish(app, tasks::created::<Generations>(app, task))
+                        .await
                 }
                 Route::ListGenerations => tasks::list::<Generations>(app, &key, query).await,
                 Route::GetGeneration(id) => tasks::get::<Generations>(app, &key, id).await,
@@ -527,7 +544,15 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, label: &mut &'static s
                 Route::ListLibraries => assets::list_libraries(app, &key, query).await,
                 Route::GetLibrary(id) => assets::get_library(app, &key, id).await,
                 Route::DeleteLibrary(id) => assets::delete_library(app, &key, id).await,
-                Route::UploadAsset(id) => assets::upload(app, &key, id, headers, body).await,
+                Route::UploadAsset(id) => {
+                    let mut idem = match Idem::from_request(&parts, &key) {
+                        Ok(idem) => idem,
+                        Err(e) => return error(&e),
+                    };
+                    let body = idem.body(body);
+                    let res = assets::upload(app, &key, id, headers, body, &mut idem).await;
+                    idem.finish(app, res).await
+                }
                 Route::ListAssets(id) => assets::list_assets(app, &key, id, query).await,
                 Route::GetAsset(id) => assets::get_asset(app, &key, id).await,
                 Route::DeleteAsset(id) => assets::delete_asset(app, &key, id).await,

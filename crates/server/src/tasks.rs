@@ -14,6 +14,7 @@ use store::{Key, Outputs, StoreError, Task, TaskKind, TaskStatus};
 use crate::app::App;
 use crate::auth::may_use_model;
 use crate::http::{Answer, MAX_ID_LEN, error, ok, store_unavailable};
+use crate::idempotency::Idem;
 
 /// A task format as the shared handlers see it.
 pub trait TaskFormat {
@@ -128,10 +129,29 @@ pub fn new_task<F: TaskFormat, P: Serialize>(
     })
 }
 
-/// Stores a new task with its pre-deduction, durably, and wakes the engine.
-pub async fn create(app: &App, task: &Task) -> Result<(), ApiError> {
-    match app.engine.enqueue(task).await {
-        Ok(()) => Ok(()),
+/// Stores a new task with its pre-deduction, durably, and wakes the engine. With a claimed
+/// `Idempotency-Key`, the format's answer for the task is kept with the key in the same store
+/// step, so a retry answers this task whatever stops the process afterwards.
+pub async fn create<F: TaskFormat>(
+    app: &App,
+    task: &Task,
+    idem: &mut Idem,
+) -> Result<(), ApiError> {
+    let stored = match idem.task_ticket() {
+        Some(ticket) => {
+            let answer = crate::idempotency::task_answer(&F::record(app, task)?)?;
+            app.engine.enqueue_idempotent(task, ticket, &answer).await
+        }
+        None => app.engine.enqueue(task).await,
+    };
+    match stored {
+        Ok(()) => {
+            idem.kept();
+            Ok(())
+        }
+        Err(StoreError::IdempotencyLost(_)) => Err(crate::idempotency::conflict(
+            "was taken over by a later request while this one was handled",
+        )),
         Err(StoreError::InsufficientQuota {
             needed, remaining, ..
         }) => Err(ApiError::new(

@@ -10,7 +10,6 @@ use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use fetch::MediaKind;
 use http::{HeaderMap, StatusCode};
-use hyper::body::Incoming;
 use serde_json::json;
 use store::{Task, TaskKind, TaskStatus};
 use videos_v1::{RawCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
@@ -19,6 +18,7 @@ use crate::app::App;
 use crate::config::ContentMode;
 use crate::content::serve_blob;
 use crate::http::{Answer, error, media_type, parse_json, read_body};
+use crate::idempotency::{Hashed, Idem};
 use crate::multipart::{self, Uploads};
 use crate::tasks::{self, TaskFormat, unreadable};
 use media::{StoredFiles, image, reference};
@@ -78,7 +78,8 @@ pub async fn create(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
-    body: Incoming,
+    body: Hashed,
+    idem: &mut Idem,
 ) -> Result<Task, ApiError> {
     // Parse: JSON or multipart (the OpenAI SDK always sends multipart).
     let (raw, uploads) = match media_type(headers).as_deref() {
@@ -112,7 +113,7 @@ pub async fn create(
             ));
         }
     };
-    create_from(app, key, headers, raw, uploads, None).await
+    create_from(app, key, headers, raw, uploads, None, idem).await
 }
 
 /// `POST /v1/videos/{id}/remix`: a new task from a `completed` one of the key's owner, with
@@ -122,7 +123,8 @@ pub async fn remix(
     key: &store::Key,
     id: &str,
     headers: &HeaderMap,
-    body: Incoming,
+    body: Hashed,
+    idem: &mut Idem,
 ) -> Result<Task, ApiError> {
     let source = tasks::owned(app, key, id, TaskKind::Video).await?;
     if media_type(headers).as_deref() != Some("application/json") {
@@ -178,7 +180,16 @@ pub async fn remix(
         fields.insert("duration".into(), json!(p.duration));
     }
     let raw = RawCreate::from_json(serde_json::Value::Object(fields))?;
-    create_from(app, key, headers, raw, Uploads::default(), Some(&source.id)).await
+    create_from(
+        app,
+        key,
+        headers,
+        raw,
+        Uploads::default(),
+        Some(&source.id),
+        idem,
+    )
+    .await
 }
 
 /// A new task from a parsed create request; `remix_of` is the task it remixes.
@@ -189,7 +200,9 @@ async fn create_from(
     raw: RawCreate,
     mut uploads: Uploads,
     remix_of: Option<&str>,
+    idem: &mut Idem,
 ) -> Result<Task, ApiError> {
+    idem.claim(app).await?;
     let mut valid = videos_v1::validate(&raw)?;
     if let Some(url) = &valid.callback_url {
         crate::callbacks::check_url(&app.poster, "callback_url", url)?;
@@ -293,7 +306,7 @@ async fn create_from(
             callback_url: valid.callback_url.take(),
         };
         let task = tasks::new_task::<Videos, _>(app, key, draft)?;
-        tasks::create(app, &task).await?;
+        tasks::create::<Videos>(app, &task, idem).await?;
         Ok::<_, ApiError>(task)
     }
     .await;

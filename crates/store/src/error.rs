@@ -30,6 +30,10 @@ pub enum StoreError {
     },
     #[error("ledger entry {kind:?} for task {task_id} already exists")]
     DuplicateLedger { task_id: String, kind: LedgerKind },
+    /// A step after an idempotency claim found the key no longer held by its ticket (taken
+    /// over after [`crate::IDEMPOTENCY_PENDING_MS`], or completed).
+    #[error("idempotency key {0:?} is no longer held by this request")]
+    IdempotencyLost(String),
     #[error("key hash already in use")]
     DuplicateKey,
     /// The database was migrated by a newer build than this one.

@@ -16,6 +16,7 @@
 
 mod blobs;
 mod error;
+mod idempotency;
 mod local_blobs;
 mod model;
 mod pg_store;
@@ -29,6 +30,9 @@ mod test_util;
 
 pub use blobs::{Blob, BlobStore, BlobStream, ReadRange, content_type};
 pub use error::StoreError;
+pub use idempotency::{
+    IDEMPOTENCY_PENDING_MS, IDEMPOTENCY_TTL_MS, IdemAnswer, IdemClaim, IdemRecord, IdemTicket,
+};
 pub use local_blobs::LocalBlobs;
 pub use model::*;
 pub use pg_store::PgStore;

@@ -14,6 +14,7 @@
 //! | `webhooks`          | id, `task_id`, `status`, `due_ms` (the next attempt while pending), the [`Webhook`] as jsonb |
 //! | `libraries`         | id, owner, the [`Library`] (with its `asset_count`) as jsonb      |
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
+//! | `idempotency`       | `(key_id, idem_key)`, `created_ms` (indexed, for the sweep), the [`IdemRecord`](crate::IdemRecord) as JSON text |
 //! | `schema_migrations` | the versions applied, each with its time                           |
 //!
 //! Indexes: tasks by `(owner, kind, id)`, `(owner, created, id)` and `(created, id)`; the due
@@ -53,6 +54,7 @@
 //! | `keys`    | keys by id and by hash; `meta`                                         |
 //! | `assets`  | asset libraries and assets                                             |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
+//! | `idempotency` | idempotency records: claims, completion (also with a task), sweep  |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
@@ -60,12 +62,13 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
-    LedgerEntry, Library, Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus,
-    Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, IdemAnswer, IdemClaim,
+    IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page, Store, StoreError, Task,
+    TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
+mod idempotency;
 mod keys;
 mod ledger;
 mod migrate;
@@ -98,6 +101,49 @@ impl Store for PgStore {
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
         tasks::get(self, id).await
+    }
+
+    async fn create_task_idempotent(
+        &self,
+        task: &Task,
+        ledger: &[LedgerDraft],
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        let (task, row) = tasks::new_task(task)?;
+        let at = unix_secs();
+        let what = format!("create task {}", task.id);
+        let (what, task, row) = (what.as_str(), &task, &row);
+        retry(what, || async move {
+            let mut client = self.client(what).await?;
+            let tx = client.transaction().await.sql(what)?;
+            idempotency::complete(&tx, ticket, answer).await?;
+            tasks::insert(&tx, task, row).await?;
+            ledger::apply(&tx, ledger, at).await?;
+            tx.commit().await.sql(what)
+        })
+        .await
+    }
+
+    async fn claim_idempotency(
+        &self,
+        ticket: &IdemTicket,
+        fingerprint: &str,
+        now_ms: u64,
+    ) -> Result<IdemClaim, StoreError> {
+        idempotency::claim(self, ticket, fingerprint, now_ms).await
+    }
+
+    async fn finish_idempotency(
+        &self,
+        ticket: &IdemTicket,
+        answer: Option<&IdemAnswer>,
+    ) -> Result<(), StoreError> {
+        idempotency::finish(self, ticket, answer).await
+    }
+
+    async fn sweep_idempotency(&self, before_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        idempotency::sweep(self, before_ms, limit).await
     }
 
     async fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError> {

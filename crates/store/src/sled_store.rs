@@ -16,6 +16,8 @@
 //! | `webhooks`       | webhook id                               | JSON [`Webhook`](crate::Webhook) |
 //! | `webhooks_due`   | next attempt (ms, 8 bytes big-endian) webhook id | empty    |
 //! | `webhooks_by_task` | task id `\0` webhook id               | empty            |
+//! | `idempotency`    | API key id `\0` idempotency key         | JSON [`IdemRecord`](crate::IdemRecord) |
+//! | `idempotency_by_time` | claim time (ms, 8 bytes big-endian) API key id `\0` idempotency key | empty |
 //!
 //! Every unfinished task has exactly one `due` entry (at `next_poll_ms`, or at `u64::MAX` when
 //! it has none, so that [`Store::unfinished_tasks`] still finds it but
@@ -41,6 +43,7 @@
 //! | `keys`       | keys by id and by hash; `meta`                                     |
 //! | `task_index` | the keys of `tasks_by_owner` and `due`                             |
 //! | `webhooks`   | webhooks: written with a task's end, claims, attempts, listings    |
+//! | `idempotency` | idempotency records: claims, completion (also with a task), sweep |
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `index`      | index keys and ranges every index shares                           |
@@ -51,14 +54,15 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
-    LedgerEntry, Library, Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus,
-    Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, IdemAnswer, IdemClaim,
+    IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page, Store, StoreError, Task,
+    TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
 mod counts;
 mod flush;
+mod idempotency;
 mod index;
 mod keys;
 mod ledger;
@@ -87,6 +91,47 @@ impl Store for SledStore {
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
         tasks::get_by_id(self, id)
+    }
+
+    async fn create_task_idempotent(
+        &self,
+        task: &Task,
+        ledger: &[LedgerDraft],
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        let (task, bytes) = tasks::new_record(task)?;
+        let at = ledger::unix_secs();
+        let what = format!("create task {}", task.id);
+        self.trees.tx(&what, |tx| {
+            tasks::insert(tx, &task, &bytes)?;
+            ledger::apply(&tx.ledger(), ledger, at)?;
+            idempotency::complete(tx, ticket, answer)
+        })?;
+        self.counts.add(task.kind, task.status);
+        self.flush_after(&what).await
+    }
+
+    async fn claim_idempotency(
+        &self,
+        ticket: &IdemTicket,
+        fingerprint: &str,
+        now_ms: u64,
+    ) -> Result<IdemClaim, StoreError> {
+        idempotency::claim(self, ticket, fingerprint, now_ms)
+    }
+
+    async fn finish_idempotency(
+        &self,
+        ticket: &IdemTicket,
+        answer: Option<&IdemAnswer>,
+    ) -> Result<(), StoreError> {
+        idempotency::finish(self, ticket, answer)?;
+        self.flush_after("finish an idempotency claim").await
+    }
+
+    async fn sweep_idempotency(&self, before_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        idempotency::sweep(self, before_ms, limit)
     }
 
     async fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError> {

@@ -1,6 +1,7 @@
 //! The `Store` trait: the business steps of the relay's state, each one transaction.
 
 use crate::error::StoreError;
+use crate::idempotency::{IdemAnswer, IdemClaim, IdemTicket};
 use crate::model::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
     LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus, Webhook,
@@ -32,6 +33,43 @@ pub trait Store: Send + Sync + 'static {
     async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError>;
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError>;
+
+    /// [`Store::create_task`] for a request with an `Idempotency-Key`: in the same transaction
+    /// the key's record (claimed by `ticket`) is completed with `answer`, so the task and the
+    /// answer that names it are written together or not at all. A record no longer held by
+    /// `ticket` fails the step with [`StoreError::IdempotencyLost`] and writes nothing.
+    async fn create_task_idempotent(
+        &self,
+        task: &Task,
+        ledger: &[LedgerDraft],
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError>;
+
+    /// Claims `ticket`'s key for a request with `fingerprint`, in one transaction: with no live record under the key (none, one older than
+    /// [`crate::IDEMPOTENCY_TTL_MS`], or one still pending after
+    /// [`crate::IDEMPOTENCY_PENDING_MS`]), writes a pending record held by the ticket
+    /// ([`IdemClaim::Claimed`]); otherwise tells what is there. Not flushed: a claim lost in a
+    /// crash leaves the key free, and whatever durable step follows it takes it to disk too.
+    async fn claim_idempotency(
+        &self,
+        ticket: &IdemTicket,
+        fingerprint: &str,
+        now_ms: u64,
+    ) -> Result<IdemClaim, StoreError>;
+
+    /// Ends `ticket`'s claim, flushed: with an answer, completes the record with it; without,
+    /// removes the record (the request may run again). A record no longer held by `ticket` is
+    /// left as it is ([`StoreError::IdempotencyLost`]).
+    async fn finish_idempotency(
+        &self,
+        ticket: &IdemTicket,
+        answer: Option<&IdemAnswer>,
+    ) -> Result<(), StoreError>;
+
+    /// Removes up to `limit` records claimed before `before_ms`, oldest first (from an index,
+    /// not a scan of all records). Returns how many were removed.
+    async fn sweep_idempotency(&self, before_ms: u64, limit: usize) -> Result<usize, StoreError>;
 
     /// Tasks of one owner (and kind), by creation time, with an exclusive `after` cursor.
     async fn list_tasks(&self, query: &TaskQuery) -> Result<Page<Task>, StoreError>;

@@ -451,6 +451,7 @@ mod admin;
 mod assets;
 mod claims;
 mod durability;
+mod idempotency;
 mod keys;
 mod ledger;
 mod tasks;

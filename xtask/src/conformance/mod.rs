@@ -34,6 +34,7 @@ async fn run(suite: &mut Suite) {
     flows::access::routing(suite).await;
     flows::errors::first_format_errors(suite).await;
     flows::videos::first_format_flows(suite).await;
+    flows::idempotency::idempotency(suite).await;
     flows::generations::second_format(suite).await;
     flows::messages::messages(suite).await;
     flows::billing::billing(suite).await;

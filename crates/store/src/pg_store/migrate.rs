@@ -12,6 +12,7 @@ use crate::StoreError;
 pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_webhooks.sql"),
+    include_str!("migrations/0003_idempotency.sql"),
 ];
 
 /// The newest version this build knows.

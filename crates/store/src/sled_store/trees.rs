@@ -28,6 +28,8 @@ const META: &str = "meta";
 pub(super) const WEBHOOKS: &str = "webhooks";
 pub(super) const WEBHOOKS_DUE: &str = "webhooks_due";
 const WEBHOOKS_BY_TASK: &str = "webhooks_by_task";
+pub(super) const IDEMPOTENCY: &str = "idempotency";
+pub(super) const IDEMPOTENCY_BY_TIME: &str = "idempotency_by_time";
 
 /// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
 const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
@@ -101,6 +103,8 @@ tree_set! {
         webhooks: WEBHOOKS,
         webhooks_due: WEBHOOKS_DUE,
         webhooks_by_task: WEBHOOKS_BY_TASK,
+        idempotency: IDEMPOTENCY,
+        idempotency_by_time: IDEMPOTENCY_BY_TIME,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod assets;
 pub mod billing;
 pub mod errors;
 pub mod generations;
+pub mod idempotency;
 pub mod messages;
 pub mod videos;
 
