@@ -66,6 +66,19 @@ fn open(dir: &Path) -> SledStore {
     SledStore::open(dir).expect("open store")
 }
 
+/// Opens the store again after a drop: a group flush still running on a blocking thread holds
+/// the database (and its file lock) a moment longer, so this polls, within a deadline.
+async fn reopen(dir: &Path) -> SledStore {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match SledStore::open(dir) {
+            Ok(store) => return store,
+            Err(e) if std::time::Instant::now() >= deadline => panic!("reopen store: {e}"),
+            Err(_) => tokio::task::yield_now().await,
+        }
+    }
+}
+
 /// The invariants, read back from the store.
 async fn check(store: &dyn Store, prices: &HashMap<String, i64>) {
     let ledger = store.ledger("key_prop").await.expect("ledger");
@@ -189,7 +202,7 @@ async fn run(seed: u64, steps: usize) {
             }
             _ => {
                 drop(store);
-                store = open(dir.path());
+                store = reopen(dir.path()).await;
             }
         }
         check(&store, &prices).await;
