@@ -117,7 +117,7 @@ pub const ROUTES: [&str; 45] = [
 /// The slot of a request that matched no route.
 pub const UNMATCHED: usize = ROUTES.len() - 1;
 
-/// The statuses counted in a route's own counters (sorted); others go to a family by label.
+/// The statuses counted in a route's own counters (sorted); others are counted in a map.
 const STATUSES: [u16; 27] = [
     200, 201, 204, 206, 301, 302, 304, 400, 401, 402, 403, 404, 405, 408, 409, 413, 415, 416, 422,
     429, 431, 500, 501, 502, 503, 504, 507,
