@@ -57,6 +57,7 @@ fuzz_target!(|data: &[u8]| {
             let name = match v {
                 videos_v1::Variant::Video => "video",
                 videos_v1::Variant::Thumbnail => "thumbnail",
+                videos_v1::Variant::Spritesheet => "spritesheet",
             };
             let again = format!("variant={name}");
             assert_eq!(videos_v1::parse_content_query(Some(&again)).ok(), Some(v));
