@@ -226,7 +226,12 @@ try {
       return shown && shown.innerText.trim() === '47';
     }, null, { timeout: 20_000 });
     assert.equal(await metric(page, 'tasks'), '5');
-    // Rates and histogram means need a second poll; the sparklines a third.
+    // Rates and histogram means need a second poll of the stand-in (one between the relay's
+    // own last poll and the stand-in's first means nothing); the sparklines a third.
+    await page.waitForFunction(() => {
+      const shown = document.querySelector('[data-metric="latency"] .metric-value');
+      return shown && shown.innerText.trim() === '25 ms';
+    }, null, { timeout: 20_000 });
     await page.locator('[data-metric="requests"] .spark polyline').waitFor({ timeout: 20_000 });
     if (shots) {
       // A few more polls, for a picture with some line in it.
