@@ -1,5 +1,6 @@
 //! docs/openapi.yaml and the router describe the same routes: every (method, path) of
-//! `router::route_table` is in the document's `paths`, and nothing else is.
+//! `router::route_table` is in the document's `paths`, and nothing else is; and the `Error`
+//! schema's messages are exactly those of `error_codes::ErrorCode`.
 
 use std::collections::BTreeSet;
 
@@ -77,4 +78,45 @@ fn the_scanner_sees_a_difference() {
         .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
         .collect();
     assert_eq!(got, want);
+}
+
+/// The `enum:` under the `Error` schema's `message` property, one `- item` per line.
+fn api_error_messages(yaml: &str) -> BTreeSet<String> {
+    let mut lines = yaml.lines().skip_while(|l| l.trim_end() != "    Error:");
+    let mut out = BTreeSet::new();
+    let mut in_enum = false;
+    for line in lines.by_ref().skip(1) {
+        let indent = line.len() - line.trim_start().len();
+        if indent <= 4 && !line.trim().is_empty() {
+            break;
+        }
+        let item = line.trim();
+        if in_enum {
+            match item.strip_prefix("- ") {
+                Some(message) => {
+                    out.insert(message.trim_matches(|c| c == '\'' || c == '"').to_owned());
+                }
+                None => in_enum = false,
+            }
+        }
+        if item == "enum:" && out.is_empty() {
+            in_enum = true;
+        }
+    }
+    out
+}
+
+#[test]
+fn the_error_messages_are_every_error_code() {
+    let doc = api_error_messages(OPENAPI_YAML);
+    let codes: BTreeSet<String> = error_codes::ErrorCode::ALL
+        .iter()
+        .map(|c| c.message().to_owned())
+        .collect();
+    let missing: Vec<_> = codes.difference(&doc).collect();
+    let extra: Vec<_> = doc.difference(&codes).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "Error.message in docs/openapi.yaml and ErrorCode differ\n  codes only: {missing:?}\n  document only: {extra:?}"
+    );
 }
