@@ -5,7 +5,9 @@
 //! Its `ark` side cancels and deletes as Ark does (a queued task deleted is gone, a running one
 //! refuses), and posts a task's final state to the submission's `callback_url`.
 //! It counts submissions per prompt, so a test that gives every task its own prompt can prove
-//! none was submitted twice, and polls, in all and per task.
+//! none was submitted twice, and polls, in all and per task. A submission repeating an
+//! `Idempotency-Key` is answered with the task the first one created, as vendors that honour
+//! the header do, and counted as a replay.
 //!
 //! Self-contained (no test harness), so that `cargo xtask fake-upstream` serves the same fake
 //! for trying the relay by hand.
@@ -129,6 +131,10 @@ struct State {
     tasks: HashMap<String, FakeTask>,
     /// Accepted submissions per prompt.
     accepted: HashMap<String, u32>,
+    /// The upstream id each `Idempotency-Key` created, and how many submissions repeated a
+    /// key (answered with the first task, not a new one).
+    by_idempotency_key: HashMap<String, String>,
+    replays: u32,
     next: u64,
     /// Bodies of accepted submissions, newest last.
     bodies: Vec<Bytes>,
@@ -229,6 +235,20 @@ impl FakeVideo {
     /// Accepted submissions per prompt.
     pub fn accepted(&self) -> HashMap<String, u32> {
         self.state.lock().expect("fake state").accepted.clone()
+    }
+
+    /// The `Idempotency-Key` of each submission that created a task.
+    #[allow(dead_code)]
+    pub fn idempotency_keys(&self) -> Vec<String> {
+        let state = self.state.lock().expect("fake state");
+        state.by_idempotency_key.keys().cloned().collect()
+    }
+
+    /// Submissions that repeated an `Idempotency-Key` and were answered with the task the
+    /// first one created.
+    #[allow(dead_code)]
+    pub fn replays(&self) -> u32 {
+        self.state.lock().expect("fake state").replays
     }
 
     pub fn bodies(&self) -> Vec<Bytes> {
@@ -407,6 +427,11 @@ async fn handle(
         (&Method::POST, ["v1", "videos"])
         | (&Method::POST, ["api", "v3", "contents", "generations", "tasks"]) => {
             let ark = segs[0] == "api";
+            let idempotency_key = req
+                .headers()
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let body = req
                 .into_body()
                 .collect()
@@ -439,6 +464,23 @@ async fn handle(
                 );
             };
             let mut st = state.lock().expect("fake state");
+            // A key seen before: the task it created, as vendors that honour the header do.
+            if let Some(id) = idempotency_key
+                .as_ref()
+                .and_then(|k| st.by_idempotency_key.get(k))
+                .cloned()
+            {
+                st.replays += 1;
+                return if ark {
+                    answer(StatusCode::OK, json!({"id": id}))
+                } else {
+                    let status = st.tasks.get(&id).map_or("queued", |t| t.status(sw, false));
+                    answer(
+                        StatusCode::OK,
+                        json!({"id": id, "object": "video", "status": status, "progress": 0}),
+                    )
+                };
+            }
             st.next += 1;
             let id = if ark {
                 format!("cgt-{}", st.next)
@@ -446,6 +488,9 @@ async fn handle(
                 format!("video_up_{}", st.next)
             };
             *st.accepted.entry(prompt.clone()).or_default() += 1;
+            if let Some(key) = idempotency_key {
+                st.by_idempotency_key.insert(key, id.clone());
+            }
             let callback_url = ark
                 .then(|| serde_json::from_slice::<Value>(&body).ok())
                 .flatten()

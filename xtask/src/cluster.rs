@@ -433,7 +433,13 @@ async fn campaign(opts: &Options, site: &Site, fake: &FakeVideo) -> anyhow::Resu
     let checked = audit(&facts);
     violations.extend(checked.violations);
 
-    // None submitted upstream twice (every task has a prompt of its own).
+    // None submitted upstream twice (every task has a prompt of its own). A submission an
+    // instance repeated after taking a dead one's lease carries the same Idempotency-Key and
+    // is a replay at the fake, as at an upstream that honours the header.
+    eprintln!(
+        "xtask: cluster: {} submissions repeated an idempotency key (replays, not new tasks)",
+        fake.replays()
+    );
     let twice: Vec<(String, u32)> = fake
         .accepted()
         .into_iter()

@@ -200,6 +200,9 @@ impl Ark {
                 true,
             )
             .header("content-type", "application/json")
+            // The relay's task id: a resubmission after a crash is a replay to an upstream
+            // that honours the header, not a second task.
+            .header("idempotency-key", &job.task_id)
             .body(Bytes::from(body.to_string()));
         let result = self.remote.exchange(req).await;
         if let Some(failed) = submit_failure(name, &result) {

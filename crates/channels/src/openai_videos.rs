@@ -104,6 +104,9 @@ impl OpenaiVideos {
                 "content-type",
                 format!("multipart/form-data; boundary={BOUNDARY}"),
             )
+            // The relay's task id: a resubmission after a crash is a replay to an upstream
+            // that honours the header, not a second task.
+            .header("idempotency-key", &job.task_id)
             .body(body);
         let result = self.remote.exchange(req).await;
         if let Some(failed) = submit_failure(name, &result) {

@@ -39,6 +39,9 @@ async fn first_format_over_openai_videos_keeps_its_own_copy() {
     remix.assert_error(400, "invalid request", Some("video_id"));
     assert!(remix.text().contains("channel up"), "{}", remix.text());
 
+    // The submission carried the task id as its Idempotency-Key, so a resubmission after a
+    // crash is a replay at an upstream that honours it.
+    assert_eq!(fake.idempotency_keys(), vec![id.clone()]);
     // The upstream got the SDK's multipart with the image as a file part.
     let sent = fake.bodies();
     let sent = String::from_utf8_lossy(&sent[0]);
@@ -100,6 +103,7 @@ async fn second_format_over_ark_keeps_video_and_last_frame() {
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_clean(&done.to_string(), &fake);
 
+    assert_eq!(fake.idempotency_keys(), vec![id.clone()]);
     let sent: Value = serde_json::from_slice(&fake.bodies()[0]).unwrap();
     assert_eq!(sent["model"], "seedance-pro");
     assert_eq!(sent["resolution"], "480p");
