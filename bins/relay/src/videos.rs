@@ -484,25 +484,11 @@ async fn list(api: &Api, limit: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Unix seconds as `YYYY-MM-DD HH:MM:SS` (UTC), by the civil-from-days algorithm.
+/// Unix seconds as `YYYY-MM-DD HH:MM:SS` (UTC): the relay's RFC 3339 form, easier to read.
 fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let mut stamp = server::limits::rfc3339(secs);
+    stamp.pop();
+    stamp.replace('T', " ")
 }
 
 /// A task id as one path segment: anything but unreserved characters percent-encoded.

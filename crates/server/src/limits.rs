@@ -250,20 +250,20 @@ fn set_vendor_headers(limit: RateLimit, remaining: u32, full_in: Duration, res: 
     let out = res.headers_mut();
     out.insert(LIMIT, HeaderValue::from(limit.burst));
     out.insert(REMAINING, HeaderValue::from(remaining));
-    if let Ok(v) = HeaderValue::from_bytes(&rfc3339_bytes(reset)) {
+    if let Ok(v) = HeaderValue::from_bytes(&rfc3339_bytes(reset as i64)) {
         out.insert(RESET, v);
     }
 }
 
-/// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn rfc3339(secs: u64) -> String {
+/// Unix seconds (before 1970 too) as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn rfc3339(secs: i64) -> String {
     String::from_utf8_lossy(&rfc3339_bytes(secs)).into_owned()
 }
 
 /// [`rfc3339`] without an allocation (years 0 to 9999).
-fn rfc3339_bytes(secs: u64) -> [u8; 20] {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
+fn rfc3339_bytes(secs: i64) -> [u8; 20] {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400) as u64;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -320,6 +320,7 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_795_326_743), "2026-11-22T05:52:23Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
     }
 
     #[test]
