@@ -1,7 +1,7 @@
 //! `Idempotency-Key` on submissions: a repeat gets the first answer and makes nothing new (no
 //! second task, asset or pre-deduction), another body under the key is a `409`, a repeat while
-//! the first is in flight a `409` with `retry-after`, keys are per API key, and a task written
-//! just before a SIGKILL is what a retry after the restart answers.
+//! the first is in flight a `409` with `retry-after`, keys are per API key, and a task or an
+//! asset written just before a SIGKILL is what a retry after the restart answers.
 
 use std::time::Duration;
 
@@ -362,6 +362,114 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
     assert_eq!(prededucts.len(), 1, "{ledger}");
     assert_eq!(prededucts[0]["task_id"], written.as_str());
     assert_eq!(admin_tasks().await, vec![written]);
+}
+
+/// An asset written, then SIGKILL: after the restart a retry with the same key answers that
+/// asset, and the library holds it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_upload_retry_after_sigkill_answers_the_written_asset() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("relay.toml");
+    std::fs::write(&config, "").unwrap();
+    let first = start_binary(&data, &config).await;
+    let key = first
+        .lines
+        .iter()
+        .find(|l| l.starts_with("first API key"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no key printed: {:?}", first.lines))
+        .to_owned();
+    let http = Http::new();
+    let auth = [("authorization", format!("Bearer {key}"))];
+    let lib = http
+        .send(
+            Method::POST,
+            &format!("{}/v1/asset-libraries", first.base),
+            Body::Json(json!({"name": "lib"})),
+            &auth,
+        )
+        .await;
+    assert_eq!(lib.status, 200, "{}", lib.text());
+    let lib = lib.json()["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/asset-libraries/{lib}/assets");
+    let user = [
+        ("authorization", format!("Bearer {key}")),
+        (IDEM, "upload-crash-1".to_owned()),
+    ];
+    let image = png(64, 48);
+    let upload = move || {
+        let (ct, body) = Multipart::new()
+            .file("file", "frame.png", "image/png", &image)
+            .text("type", "image")
+            .build();
+        Body::Raw(ct, body)
+    };
+
+    // The upload runs on its own; the relay is killed as soon as the asset is in the store,
+    // whether or not its answer got out.
+    let submit = {
+        let (http, url, user, upload) = (
+            http.clone(),
+            format!("{}{path}", first.base),
+            user.clone(),
+            upload.clone(),
+        );
+        tokio::spawn(async move { http.send(Method::POST, &url, upload(), &user).await })
+    };
+    let listing = |base: String| {
+        let (http, url, auth) = (http.clone(), format!("{base}{path}"), auth.clone());
+        async move {
+            let v = http
+                .send(Method::GET, &url, Body::Empty, &auth)
+                .await
+                .json();
+            v["data"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x["id"].as_str().map(str::to_owned))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        }
+    };
+    let written = poll_until(Duration::from_secs(30), || async {
+        listing(first.base.clone()).await.first().cloned()
+    })
+    .await
+    .expect("the asset was written");
+    let mut child = first.child;
+    child.kill().await.expect("SIGKILL");
+    let _ = submit.await;
+
+    let second = start_binary(&data, &config).await;
+    let survived = listing(second.base.clone()).await;
+    let retry = http
+        .send(
+            Method::POST,
+            &format!("{}{path}", second.base),
+            upload(),
+            &user,
+        )
+        .await;
+    if survived.is_empty() {
+        // Killed between the write and its flush: the asset was never acknowledged and is
+        // gone; its claim may have reached the disk, and holds the key until it lapses.
+        assert!(
+            retry.status == 200
+                || (retry.status == 409 && retry.header("retry-after") == Some("1")),
+            "{}",
+            retry.text()
+        );
+        assert!(listing(second.base.clone()).await.len() <= 1);
+        return;
+    }
+    assert_eq!(survived, vec![written.clone()]);
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    assert_eq!(retry.json()["id"], written.as_str(), "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(listing(second.base.clone()).await, vec![written]);
 }
 
 /// A repeat while the first request is still being handled (held on fetching its first frame,

@@ -300,13 +300,27 @@ async fn upload_inner(
         expires_at: None,
         error: None,
     };
-    match app.store.create_asset(&asset).await {
-        Ok(()) => {}
+    // With a claimed `Idempotency-Key`, the answer is kept with the key in the asset's own
+    // store step, so a retry answers this asset whatever stops the process afterwards.
+    let stored = match idem.claimed_ticket() {
+        Some(ticket) => {
+            let kept = crate::idempotency::task_answer(&record(&asset))?;
+            app.store
+                .create_asset_idempotent(&asset, ticket, &kept)
+                .await
+        }
+        None => app.store.create_asset(&asset).await,
+    };
+    match stored {
+        Ok(()) => idem.kept(),
         Err(e) => {
             remove_blobs(app, vec![id.clone()]).await;
             return Err(match e {
                 // Deleted since it was looked up.
                 StoreError::LibraryNotFound(_) => no_library(library_id),
+                StoreError::IdempotencyLost(_) => crate::idempotency::conflict(
+                    "was taken over by a later request while this one was handled",
+                ),
                 e => store_unavailable(e),
             });
         }

@@ -10,8 +10,9 @@
 //! 3. [`Idem::claim`], once the body is read and before anything is written: one store step
 //!    claims the key (a pending record), or finds the first answer (kept aside for
 //!    [`Idem::finish`], the handler stops), another request under the key (`409`), or the
-//!    same one still in flight (`409` with `retry-after: 1`). A task's creation then completes
-//!    the record in its own store step ([`Idem::task_ticket`], [`crate::tasks::create`]).
+//!    same one still in flight (`409` with `retry-after: 1`). A task's or an asset's creation
+//!    then completes the record in its own store step ([`Idem::claimed_ticket`],
+//!    [`crate::tasks::create`], [`crate::assets::upload`]).
 //! 4. [`Idem::finish`] with the answer: a replay gets the kept answer with
 //!    `idempotent-replayed: true`; a claimed key is completed with the answer when it depends
 //!    on the request alone (2xx, 400, 404, 413, 415), or released (402, 408, 409, 429, 5xx:
@@ -165,15 +166,16 @@ impl Idem {
         }
     }
 
-    /// The ticket a task's creation completes the key's record with, when the key is claimed.
-    pub fn task_ticket(&self) -> Option<&IdemTicket> {
+    /// The ticket a task's or an asset's creation completes the key's record with, when the
+    /// key is claimed.
+    pub fn claimed_ticket(&self) -> Option<&IdemTicket> {
         match self.state {
             State::Claimed => self.ticket.as_ref(),
             _ => None,
         }
     }
 
-    /// The task's creation completed the key's record.
+    /// The task's or asset's creation completed the key's record.
     pub fn kept(&mut self) {
         self.state = State::Kept;
     }
@@ -266,7 +268,8 @@ fn replay(kept: &IdemAnswer) -> Answer {
     res
 }
 
-/// A task's create answer as kept with its idempotency record.
+/// A task's or an asset's create answer (`200`, the record as JSON) as kept with its
+/// idempotency record.
 pub fn task_answer<T: serde::Serialize>(record: &T) -> Result<IdemAnswer, ApiError> {
     let body = serde_json::to_string(record).map_err(|e| {
         tracing::error!("serialising an answer: {e}");

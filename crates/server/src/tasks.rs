@@ -137,7 +137,7 @@ pub async fn create<F: TaskFormat>(
     task: &Task,
     idem: &mut Idem,
 ) -> Result<(), ApiError> {
-    let stored = match idem.task_ticket() {
+    let stored = match idem.claimed_ticket() {
         Some(ticket) => {
             let answer = crate::idempotency::task_answer(&F::record(app, task)?)?;
             app.engine.enqueue_idempotent(task, ticket, &answer).await

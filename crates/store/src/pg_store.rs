@@ -305,7 +305,16 @@ impl Store for PgStore {
     }
 
     async fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError> {
-        assets::create_asset(self, asset).await
+        assets::create_asset(self, asset, None).await
+    }
+
+    async fn create_asset_idempotent(
+        &self,
+        asset: &AssetRecord,
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        assets::create_asset(self, asset, Some((ticket, answer))).await
     }
 
     async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {

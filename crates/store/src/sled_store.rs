@@ -43,7 +43,7 @@
 //! | `keys`       | keys by id and by hash; `meta`                                     |
 //! | `task_index` | the keys of `tasks_by_owner` and `due`                             |
 //! | `webhooks`   | webhooks: written with a task's end, claims, attempts, listings    |
-//! | `idempotency` | idempotency records: claims, completion (also with a task), sweep |
+//! | `idempotency` | idempotency records: claims, completion (with a task or an asset), sweep |
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `index`      | index keys and ranges every index shares                           |
@@ -106,7 +106,7 @@ impl Store for SledStore {
         self.trees.tx(&what, |tx| {
             tasks::insert(tx, &task, &bytes)?;
             ledger::apply(&tx.ledger(), ledger, at)?;
-            idempotency::complete(tx, ticket, answer)
+            idempotency::complete(tx.idempotency, ticket, answer)
         })?;
         self.counts.add(task.kind, task.status);
         self.flush_after(&what).await
@@ -298,6 +298,39 @@ impl Store for SledStore {
         assets::create_asset(&self.assets, asset)?;
         self.flush_after(&format!("create asset {}", asset.id))
             .await
+    }
+
+    async fn create_asset_idempotent(
+        &self,
+        asset: &AssetRecord,
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        let bytes = assets::new_asset(asset)?;
+        let what = format!("create asset {}", asset.id);
+        let a = &self.assets;
+        let trees = (
+            &a.libraries,
+            &a.libraries_by_owner,
+            &a.assets,
+            &a.assets_by_library,
+            &a.assets_by_expiry,
+            &a.assets_processing,
+            &self.trees.idempotency,
+        );
+        txn::run(&what, &trees, |(l, lo, at, al, ae, ap, idem)| {
+            let tx = assets::Tx {
+                libraries: l,
+                libraries_by_owner: lo,
+                assets: at,
+                assets_by_library: al,
+                assets_by_expiry: ae,
+                assets_processing: ap,
+            };
+            assets::insert_asset(&tx, asset, &bytes)?;
+            idempotency::complete(idem, ticket, answer)
+        })?;
+        self.flush_after(&what).await
     }
 
     async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {

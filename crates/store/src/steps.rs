@@ -208,6 +208,17 @@ pub trait Store: Send + Sync + 'static {
     /// ([`StoreError::LibraryNotFound`] otherwise).
     async fn create_asset(&self, asset: &AssetRecord) -> Result<(), StoreError>;
 
+    /// [`Store::create_asset`] for an upload with an `Idempotency-Key`: in the same
+    /// transaction the key's record (claimed by `ticket`) is completed with `answer`, so the
+    /// asset and the answer that names it are written together or not at all. A record no
+    /// longer held by `ticket` fails the step with [`StoreError::IdempotencyLost`].
+    async fn create_asset_idempotent(
+        &self,
+        asset: &AssetRecord,
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError>;
+
     async fn asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
 
     /// One library's assets by creation time, filtered by status and type, with an exclusive

@@ -6,11 +6,14 @@ use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
+use super::idempotency::complete;
 use super::names::{asset_status, asset_type};
 use super::pool::PgStore;
 use super::txn::{self, Fault, Filter, Sql, big, check_id, decode, retry};
 use crate::steps::AssetUpdate;
-use crate::{AssetQuery, AssetRecord, AssetStatus, Library, Order, Page, StoreError};
+use crate::{
+    AssetQuery, AssetRecord, AssetStatus, IdemAnswer, IdemTicket, Library, Order, Page, StoreError,
+};
 
 const LIBRARIES: &str = "libraries";
 const ASSETS: &str = "assets";
@@ -161,7 +164,13 @@ pub(super) async fn delete_library(
     .await
 }
 
-pub(super) async fn create_asset(store: &PgStore, asset: &AssetRecord) -> Result<(), StoreError> {
+/// [`crate::Store::create_asset`]; with `idem`, also
+/// [`crate::Store::create_asset_idempotent`]'s completion of the key's record.
+pub(super) async fn create_asset(
+    store: &PgStore,
+    asset: &AssetRecord,
+    idem: Option<(&IdemTicket, &IdemAnswer)>,
+) -> Result<(), StoreError> {
     check_id("asset id", &asset.id)?;
     check_id("asset library", &asset.library_id)?;
     let what = format!("create asset {}", asset.id);
@@ -169,6 +178,9 @@ pub(super) async fn create_asset(store: &PgStore, asset: &AssetRecord) -> Result
     retry(what, || async move {
         let mut client = store.client(what).await?;
         let tx = client.transaction().await.sql(what)?;
+        if let Some((ticket, answer)) = idem {
+            complete(&tx, ticket, answer).await?;
+        }
         let library = lock_library(&tx, &asset.library_id, what).await?;
         let Some(mut library) =
             library.filter(|l| l.owner == asset.owner && l.family == asset.family)

@@ -143,33 +143,42 @@ pub(super) fn delete_library(
 }
 
 pub(super) fn create_asset(trees: &AssetTrees, asset: &AssetRecord) -> Result<(), StoreError> {
+    let bytes = new_asset(asset)?;
+    let what = format!("create asset {}", asset.id);
+    trees.tx(&what, |tx| insert_asset(tx, asset, &bytes))
+}
+
+/// A new asset's ids checked and its record encoded, for [`insert_asset`].
+pub(super) fn new_asset(asset: &AssetRecord) -> Result<Vec<u8>, StoreError> {
     check_id("asset id", &asset.id)?;
     check_id("asset library", &asset.library_id)?;
-    let bytes = encode("asset", asset)?;
-    let what = format!("create asset {}", asset.id);
-    trees.tx(&what, |tx| {
-        let Some(mut library): Option<Library> =
-            get(tx.libraries, LIBRARIES, asset.library_id.as_bytes())?
-        else {
-            return abort(StoreError::LibraryNotFound(asset.library_id.clone()));
-        };
-        if library.owner != asset.owner || library.family != asset.family {
-            return abort(StoreError::LibraryNotFound(asset.library_id.clone()));
-        }
-        ensure_new(tx.assets, "asset", &asset.id)?;
-        tx.assets.insert(asset.id.as_bytes(), bytes.as_slice())?;
-        tx.assets_by_library
-            .insert(pair_key(&asset.library_id, &asset.id), &[][..])?;
-        if asset.status == AssetStatus::Processing {
-            tx.assets_processing.insert(asset.id.as_bytes(), &[][..])?;
-        }
-        if let Some(k) = expiry_key(asset) {
-            tx.assets_by_expiry.insert(k, &[][..])?;
-        }
-        library.asset_count += 1;
-        put(tx.libraries, library.id.as_bytes(), "library", &library)?;
-        Ok(())
-    })
+    encode("asset", asset)
+}
+
+/// Writes a new asset (`bytes`, from [`new_asset`]) with its index entries and counts it in
+/// its library, inside a transaction over the asset trees.
+pub(super) fn insert_asset(tx: &Tx<'_>, asset: &AssetRecord, bytes: &[u8]) -> TxResult<()> {
+    let Some(mut library): Option<Library> =
+        get(tx.libraries, LIBRARIES, asset.library_id.as_bytes())?
+    else {
+        return abort(StoreError::LibraryNotFound(asset.library_id.clone()));
+    };
+    if library.owner != asset.owner || library.family != asset.family {
+        return abort(StoreError::LibraryNotFound(asset.library_id.clone()));
+    }
+    ensure_new(tx.assets, "asset", &asset.id)?;
+    tx.assets.insert(asset.id.as_bytes(), bytes)?;
+    tx.assets_by_library
+        .insert(pair_key(&asset.library_id, &asset.id), &[][..])?;
+    if asset.status == AssetStatus::Processing {
+        tx.assets_processing.insert(asset.id.as_bytes(), &[][..])?;
+    }
+    if let Some(k) = expiry_key(asset) {
+        tx.assets_by_expiry.insert(k, &[][..])?;
+    }
+    library.asset_count += 1;
+    put(tx.libraries, library.id.as_bytes(), "library", &library)?;
+    Ok(())
 }
 
 pub(super) fn asset(trees: &AssetTrees, id: &str) -> Result<Option<AssetRecord>, StoreError> {

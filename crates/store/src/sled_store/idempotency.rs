@@ -1,11 +1,14 @@
 //! Idempotency records on sled: the record under API key id `\0` idempotency key
 //! (`idempotency`), and the index by claim time (`idempotency_by_time`: the time, then the
 //! record's key) that the sweep reads. Both trees are in the task transaction's set, so a task's
-//! creation completes its record in the same transaction ([`complete`]).
+//! creation completes its record in the same transaction ([`complete`]); an asset's creation
+//! runs over the asset trees and `idempotency` together.
+
+use sled::transaction::TransactionalTree;
 
 use super::index::{move_entry, pair_key, split_time_key, time_key};
 use super::record::{backend, check_id};
-use super::trees::{IDEMPOTENCY, IDEMPOTENCY_BY_TIME, SledStore, Tx};
+use super::trees::{IDEMPOTENCY, IDEMPOTENCY_BY_TIME, SledStore};
 use super::txn::{TxResult, abort, get, or_abort, put};
 use crate::idempotency::{Decision, decide, held_by};
 use crate::{IdemAnswer, IdemClaim, IdemRecord, IdemTicket, StoreError};
@@ -49,15 +52,19 @@ pub(super) fn claim(
     })
 }
 
-/// Completes `ticket`'s record with `answer` inside a transaction (a task's creation); a
-/// record no longer held by the ticket aborts it.
-pub(super) fn complete(tx: &Tx<'_>, ticket: &IdemTicket, answer: &IdemAnswer) -> TxResult<()> {
+/// Completes `ticket`'s record (in the `idempotency` tree of a transaction) with `answer`,
+/// inside a task's or an asset's creation; a record no longer held by the ticket aborts it.
+pub(super) fn complete(
+    idempotency: &TransactionalTree,
+    ticket: &IdemTicket,
+    answer: &IdemAnswer,
+) -> TxResult<()> {
     let id = record_key(ticket);
-    let old: Option<IdemRecord> = get(tx.idempotency, IDEMPOTENCY, &id)?;
+    let old: Option<IdemRecord> = get(idempotency, IDEMPOTENCY, &id)?;
     match old {
         Some(mut record) if held_by(Some(&record), ticket) => {
             record.answer = Some(answer.clone());
-            put(tx.idempotency, &id, "idempotency record", &record)
+            put(idempotency, &id, "idempotency record", &record)
         }
         _ => abort(StoreError::IdempotencyLost(ticket.key.clone())),
     }
@@ -73,7 +80,7 @@ pub(super) fn finish(
     store
         .trees
         .tx("finish an idempotency claim", |tx| match answer {
-            Some(answer) => complete(tx, ticket, answer),
+            Some(answer) => complete(tx.idempotency, ticket, answer),
             None => {
                 let id = record_key(ticket);
                 let old: Option<IdemRecord> = get(tx.idempotency, IDEMPOTENCY, &id)?;

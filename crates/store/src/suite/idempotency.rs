@@ -1,15 +1,15 @@
 //! Idempotency records: a claim takes a free key once, tells a repeat what is there (the
 //! answer, a request in flight, another request), takes over an expired or abandoned key;
-//! a task's creation completes the record with it or not at all; records outlive a restart and
+//! a task's or an asset's creation completes the record with it or not at all; records outlive a restart and
 //! are swept by age.
 
 use std::sync::Arc;
 
-use super::{Fixture, draft, key, task};
+use super::{Fixture, asset, draft, key, task, with_library};
 use crate::test_util::tid;
 use crate::{
-    IDEMPOTENCY_PENDING_MS, IDEMPOTENCY_TTL_MS, IdemAnswer, IdemClaim, IdemTicket, LedgerKind,
-    Store, StoreError, TaskStatus,
+    AssetStatus, IDEMPOTENCY_PENDING_MS, IDEMPOTENCY_TTL_MS, IdemAnswer, IdemClaim, IdemTicket,
+    LedgerKind, Store, StoreError, TaskStatus,
 };
 
 cases!(
@@ -17,6 +17,7 @@ cases!(
     a_repeat_is_told_in_flight_mismatch_or_the_answer,
     expired_and_abandoned_claims_are_taken_over,
     a_task_and_its_record_are_written_together,
+    an_asset_and_its_record_are_written_together,
     a_released_key_is_free_again,
     concurrent_claims_of_one_key_give_it_to_one,
     records_outlive_a_restart_and_are_swept_by_age,
@@ -193,6 +194,55 @@ async fn a_task_and_its_record_are_written_together(store: Fixture) {
     assert_eq!(
         store
             .claim_idempotency(&ticket("key_a", "k3", "t4"), "f3", NOW + 1)
+            .await
+            .unwrap(),
+        IdemClaim::InFlight
+    );
+}
+
+async fn an_asset_and_its_record_are_written_together(store: Fixture) {
+    let lib = with_library(&*store).await;
+    let t = ticket("key_a", "up1", "t1");
+    store.claim_idempotency(&t, "f1", NOW).await.unwrap();
+    let first = asset("asset_1", &lib, AssetStatus::Processing, None);
+    store
+        .create_asset_idempotent(&first, &t, &answer("asset_1"))
+        .await
+        .unwrap();
+    assert!(store.asset("asset_1").await.unwrap().is_some());
+    let repeat = ticket("key_a", "up1", "t2");
+    assert_eq!(
+        store
+            .claim_idempotency(&repeat, "f1", NOW + 1)
+            .await
+            .unwrap(),
+        IdemClaim::Replay(answer("asset_1"))
+    );
+
+    // A ticket that does not hold its key creates nothing, and the library counts nothing.
+    let second = asset("asset_2", &lib, AssetStatus::Processing, None);
+    let err = store
+        .create_asset_idempotent(&second, &repeat, &answer("asset_2"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::IdempotencyLost(_)), "{err:?}");
+    assert_eq!(store.asset("asset_2").await.unwrap(), None);
+    let counted = store.library("lib_1").await.unwrap().unwrap();
+    assert_eq!(counted.asset_count, 1);
+
+    // An asset whose library is gone leaves the claim pending, for the caller to end.
+    let t3 = ticket("key_a", "up3", "t3");
+    store.claim_idempotency(&t3, "f3", NOW).await.unwrap();
+    let mut orphan = asset("asset_3", &lib, AssetStatus::Processing, None);
+    orphan.library_id = "lib_gone".to_owned();
+    let err = store
+        .create_asset_idempotent(&orphan, &t3, &answer("asset_3"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LibraryNotFound(_)), "{err:?}");
+    assert_eq!(
+        store
+            .claim_idempotency(&ticket("key_a", "up3", "t4"), "f3", NOW + 1)
             .await
             .unwrap(),
         IdemClaim::InFlight
