@@ -242,15 +242,31 @@ async fn idempotent_asset_upload_makes_one_asset() {
     assert_eq!(listed(&relay, &key, &path).await, vec![id]);
 }
 
-/// A task written, then SIGKILL: after the restart a retry with the same key answers that task,
-/// and the key was charged once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idempotent_retry_after_sigkill_answers_the_written_task() {
+/// What [`retry_after_sigkill`] leaves: the relay started again, and the record written
+/// before the kill with the retry's answer, when the record survived it.
+struct AfterKill {
+    relay: crate::harness::Running,
+    http: Http,
+    survived: Option<(String, Answer)>,
+}
+
+/// Starts the relay binary with `config`, runs `prepare` (given the HTTP client, the relay's
+/// base URL and the first API key; it answers the path to post to), posts `body()` there with
+/// an `Idempotency-Key` on a task of its own, SIGKILLs the relay as soon as `listed` shows a
+/// record, starts it again on the same data and retries. A record killed between its write and
+/// its flush is gone: then the retry must be answered (or told the claim is in flight), and at
+/// most one record may exist.
+async fn retry_after_sigkill(
+    config: &str,
+    prepare: impl AsyncFn(&Http, &str, &str) -> String,
+    body: impl Fn() -> Body + Clone + Send + 'static,
+    listed: impl AsyncFn(&Http, &str, &str, &str) -> Vec<String>,
+) -> AfterKill {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let config = dir.path().join("relay.toml");
-    std::fs::write(&config, "[simulator]\ntask_secs = 30\nfps = 4\n").unwrap();
-    let first = start_binary(&data, &config).await;
+    let config_path = dir.path().join("relay.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let first = start_binary(&data, &config_path).await;
     let key = first
         .lines
         .iter()
@@ -259,95 +275,113 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
         .unwrap_or_else(|| panic!("no key printed: {:?}", first.lines))
         .to_owned();
     let http = Http::new();
-    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let path = prepare(&http, &first.base, &key).await;
     let user = [
         ("authorization", format!("Bearer {key}")),
         (IDEM, "crash-1".to_owned()),
     ];
-    let body = || Body::Json(video("written, then killed"));
 
-    // The request runs on its own; the relay is killed as soon as the task is in the store,
+    // The request runs on its own; the relay is killed as soon as the record is in the store,
     // whether or not its answer got out.
     let submit = {
-        let (http, url, user) = (
+        let (http, url, user, body) = (
             http.clone(),
-            format!("{}/v1/videos", first.base),
+            format!("{}{path}", first.base),
             user.clone(),
+            body.clone(),
         );
         tokio::spawn(async move { http.send(Method::POST, &url, body(), &user).await })
     };
-    let tasks_url = format!("{}/admin/tasks", first.base);
     let written = poll_until(Duration::from_secs(30), || async {
-        let v = http
-            .send(Method::GET, &tasks_url, Body::Empty, &admin)
+        listed(&http, &first.base, &key, &path)
             .await
-            .json();
-        v["data"][0]["id"].as_str().map(str::to_owned)
+            .first()
+            .cloned()
     })
     .await
-    .expect("the task was written");
+    .expect("the record was written");
     let mut child = first.child;
     child.kill().await.expect("SIGKILL");
     let _ = submit.await;
 
-    let second = start_binary(&data, &config).await;
-    let admin_tasks = || async {
-        let tasks = http
-            .send(
-                Method::GET,
-                &format!("{}/admin/tasks", second.base),
-                Body::Empty,
-                &admin,
-            )
-            .await
-            .json();
-        tasks["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["id"].as_str().unwrap().to_owned())
-            .collect::<Vec<_>>()
-    };
-    let survived = admin_tasks().await;
+    let second = start_binary(&data, &config_path).await;
+    let survived = listed(&http, &second.base, &key, &path).await;
     let retry = http
         .send(
             Method::POST,
-            &format!("{}/v1/videos", second.base),
+            &format!("{}{path}", second.base),
             body(),
             &user,
         )
         .await;
     if survived.is_empty() {
-        // Killed between the write and its flush: the task was never acknowledged and is gone;
-        // its claim may have reached the disk, and holds the key until it lapses.
         assert!(
             retry.status == 200
                 || (retry.status == 409 && retry.header("retry-after") == Some("1")),
             "{}",
             retry.text()
         );
-        assert!(admin_tasks().await.len() <= 1);
-        return;
+        assert!(listed(&http, &second.base, &key, &path).await.len() <= 1);
+        return AfterKill {
+            relay: second,
+            http,
+            survived: None,
+        };
     }
     assert_eq!(survived, vec![written.clone()]);
     assert_eq!(retry.status, 200, "{}", retry.text());
     assert_eq!(retry.json()["id"], written.as_str(), "{}", retry.text());
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        listed(&http, &second.base, &key, &path).await,
+        vec![written.clone()]
+    );
+    AfterKill {
+        relay: second,
+        http,
+        survived: Some((written, retry)),
+    }
+}
 
-    let keys = http
-        .send(
-            Method::GET,
-            &format!("{}/admin/keys", second.base),
-            Body::Empty,
-            &admin,
-        )
+/// An admin listing's ids (`/admin/tasks`, `/admin/keys`) on a relay binary.
+async fn admin_ids(http: &Http, base: &str, path: &str) -> Vec<String> {
+    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let v = http
+        .send(Method::GET, &format!("{base}{path}"), Body::Empty, &admin)
         .await
         .json();
-    let key_id = keys["data"][0]["id"].as_str().unwrap().to_owned();
-    let ledger = http
+    v["data"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A task written, then SIGKILL: after the restart a retry with the same key answers that task,
+/// and the key was charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_retry_after_sigkill_answers_the_written_task() {
+    let after = retry_after_sigkill(
+        "[simulator]\ntask_secs = 30\nfps = 4\n",
+        async |_, _, _| "/v1/videos".to_owned(),
+        || Body::Json(video("written, then killed")),
+        async |http, base, _, _| admin_ids(http, base, "/admin/tasks").await,
+    )
+    .await;
+    let Some((written, _)) = after.survived else {
+        return;
+    };
+    let base = &after.relay.base;
+    let key_id = admin_ids(&after.http, base, "/admin/keys").await[0].clone();
+    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let ledger = after
+        .http
         .send(
             Method::GET,
-            &format!("{}/admin/keys/{key_id}/ledger", second.base),
+            &format!("{base}/admin/keys/{key_id}/ledger"),
             Body::Empty,
             &admin,
         )
@@ -361,42 +395,12 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
         .collect();
     assert_eq!(prededucts.len(), 1, "{ledger}");
     assert_eq!(prededucts[0]["task_id"], written.as_str());
-    assert_eq!(admin_tasks().await, vec![written]);
 }
 
 /// An asset written, then SIGKILL: after the restart a retry with the same key answers that
 /// asset, and the library holds it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_upload_retry_after_sigkill_answers_the_written_asset() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let config = dir.path().join("relay.toml");
-    std::fs::write(&config, "").unwrap();
-    let first = start_binary(&data, &config).await;
-    let key = first
-        .lines
-        .iter()
-        .find(|l| l.starts_with("first API key"))
-        .and_then(|l| l.rsplit(' ').next())
-        .unwrap_or_else(|| panic!("no key printed: {:?}", first.lines))
-        .to_owned();
-    let http = Http::new();
-    let auth = [("authorization", format!("Bearer {key}"))];
-    let lib = http
-        .send(
-            Method::POST,
-            &format!("{}/v1/asset-libraries", first.base),
-            Body::Json(json!({"name": "lib"})),
-            &auth,
-        )
-        .await;
-    assert_eq!(lib.status, 200, "{}", lib.text());
-    let lib = lib.json()["id"].as_str().unwrap().to_owned();
-    let path = format!("/v1/asset-libraries/{lib}/assets");
-    let user = [
-        ("authorization", format!("Bearer {key}")),
-        (IDEM, "upload-crash-1".to_owned()),
-    ];
     let image = png(64, 48);
     let upload = move || {
         let (ct, body) = Multipart::new()
@@ -405,23 +409,27 @@ async fn idempotent_upload_retry_after_sigkill_answers_the_written_asset() {
             .build();
         Body::Raw(ct, body)
     };
-
-    // The upload runs on its own; the relay is killed as soon as the asset is in the store,
-    // whether or not its answer got out.
-    let submit = {
-        let (http, url, user, upload) = (
-            http.clone(),
-            format!("{}{path}", first.base),
-            user.clone(),
-            upload.clone(),
-        );
-        tokio::spawn(async move { http.send(Method::POST, &url, upload(), &user).await })
-    };
-    let listing = |base: String| {
-        let (http, url, auth) = (http.clone(), format!("{base}{path}"), auth.clone());
-        async move {
+    let after = retry_after_sigkill(
+        "",
+        async |http, base, key| {
+            let auth = [("authorization", format!("Bearer {key}"))];
+            let lib = http
+                .send(
+                    Method::POST,
+                    &format!("{base}/v1/asset-libraries"),
+                    Body::Json(json!({"name": "lib"})),
+                    &auth,
+                )
+                .await;
+            assert_eq!(lib.status, 200, "{}", lib.text());
+            let lib = lib.json()["id"].as_str().unwrap().to_owned();
+            format!("/v1/asset-libraries/{lib}/assets")
+        },
+        upload,
+        async |http, base, key, path| {
+            let auth = [("authorization", format!("Bearer {key}"))];
             let v = http
-                .send(Method::GET, &url, Body::Empty, &auth)
+                .send(Method::GET, &format!("{base}{path}"), Body::Empty, &auth)
                 .await
                 .json();
             v["data"]
@@ -429,47 +437,15 @@ async fn idempotent_upload_retry_after_sigkill_answers_the_written_asset() {
                 .map(|a| {
                     a.iter()
                         .filter_map(|x| x["id"].as_str().map(str::to_owned))
-                        .collect::<Vec<_>>()
+                        .collect()
                 })
                 .unwrap_or_default()
-        }
-    };
-    let written = poll_until(Duration::from_secs(30), || async {
-        listing(first.base.clone()).await.first().cloned()
-    })
-    .await
-    .expect("the asset was written");
-    let mut child = first.child;
-    child.kill().await.expect("SIGKILL");
-    let _ = submit.await;
-
-    let second = start_binary(&data, &config).await;
-    let survived = listing(second.base.clone()).await;
-    let retry = http
-        .send(
-            Method::POST,
-            &format!("{}{path}", second.base),
-            upload(),
-            &user,
-        )
-        .await;
-    if survived.is_empty() {
-        // Killed between the write and its flush: the asset was never acknowledged and is
-        // gone; its claim may have reached the disk, and holds the key until it lapses.
-        assert!(
-            retry.status == 200
-                || (retry.status == 409 && retry.header("retry-after") == Some("1")),
-            "{}",
-            retry.text()
-        );
-        assert!(listing(second.base.clone()).await.len() <= 1);
-        return;
+        },
+    )
+    .await;
+    if let Some((written, retry)) = &after.survived {
+        assert_eq!(retry.json()["object"], "asset", "{written}");
     }
-    assert_eq!(survived, vec![written.clone()]);
-    assert_eq!(retry.status, 200, "{}", retry.text());
-    assert_eq!(retry.json()["id"], written.as_str(), "{}", retry.text());
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
-    assert_eq!(listing(second.base.clone()).await, vec![written]);
 }
 
 /// A repeat while the first request is still being handled (held on fetching its first frame,
