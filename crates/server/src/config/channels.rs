@@ -1,0 +1,161 @@
+//! The model catalog (`[models.<name>]`) and the channels (`[[channels]]`), with the checks
+//! of a remote channel's settings.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// First format (`/v1/videos`).
+    #[default]
+    Video,
+    /// Second format (`/v1/video/generations`).
+    Generation,
+    Chat,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    pub family: Option<String>,
+    pub resolutions: Vec<String>,
+    pub durations: Vec<u32>,
+    pub ratios: Vec<String>,
+    pub max_duration_by_resolution: BTreeMap<String, u32>,
+    pub price_per_second: Option<u64>,
+    pub price_per_second_by_resolution: BTreeMap<String, u64>,
+    pub input_price_per_mtok: Option<u64>,
+    pub output_price_per_mtok: Option<u64>,
+}
+
+impl ModelConfig {
+    /// Credits per second of video at `resolution` (a resolution-specific price wins).
+    pub fn price_per_second(&self, resolution: Option<&str>) -> Option<u64> {
+        resolution
+            .and_then(|r| self.price_per_second_by_resolution.get(r).copied())
+            .or(self.price_per_second)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChannelKind {
+    #[default]
+    Simulator,
+    OpenaiVideos,
+    Ark,
+    Anthropic,
+    OpenaiChat,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelConfig {
+    pub name: String,
+    pub kind: ChannelKind,
+    pub family: Option<String>,
+    pub models: Vec<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    pub api_key_env: Option<String>,
+    pub priority: i32,
+    pub weight: u32,
+    pub model_map: BTreeMap<String, String>,
+    pub connect_timeout_secs: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+    /// Chat channels: seconds from sending a request to the upstream's answer head.
+    pub first_byte_timeout_secs: Option<u64>,
+    /// Chat channels: the longest silence inside a streamed upstream answer, in seconds.
+    pub idle_timeout_secs: Option<u64>,
+    /// Video channels: upstream calls at once (default 16).
+    pub max_concurrency: Option<u32>,
+    /// Video channels: upstream calls per second (default: no cap).
+    pub max_calls_per_sec: Option<f64>,
+    /// Video channels: reference images up to this size are sent inline (default 10 MiB).
+    pub max_inline_bytes: Option<u64>,
+    /// Video channels: hosts of result URLs fetched without the SSRF guard (`host` or
+    /// `host:port`); the channel's own `base_url` is always trusted.
+    pub trusted_hosts: Vec<String>,
+    /// `ark` channels: with a secret, submissions carry a `callback_url` on the relay
+    /// (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's poll.
+    pub callback_secret: Option<String>,
+}
+
+/// Bounds of a channel's `max_calls_per_sec` (one call in 100 s at the least).
+pub(super) const MIN_CALLS_PER_SEC: f64 = 0.01;
+pub(super) const MAX_CALLS_PER_SEC: f64 = 100_000.0;
+
+/// A chat channel (`anthropic`, `openai-chat`) needs an http(s) `base_url` and serves chat
+/// models only.
+pub(super) fn check_chat_channel(
+    models: &BTreeMap<String, ModelConfig>,
+    channel: &ChannelConfig,
+) -> Result<(), String> {
+    let name = &channel.name;
+    match channel.base_url.as_deref() {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
+        Some(url) => {
+            return Err(format!(
+                "channels.{name}: base_url {url:?} must start with http:// or https://"
+            ));
+        }
+        None => return Err(format!("channels.{name}: base_url is required")),
+    }
+    for model in &channel.models {
+        if models.get(model).map(|m| m.kind) != Some(ModelKind::Chat) {
+            return Err(format!(
+                "channels.{name}: model {model} is not a chat model (kind = \"chat\")"
+            ));
+        }
+    }
+    for (what, secs) in [
+        ("connect_timeout_secs", channel.connect_timeout_secs),
+        ("first_byte_timeout_secs", channel.first_byte_timeout_secs),
+        ("idle_timeout_secs", channel.idle_timeout_secs),
+    ] {
+        if secs == Some(0) {
+            return Err(format!("channels.{name}: {what} must be above 0"));
+        }
+    }
+    Ok(())
+}
+
+/// A remote video channel (`openai-videos`, `ark`) needs an http(s) `base_url` and serves
+/// video models only.
+pub(super) fn check_video_channel(
+    models: &BTreeMap<String, ModelConfig>,
+    channel: &ChannelConfig,
+) -> Result<(), String> {
+    let name = &channel.name;
+    match channel.base_url.as_deref() {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
+        Some(url) => {
+            return Err(format!(
+                "channels.{name}: base_url {url:?} must start with http:// or https://"
+            ));
+        }
+        None => return Err(format!("channels.{name}: base_url is required")),
+    }
+    for model in &channel.models {
+        if models.get(model).map(|m| m.kind) == Some(ModelKind::Chat) {
+            return Err(format!(
+                "channels.{name}: model {model} is a chat model; this channel serves videos"
+            ));
+        }
+    }
+    if channel.models.is_empty() && channel.family.is_none() {
+        return Err(format!("channels.{name}: set models or family"));
+    }
+    for (what, secs) in [
+        ("connect_timeout_secs", channel.connect_timeout_secs),
+        ("request_timeout_secs", channel.request_timeout_secs),
+    ] {
+        if secs == Some(0) {
+            return Err(format!("channels.{name}: {what} must be above 0"));
+        }
+    }
+    Ok(())
+}

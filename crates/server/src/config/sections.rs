@@ -1,0 +1,268 @@
+//! The plain sections of the configuration: `[server]`, `[store]`, `[cluster]`, `[blobs]`,
+//! `[assets]`, `[security]`, `[webhooks]`, `[limits]`, `[simulator]`.
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentMode {
+    #[default]
+    Proxy,
+    Redirect,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub public_base_url: String,
+    pub max_body_bytes: u64,
+    pub max_upload_bytes: u64,
+    pub content_mode: ContentMode,
+    pub signed_url_ttl_secs: u64,
+    /// `/v1/messages` streams: a `ping` after this long without upstream bytes.
+    pub stream_ping_ms: u64,
+    /// A request head must arrive within this, and a new connection's first request too.
+    pub header_read_timeout_secs: u64,
+    /// The longest silence between two pieces of a request body.
+    pub body_read_timeout_secs: u64,
+    /// Open connections in all; 0: as many as the descriptor limit allows (see
+    /// [`crate::conns`]). Always capped so that descriptors stay in reserve.
+    pub max_connections: u32,
+    /// Open connections from one client address; 0: no cap.
+    pub max_connections_per_client: u32,
+}
+
+impl ServerConfig {
+    /// The limit of a JSON body.
+    pub fn json_limit(&self) -> crate::http::Limit {
+        crate::http::Limit {
+            bytes: self.max_body_bytes,
+            idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
+        }
+    }
+
+    /// The limit of a multipart body.
+    pub fn upload_limit(&self) -> crate::http::Limit {
+        crate::http::Limit {
+            bytes: self.max_upload_bytes,
+            idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Memory the embedded store may use to cache its pages, in MiB.
+    pub cache_mb: u64,
+    /// `sled` (embedded, under the data directory) or `postgres`; unset: `postgres` when a
+    /// `url` is given, else `sled`.
+    pub backend: Option<StoreBackend>,
+    /// The PostgreSQL connection URL (`RELAY_STORE_URL` overrides it).
+    pub url: Option<String>,
+    /// Connections to PostgreSQL this relay keeps at most.
+    pub pool_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    Sled,
+    Postgres,
+}
+
+impl StoreConfig {
+    /// The backend in use, after the rule for an unset `backend`.
+    pub fn backend(&self) -> StoreBackend {
+        match (self.backend, &self.url) {
+            (Some(backend), _) => backend,
+            (None, Some(_)) => StoreBackend::Postgres,
+            (None, None) => StoreBackend::Sled,
+        }
+    }
+}
+
+/// `[cluster]`: state shared with the other relays of a deployment through Redis.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `redis://host:port/db`; empty (the default): no Redis, every limit and reservation
+    /// in this process only. `RELAY_REDIS_URL` overrides it.
+    pub redis_url: String,
+    /// This relay's name in logs and in Redis; empty: a fresh ULID per start.
+    pub instance_id: String,
+    /// Prefix of every Redis key and channel, so deployments can share one Redis.
+    pub prefix: String,
+}
+
+/// Where blobs (videos, frames, uploads) are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlobBackend {
+    /// `<data>/files`.
+    #[default]
+    Local,
+    /// An S3-compatible object store; credentials from `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and optionally `AWS_SESSION_TOKEN`.
+    S3,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BlobsConfig {
+    pub backend: BlobBackend,
+    pub bucket: Option<String>,
+    /// An S3-compatible server's `http(s)://host[:port]`; none: AWS's endpoint of `region`.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// A key prefix (`prefix/<blob id>`).
+    pub prefix: Option<String>,
+    /// Content and `/files` requests answer `302` to a presigned URL of the object instead of
+    /// streaming it through the relay.
+    pub presign: bool,
+    /// Multipart uploads: the size of a part (at least 5 MiB).
+    pub part_bytes: Option<u64>,
+}
+
+/// The region of an S3 backend without `region`.
+pub const DEFAULT_S3_REGION: &str = "us-east-1";
+
+impl BlobsConfig {
+    /// The rules of `[blobs]`: an S3 backend needs a bucket; the S3 keys mean nothing to a
+    /// local one.
+    pub(super) fn check(&self) -> Result<(), String> {
+        match self.backend {
+            BlobBackend::Local => {
+                let s3_only = [
+                    ("bucket", self.bucket.is_some()),
+                    ("endpoint", self.endpoint.is_some()),
+                    ("region", self.region.is_some()),
+                    ("prefix", self.prefix.is_some()),
+                    ("presign", self.presign),
+                    ("part_bytes", self.part_bytes.is_some()),
+                ];
+                if let Some((key, _)) = s3_only.iter().find(|(_, set)| *set) {
+                    return Err(format!(
+                        "blobs.{key} applies to backend = \"s3\" only (blobs.backend is \"local\")"
+                    ));
+                }
+            }
+            BlobBackend::S3 => {
+                match self.bucket.as_deref() {
+                    None => {
+                        return Err("blobs.bucket is required when blobs.backend = \"s3\"".into());
+                    }
+                    Some(b) if !valid_bucket(b) => {
+                        return Err(format!(
+                            "blobs.bucket: {b:?} is not a bucket name (3 to 63 of a-z, 0-9, '.', '-')"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                if let Some(endpoint) = self.endpoint.as_deref() {
+                    let rest = endpoint
+                        .strip_prefix("http://")
+                        .or_else(|| endpoint.strip_prefix("https://"));
+                    if rest.is_none_or(|r| r.trim_end_matches('/').is_empty()) {
+                        return Err(format!(
+                            "blobs.endpoint: {endpoint:?} is not an http:// or https:// URL"
+                        ));
+                    }
+                }
+                if self.region.as_deref().is_some_and(str::is_empty) {
+                    return Err(
+                        "blobs.region must not be empty (leave it out for us-east-1)".into(),
+                    );
+                }
+                if let Some(prefix) = self.prefix.as_deref() {
+                    let trimmed = prefix.trim_matches('/');
+                    let ok = !trimmed.is_empty()
+                        && trimmed.split('/').all(|seg| {
+                            !seg.is_empty()
+                                && seg != "."
+                                && seg != ".."
+                                && seg.chars().all(|c| {
+                                    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+                                })
+                        });
+                    if !ok {
+                        return Err(format!(
+                            "blobs.prefix: {prefix:?} must be segments of A-Z, a-z, 0-9, '.', '_', '-' separated by '/'"
+                        ));
+                    }
+                }
+                if let Some(part) = self.part_bytes
+                    && part < store::MIN_PART_BYTES as u64
+                {
+                    return Err(format!(
+                        "blobs.part_bytes must be at least {} (S3's smallest part), got {part}",
+                        store::MIN_PART_BYTES
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// S3's bucket naming rules, loosely: 3 to 63 lowercase letters, digits, dots and hyphens,
+/// starting and ending with a letter or digit.
+fn valid_bucket(name: &str) -> bool {
+    (3..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AssetsConfig {
+    pub ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    pub allow_private_urls: bool,
+    pub url_fetch_timeout_secs: u64,
+    pub max_image_bytes: u64,
+}
+
+/// `[webhooks]`: delivery of the signed webhooks of finished tasks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// One attempt, from connecting to the answer's head.
+    pub timeout_ms: u64,
+    /// Wait after the first failed attempt; doubled after each further one.
+    pub retry_initial_ms: u64,
+    /// Cap of the wait between attempts.
+    pub retry_max_ms: u64,
+    /// No attempt starts later than this after the task ended; the delivery is then `failed`.
+    pub max_age_secs: u64,
+    /// How often due deliveries are looked for.
+    pub poll_interval_ms: u64,
+    /// Deliveries under way at once in this instance.
+    pub concurrency: u32,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub rps: u32,
+    pub burst: u32,
+    pub poll_rps_per_task: u32,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulatorConfig {
+    /// Seconds a simulated video task runs (fractions allowed).
+    pub task_secs: f64,
+    pub scenarios: bool,
+    pub blocked_words: Vec<String>,
+    pub fps: u32,
+}

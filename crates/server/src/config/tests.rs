@@ -1,0 +1,220 @@
+//! The configuration's parsing, overlaying and checks.
+
+use super::*;
+
+#[test]
+fn embedded_default_parses() {
+    let config = Config::embedded().unwrap();
+    assert_eq!(config.server.listen, "127.0.0.1:8080");
+    assert_eq!(config.server.max_body_bytes, 10 * 1024 * 1024);
+    assert_eq!(config.tasks.timeout_secs, 600);
+    assert_eq!(config.models["model_h3"].price_per_second, Some(10));
+    assert_eq!(
+        config.models["gen2-pro"].price_per_second(Some("1080p")),
+        Some(12)
+    );
+    assert_eq!(config.groups["gen2"], "gen2");
+}
+
+#[test]
+fn file_overrides_key_by_key() {
+    let config = Config::from_toml(
+        Some("[server]\nlisten = \"127.0.0.1:0\"\n[simulator]\ntask_secs = 0.5\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(config.server.listen, "127.0.0.1:0");
+    assert_eq!(config.server.max_body_bytes, 10 * 1024 * 1024);
+    assert_eq!(config.simulator.task_secs, 0.5);
+    assert!(config.simulator.scenarios);
+}
+
+#[test]
+fn unknown_keys_are_refused_naming_key_and_file() {
+    let err = Config::from_toml(Some("[server]\nlisen = \"x\"\n"), "relay.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("relay.toml"), "{err}");
+    assert!(err.contains("lisen"), "{err}");
+    let err = Config::from_toml(Some("[nope]\na = 1\n"), "relay.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nope"), "{err}");
+}
+
+#[test]
+fn missing_price_is_refused_naming_the_model() {
+    let err = Config::from_toml(
+        Some("[models.x]\nkind = \"video\"\n[[channels]]\nname = \"s\"\nmodels = [\"x\"]\n"),
+        "relay.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("models.x"), "{err}");
+}
+
+#[test]
+fn the_store_backend_follows_its_url() {
+    let sled = Config::from_toml(None, "t.toml").unwrap();
+    assert_eq!(sled.store.backend(), StoreBackend::Sled);
+    let pg = Config::from_toml(
+        Some("[store]\nurl = \"postgres://relay@127.0.0.1:5432/relay\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(pg.store.backend(), StoreBackend::Postgres);
+    for (text, named) in [
+        (
+            "[store]\nbackend = \"postgres\"\n",
+            "store.url (or RELAY_STORE_URL) is required",
+        ),
+        (
+            "[store]\nurl = \"mysql://x\"\n",
+            "store.url must be a PostgreSQL URL",
+        ),
+        (
+            "[store]\nurl = \"postgres://x/y\"\npool_size = 0\n",
+            "store.pool_size must be above 0",
+        ),
+        ("[store]\nbackend = \"mongo\"\n", "backend"),
+    ] {
+        let err = Config::from_toml(Some(text), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(named), "{text}: {err}");
+    }
+}
+
+#[test]
+fn zero_intervals_and_sizes_are_refused() {
+    for (text, named) in [
+        ("[server]\nstream_ping_ms = 0\n", "server.stream_ping_ms"),
+        ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
+    ] {
+        let err = Config::from_toml(Some(text), "relay.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(named), "{err}");
+    }
+    let ok = Config::from_toml(Some("[server]\nstream_ping_ms = 250\n"), "relay.toml").unwrap();
+    assert_eq!(ok.server.stream_ping_ms, 250);
+}
+
+#[test]
+fn chat_channels_need_a_base_url_and_chat_models() {
+    let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
+    let with = |channel: &str| Config::from_toml(Some(&format!("{chat}{channel}")), "t.toml");
+    let err = with("[[channels]]\nname = \"u\"\nkind = \"openai-chat\"\nmodels = [\"c\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("channels.u: base_url is required"), "{err}");
+    let err = with("[[channels]]\nname = \"u\"\nkind = \"anthropic\"\nbase_url = \"http://h\"\nmodels = [\"model_h3\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("model_h3 is not a chat model"), "{err}");
+    let ok = with("[[channels]]\nname = \"u\"\nkind = \"openai-chat\"\nbase_url = \"http://h/v1\"\nmodels = [\"c\"]\nidle_timeout_secs = 5\n")
+        .unwrap();
+    assert_eq!(ok.channels[0].idle_timeout_secs, Some(5));
+}
+
+#[test]
+fn a_callback_secret_is_for_ark_channels_and_long_enough() {
+    let channel = |kind: &str, secret: &str| {
+        Config::from_toml(
+            Some(&format!(
+                "[[channels]]\nname = \"u\"\nkind = \"{kind}\"\nbase_url = \"http://h/api/v3\"\nmodels = [\"model_h3\"]\ncallback_secret = \"{secret}\"\n"
+            )),
+            "t.toml",
+        )
+    };
+    let ok = channel("ark", "0123456789abcdef").unwrap();
+    assert_eq!(
+        ok.channels[0].callback_secret.as_deref(),
+        Some("0123456789abcdef")
+    );
+    let err = channel("ark", "short").unwrap_err().to_string();
+    assert!(
+        err.contains("channels.u: callback_secret must be at least 16"),
+        "{err}"
+    );
+    let err = channel("openai-videos", "0123456789abcdef")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("callback_secret applies to ark channels only"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_channel_call_rate_is_checked() {
+    let channel = |kind: &str, rate: &str| {
+        let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
+        Config::from_toml(
+            Some(&format!(
+                "{chat}[[channels]]\nname = \"u\"\nkind = \"{kind}\"\nbase_url = \"http://h/v1\"\nmodels = [\"{}\"]\nmax_calls_per_sec = {rate}\n",
+                if kind == "openai-chat" {
+                    "c"
+                } else {
+                    "model_h3"
+                }
+            )),
+            "t.toml",
+        )
+    };
+    let ok = channel("ark", "5").unwrap();
+    assert_eq!(ok.channels[0].max_calls_per_sec, Some(5.0));
+    assert_eq!(
+        channel("openai-videos", "0.5").unwrap().channels[0].max_calls_per_sec,
+        Some(0.5)
+    );
+    for bad in ["0", "-1", "nan", "inf"] {
+        let err = channel("ark", bad).unwrap_err().to_string();
+        assert!(
+            err.contains("channels.u: max_calls_per_sec"),
+            "{bad}: {err}"
+        );
+    }
+    let err = channel("openai-chat", "5").unwrap_err().to_string();
+    assert!(err.contains("video channels only"), "{err}");
+    assert!(
+        Config::embedded().unwrap().channels[0]
+            .max_calls_per_sec
+            .is_none()
+    );
+}
+
+#[test]
+fn cluster_is_off_by_default_and_its_url_is_checked() {
+    let config = Config::embedded().unwrap();
+    assert!(config.cluster.redis_url.is_empty());
+    assert_eq!(config.cluster.prefix, "relay:");
+    let ok = Config::from_toml(
+        Some("[cluster]\nredis_url = \"redis://127.0.0.1:6379/2\"\ninstance_id = \"a\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.cluster.instance_id, "a");
+    let err = Config::from_toml(
+        Some("[cluster]\nredis_url = \"http://127.0.0.1:6379\"\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("cluster.redis_url"), "{err}");
+    let err = Config::from_toml(Some("[cluster]\nprefix = \"\"\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cluster.prefix"), "{err}");
+}
+
+#[test]
+fn channels_replace_the_default_list() {
+    let config = Config::from_toml(
+        Some("[[channels]]\nname = \"only\"\nkind = \"simulator\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(config.channels.len(), 1);
+    assert_eq!(config.channels[0].name, "only");
+}
