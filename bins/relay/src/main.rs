@@ -7,6 +7,10 @@ mod chat;
 mod client;
 mod videos;
 
+/// mimalloc: the request path allocates and frees small buffers on every worker thread.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
