@@ -3,6 +3,7 @@
 
 mod admin;
 mod assets;
+mod batches;
 mod billing;
 mod blobs;
 mod cli;

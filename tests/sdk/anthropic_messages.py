@@ -4,11 +4,13 @@ Run by `cargo xtask ci` with RELAY_BASE_URL and RELAY_KEY set, once with the SDK
 sends the key as a Bearer token) and once with an older 0.x (x-api-key). The relay serves
 `sim-chat` (the built-in simulator) and `conv-chat` (an openai-chat channel in front of
 tests/sdk/fake_openai_chat.py), so the SDK's own stream parser checks the conversion too.
-Prints one line per check and `anthropic-sdk: N passed, N failed`; exits non-zero on a failure.
+Message batches run on both (`client.messages.batches`: create, retrieve, list, results,
+cancel, delete). Prints one line per check and `anthropic-sdk: N passed, N failed`; exits non-zero on a failure.
 """
 
 import os
 import sys
+import time
 import traceback
 
 import anthropic
@@ -157,9 +159,68 @@ def main():
                   and final.usage.output_tokens == m.usage.output_tokens,
                   f"conversion {name}: stream parsed by the SDK ({block_dicts(final)}, {final.stop_reason})")
 
+    def wait_ended(batch_id):
+        deadline = time.monotonic() + 30
+        while True:
+            b = client.messages.batches.retrieve(batch_id)
+            if b.processing_status == "ended" or time.monotonic() > deadline:
+                return b
+            time.sleep(0.05)
+
+    def batches():
+        def ask(custom_id, model, text):
+            return {"custom_id": custom_id,
+                    "params": {"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": text}]}}
+
+        b = client.messages.batches.create(requests=[ask("first", "sim-chat", "Hello batch"),
+                                                     ask("second", "conv-chat", "hello there")])
+        check(b.id.startswith("msgbatch_") and b.type == "message_batch"
+              and b.request_counts.processing + b.request_counts.succeeded == 2 and b.created_at is not None,
+              f"batches.create ({b.processing_status}, {b.request_counts})")
+        b = wait_ended(b.id)
+        check(b.processing_status == "ended" and b.request_counts.succeeded == 2 and b.ended_at is not None
+              and b.results_url.endswith(f"/v1/messages/batches/{b.id}/results"),
+              f"batches.retrieve until ended ({b.processing_status}, {b.request_counts}, {b.results_url})")
+        results = list(client.messages.batches.results(b.id))
+        check([r.custom_id for r in results] == ["first", "second"], "batches.results: one line per request")
+        texts = [r.result.message.content[0].text if r.result.type == "succeeded" else r.result.type
+                 for r in results]
+        check(texts == ["You said Hello batch", "Echo hello there"], f"batches.results: the messages ({texts})")
+
+        page = client.messages.batches.list(limit=1)
+        check(len(page.data) == 1 and page.data[0].id == b.id, "batches.list: newest first")
+        every = [x.id for x in client.messages.batches.list(limit=1)]
+        check(b.id in every and len(every) == len(set(every)), f"batches.list pages ({len(every)} batches)")
+
+        c = client.messages.batches.create(requests=[ask(f"c{i}", "sim-chat", f"number {i}") for i in range(20)])
+        c = client.messages.batches.cancel(c.id)
+        check(c.processing_status in ("canceling", "ended") and c.cancel_initiated_at is not None,
+              f"batches.cancel ({c.processing_status})")
+        c = wait_ended(c.id)
+        counts = c.request_counts
+        check(c.processing_status == "ended" and counts.succeeded + counts.canceled == 20,
+              f"a canceled batch ends ({counts})")
+        kinds = {r.result.type for r in client.messages.batches.results(c.id)}
+        check(kinds <= {"succeeded", "canceled"}, f"canceled results ({kinds})")
+
+        d = client.messages.batches.delete(b.id)
+        check(d.id == b.id and d.type == "message_batch_deleted", "batches.delete")
+        try:
+            client.messages.batches.retrieve(b.id)
+            check(False, "a deleted batch is gone")
+        except anthropic.NotFoundError as e:
+            check(e.status_code == 404, "a deleted batch is a NotFoundError")
+        try:
+            client.messages.batches.create(requests=[{"custom_id": "x", "params": {
+                "model": "sim-chat", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}}])
+            check(False, "a bad request in a batch is refused")
+        except anthropic.BadRequestError as e:
+            check("requests[0].params.max_tokens" in str(e), f"a bad request names its field ({e})")
+
     run("simulator", simulator)
     run("errors", errors)
     run("conversion", conversion)
+    run("batches", batches)
     print(f"anthropic-sdk: {PASSED} passed, {FAILED} failed")
     sys.exit(1 if FAILED else 0)
 

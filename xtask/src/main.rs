@@ -33,7 +33,7 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
             console's browser test (chromium from apt, Playwright from npm)
   --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
-  sdk-messages  only the Anthropic SDK check of /v1/messages (part of ci)
+  sdk-messages  only the Anthropic SDK check of /v1/messages and its batches (part of ci)
   conformance   the black-box suite against a running relay (part of ci, which starts one);
                 `conformance --start` builds and starts a relay and runs the suite against it
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the

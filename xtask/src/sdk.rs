@@ -69,8 +69,9 @@ const ANTHROPIC_SDKS: [(&str, &str); 2] = [
 ];
 
 /// Runs the official Anthropic Python SDKs, unchanged, against the built relay's
-/// `/v1/messages`: the simulator's `sim-chat`, and `conv-chat` on an `openai-chat` channel in
-/// front of a fake chat completions server (tests/sdk/fake_openai_chat.py).
+/// `/v1/messages` and `/v1/messages/batches`: the simulator's `sim-chat`, and `conv-chat` on an
+/// `openai-chat` channel in front of a fake chat completions server
+/// (tests/sdk/fake_openai_chat.py).
 pub fn anthropic_sdk_check() -> anyhow::Result<()> {
     run(
         "cargo build -p relay",

@@ -1,11 +1,12 @@
 //! The native messages API (`/v1/messages`): wire types, the pure validator of SPEC §4.5,
 //! stream events, an SSE encoder and incremental decoder, the conversion to and from
 //! OpenAI-compatible chat completions, the relay's token count and the deterministic
-//! `sim-chat` model.
+//! `sim-chat` model; the Message Batches API's wire types and the validator of its create body.
 //!
 //! Pure: no I/O, no tokio, hyper or sled, and no other workspace crate but `error-codes`.
 #![forbid(unsafe_code)]
 
+pub mod batches;
 pub mod events;
 pub mod openai;
 pub mod sim;

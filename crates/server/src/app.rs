@@ -40,6 +40,8 @@ pub struct App {
     pub admin_hash: String,
     /// Wakes the asset processor when an upload was stored.
     pub asset_wake: Notify,
+    /// Wakes the batch runner ([`crate::batch_run`]) when a batch was created or canceled.
+    pub batch_wake: Notify,
     pub shutting_down: AtomicBool,
     /// Upstream calls by channel name, for `/admin/channels` (shared with the engine).
     pub channel_stats: Arc<HashMap<String, ChannelStats>>,
@@ -208,6 +210,7 @@ impl App {
             chat_channels,
             admin_hash,
             asset_wake: Notify::new(),
+            batch_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
             limiter: Limiter::default(),
             metrics,

@@ -1,5 +1,5 @@
 //! `Idempotency-Key` on submissions (`POST /v1/videos`, `POST /v1/video/generations`, asset
-//! uploads): a retry of a request gets the first answer again instead of running twice.
+//! uploads, message batches): a retry of a request gets the first answer again instead of running twice.
 //!
 //! A handler takes part in four calls, in order:
 //!
@@ -18,7 +18,8 @@
 //!    on the request alone (2xx, 400, 404, 413, 415), or released (402, 408, 409, 429, 5xx:
 //!    the moment's, which a retry may not get again).
 //!
-//! `POST /v1/messages/batches`, when it exists, takes the same four calls.
+//! `POST /v1/messages/batches` takes the same four calls (a batch is created by one store step
+//! after the claim; the record is completed with its answer by [`Idem::finish`]).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

@@ -11,6 +11,8 @@ pub mod app;
 pub mod ark_callback;
 pub mod assets;
 pub mod auth;
+pub mod batch_run;
+pub mod batches;
 pub mod callbacks;
 pub mod chat_billing;
 pub mod chat_ledger;
@@ -71,6 +73,7 @@ pub async fn serve(
     let idempotency_sweep = tokio::spawn(idempotency::sweep(app.clone(), stop_engine.subscribe()));
     let (stop_webhooks, webhooks_stop) = watch::channel(false);
     let webhook_work = tokio::spawn(webhooks::run(app.clone(), webhooks_stop));
+    let batch_work = tokio::spawn(batch_run::run(app.clone(), stop_engine.subscribe()));
     let charge_writer = tokio::spawn(chat_billing::write_charges(app.clone()));
     let cluster_work = app.cluster.clone().map(|cluster| {
         let cache_of = app.clone();
@@ -173,6 +176,7 @@ pub async fn serve(
     let _ = engine.await;
     let _ = asset_work.await;
     let _ = idempotency_sweep.await;
+    let _ = batch_work.await;
     if !app.charges.drained(GRACE).await {
         tracing::warn!("chat charges still unwritten after {GRACE:?}");
     }

@@ -132,7 +132,7 @@ pub async fn admit(app: &Arc<App>, parts: &Parts) -> Result<Arc<Key>, Box<Refuse
 }
 
 /// `vendor-version`, or `anthropic-version` (the vendor's SDKs send that name).
-fn version(parts: &Parts) -> Result<String, ApiError> {
+pub(crate) fn version(parts: &Parts) -> Result<String, ApiError> {
     ["vendor-version", "anthropic-version"]
         .iter()
         .find_map(|name| {

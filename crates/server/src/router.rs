@@ -19,7 +19,7 @@ use crate::idempotency::Idem;
 use crate::limits::Class;
 use crate::tasks;
 use crate::videos::Videos;
-use crate::{admin, assets, generations, video_models, videos, webhooks};
+use crate::{admin, assets, batches, generations, video_models, videos, webhooks};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,6 +79,13 @@ enum Route<'a> {
     CountTokens,
     ListModels,
     GetModel(&'a str),
+    /// `POST /v1/messages/batches`.
+    CreateBatch,
+    ListBatches,
+    GetBatch(&'a str),
+    DeleteBatch(&'a str),
+    CancelBatch(&'a str),
+    BatchResults(&'a str),
 }
 
 /// Why a request matched no route.
@@ -194,6 +201,16 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["v1", "messages"] => Err(Miss::Method("POST")),
         ["v1", "messages", "count_tokens"] if m == Method::POST => Ok(CountTokens),
         ["v1", "messages", "count_tokens"] => Err(Miss::Method("POST")),
+        ["v1", "messages", "batches"] if m == Method::POST => Ok(CreateBatch),
+        ["v1", "messages", "batches"] if m == Method::GET => Ok(ListBatches),
+        ["v1", "messages", "batches"] => Err(Miss::Method("GET, POST")),
+        ["v1", "messages", "batches", id] if m == Method::GET => Ok(GetBatch(id)),
+        ["v1", "messages", "batches", id] if m == Method::DELETE => Ok(DeleteBatch(id)),
+        ["v1", "messages", "batches", _] => Err(Miss::Method("GET, DELETE")),
+        ["v1", "messages", "batches", id, "cancel"] if m == Method::POST => Ok(CancelBatch(id)),
+        ["v1", "messages", "batches", _, "cancel"] => Err(Miss::Method("POST")),
+        ["v1", "messages", "batches", id, "results"] if m == Method::GET => Ok(BatchResults(id)),
+        ["v1", "messages", "batches", _, "results"] => Err(Miss::Method("GET")),
         ["v1", "models"] if m == Method::GET => Ok(ListModels),
         ["v1", "models"] => Err(Miss::Method("GET")),
         ["v1", "models", id] if m == Method::GET => Ok(GetModel(id)),
@@ -252,6 +269,12 @@ impl<'a> Route<'a> {
             CountTokens => 41,
             ListModels => 42,
             GetModel(_) => 43,
+            CreateBatch => 44,
+            ListBatches => 45,
+            GetBatch(_) => 46,
+            DeleteBatch(_) => 47,
+            CancelBatch(_) => 48,
+            BatchResults(_) => 49,
         }
     }
 
@@ -287,11 +310,17 @@ impl<'a> Route<'a> {
             | KeyLedger(p)
             | RotateWebhookSecret(p)
             | GetModel(p)
+            | GetBatch(p)
+            | DeleteBatch(p)
+            | CancelBatch(p)
+            | BatchResults(p)
             | ConsoleFile(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | Console | CreateVideo | ListVideos
             | CreateGeneration | ListGenerations | ListVideoModels | CreateLibrary
             | ListLibraries | Moderation | CreateKey | ListKeys | AdminTasks | AdminWebhooks
-            | AdminChannels | Messages | CountTokens | ListModels => None,
+            | AdminChannels | Messages | CountTokens | ListModels | CreateBatch | ListBatches => {
+                None
+            }
         }
     }
 }
@@ -406,7 +435,16 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
             crate::ark_callback::receive(app, channel, query, body).await
         }
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
-        Route::Messages | Route::CountTokens | Route::ListModels | Route::GetModel(_) => {
+        Route::Messages
+        | Route::CountTokens
+        | Route::ListModels
+        | Route::GetModel(_)
+        | Route::CreateBatch
+        | Route::ListBatches
+        | Route::GetBatch(_)
+        | Route::DeleteBatch(_)
+        | Route::CancelBatch(_)
+        | Route::BatchResults(_) => {
             use crate::messages;
             let (mut res, key) = match messages::admit(app, &parts).await {
                 Err(refused) => (refused.answer, refused.key),
@@ -416,6 +454,19 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                         Route::CountTokens => messages::count_tokens(app, &key, &parts, body).await,
                         Route::ListModels => messages::list_models(app, &key, &parts),
                         Route::GetModel(id) => messages::get_model(app, &key, &parts, id),
+                        Route::CreateBatch => match Idem::from_request(&parts, &key) {
+                            Ok(mut idem) => {
+                                let body = idem.body(body);
+                                let res = batches::create(app, &key, &parts, body, &mut idem).await;
+                                idem.finish(app, res).await
+                            }
+                            Err(e) => messages::vendor_error(&e, &messages::request_id(&parts)),
+                        },
+                        Route::ListBatches => batches::list(app, &key, &parts).await,
+                        Route::GetBatch(id) => batches::get(app, &key, &parts, id).await,
+                        Route::DeleteBatch(id) => batches::delete(app, &key, &parts, id).await,
+                        Route::CancelBatch(id) => batches::cancel(app, &key, &parts, id).await,
+                        Route::BatchResults(id) => batches::results(app, &key, &parts, id).await,
                         _ => error(&ErrorCode::NotFound.into()),
                     };
                     (res, Some(key))
@@ -663,6 +714,12 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("POST", "/v1/messages/count_tokens"),
         ("GET", "/v1/models"),
         ("GET", "/v1/models/{model_id}"),
+        ("POST", "/v1/messages/batches"),
+        ("GET", "/v1/messages/batches"),
+        ("GET", "/v1/messages/batches/{message_batch_id}"),
+        ("DELETE", "/v1/messages/batches/{message_batch_id}"),
+        ("POST", "/v1/messages/batches/{message_batch_id}/cancel"),
+        ("GET", "/v1/messages/batches/{message_batch_id}/results"),
     ]
 }
 
@@ -798,6 +855,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 44, "route_table misses a route");
+        assert_eq!(kinds.len(), 50, "route_table misses a route");
     }
 }

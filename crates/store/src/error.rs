@@ -47,6 +47,8 @@ pub enum StoreError {
     LibraryNotFound(String),
     #[error("asset {0} not found")]
     AssetNotFound(String),
+    #[error("message batch {0} not found")]
+    BatchNotFound(String),
     #[error(
         "asset {asset_id}: status is {actual:?}, cannot move to {to:?} (expected one of {expected:?})"
     )]

@@ -14,6 +14,7 @@
 //! Nothing outside this crate names sled or PostgreSQL.
 #![forbid(unsafe_code)]
 
+mod batch;
 mod blobs;
 mod error;
 mod idempotency;
@@ -28,6 +29,9 @@ mod suite;
 #[cfg(test)]
 mod test_util;
 
+pub use batch::{
+    Batch, BatchCounts, BatchItem, BatchOutcome, BatchResult, BatchResultKind, BatchStatus,
+};
 pub use blobs::{Blob, BlobStore, BlobStream, ReadRange, content_type};
 pub use error::StoreError;
 pub use idempotency::{

@@ -125,6 +125,11 @@ impl Params {
     pub fn as_str(&self) -> &str {
         self.0.get()
     }
+
+    /// The JSON, to be written as it is.
+    pub fn raw(&self) -> &serde_json::value::RawValue {
+        &self.0
+    }
 }
 
 impl PartialEq for Params {

@@ -14,6 +14,8 @@
 //! | `webhooks`          | id, `task_id`, `status`, `due_ms` (the next attempt while pending), the [`Webhook`] as jsonb |
 //! | `libraries`         | id, owner, the [`Library`] (with its `asset_count`) as jsonb      |
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
+//! | `batches`           | id, owner, `open` (until it ended; indexed), the [`Batch`] as jsonb |
+//! | `batch_items`       | `(batch_id, idx)`, the [`BatchItem`] (request and result) as JSON text |
 //! | `idempotency`       | `(key_id, idem_key)`, `created_ms` (indexed, for the sweep), the [`IdemRecord`](crate::IdemRecord) as JSON text |
 //! | `schema_migrations` | the versions applied, each with its time                           |
 //!
@@ -53,6 +55,7 @@
 //! | `ledger`  | pre-deduction, settlement and refund against the quota; charges        |
 //! | `keys`    | keys by id and by hash; `meta`                                         |
 //! | `assets`  | asset libraries and assets                                             |
+//! | `batches` | message batches: their requests, results with their charges            |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (also with a task), sweep  |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
@@ -62,12 +65,14 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, IdemAnswer, IdemClaim,
-    IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page, Store, StoreError, Task,
-    TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Charge,
+    Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page,
+    Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
+    WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
+mod batches;
 mod idempotency;
 mod keys;
 mod ledger;
@@ -349,6 +354,54 @@ impl Store for PgStore {
 
     async fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError> {
         assets::delete_asset(self, id).await
+    }
+
+    async fn create_batch(&self, batch: &Batch, items: &[BatchItem]) -> Result<(), StoreError> {
+        batches::create(self, batch, items).await
+    }
+
+    async fn batch(&self, id: &str) -> Result<Option<Batch>, StoreError> {
+        batches::batch(self, id).await
+    }
+
+    async fn list_batches(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Batch>, StoreError> {
+        batches::list(self, owner, after, before, limit).await
+    }
+
+    async fn batch_items(
+        &self,
+        id: &str,
+        from: u32,
+        limit: usize,
+    ) -> Result<Vec<BatchItem>, StoreError> {
+        batches::items(self, id, from, limit).await
+    }
+
+    async fn record_batch_results(
+        &self,
+        id: &str,
+        results: &[BatchResult],
+        now_ms: u64,
+    ) -> Result<Batch, StoreError> {
+        batches::record(self, id, results, now_ms).await
+    }
+
+    async fn cancel_batch(&self, id: &str, now_ms: u64) -> Result<Option<Batch>, StoreError> {
+        batches::cancel(self, id, now_ms).await
+    }
+
+    async fn delete_batch(&self, id: &str) -> Result<Option<Batch>, StoreError> {
+        batches::delete(self, id).await
+    }
+
+    async fn open_batches(&self, limit: usize) -> Result<Vec<Batch>, StoreError> {
+        batches::open_batches(self, limit).await
     }
 }
 

@@ -27,7 +27,8 @@
 //! Flushes are shared: a caller that must flush waits for a flush that began after its write
 //! (`flush.rs`), so concurrent acknowledgements cost one disk sync, not one each.
 //!
-//! Asset libraries and assets have trees of their own, described in `sled_store/assets.rs`.
+//! Asset libraries and assets have trees of their own, described in `sled_store/assets.rs`;
+//! so have message batches, in `sled_store/batches.rs`.
 //!
 //! sled 0.34 runs transactions under one process-wide lock, so they are serialised; closures
 //! only use the transactional trees (a plain tree call inside one would deadlock).
@@ -46,6 +47,7 @@
 //! | `idempotency` | idempotency records: claims, completion (with a task or an asset), sweep |
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
+//! | `batches`    | message batches: their requests, results with their charges        |
 //! | `index`      | index keys and ranges every index shares                           |
 //! | `counts`     | tasks by kind and status, kept after each step's commit            |
 //! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
@@ -54,12 +56,14 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, IdemAnswer, IdemClaim,
-    IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page, Store, StoreError, Task,
-    TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Charge,
+    Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page,
+    Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
+    WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
+mod batches;
 mod counts;
 mod flush;
 mod idempotency;
@@ -371,6 +375,65 @@ impl Store for SledStore {
             self.flush_after(&format!("delete asset {id}")).await?;
         }
         Ok(removed)
+    }
+
+    async fn create_batch(&self, batch: &Batch, items: &[BatchItem]) -> Result<(), StoreError> {
+        batches::create(self, batch, items)?;
+        self.flush_after(&format!("create batch {}", batch.id))
+            .await
+    }
+
+    async fn batch(&self, id: &str) -> Result<Option<Batch>, StoreError> {
+        batches::batch(self, id)
+    }
+
+    async fn list_batches(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Batch>, StoreError> {
+        batches::list(self, owner, after, before, limit)
+    }
+
+    async fn batch_items(
+        &self,
+        id: &str,
+        from: u32,
+        limit: usize,
+    ) -> Result<Vec<BatchItem>, StoreError> {
+        batches::items(self, id, from, limit)
+    }
+
+    async fn record_batch_results(
+        &self,
+        id: &str,
+        results: &[BatchResult],
+        now_ms: u64,
+    ) -> Result<Batch, StoreError> {
+        let batch = batches::record(self, id, results, now_ms)?;
+        self.flush_after(&format!("record results of batch {id}"))
+            .await?;
+        Ok(batch)
+    }
+
+    async fn cancel_batch(&self, id: &str, now_ms: u64) -> Result<Option<Batch>, StoreError> {
+        let batch = batches::cancel(self, id, now_ms)?;
+        self.flush_after(&format!("cancel batch {id}")).await?;
+        Ok(batch)
+    }
+
+    async fn delete_batch(&self, id: &str) -> Result<Option<Batch>, StoreError> {
+        let batch = batches::delete(self, id)?;
+        if batch.is_some() {
+            self.flush_after(&format!("delete batch {id}")).await?;
+        }
+        Ok(batch)
+    }
+
+    async fn open_batches(&self, limit: usize) -> Result<Vec<Batch>, StoreError> {
+        batches::open_batches(self, limit)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `Store` trait: the business steps of the relay's state, each one transaction.
 
+use crate::batch::{Batch, BatchItem, BatchResult};
 use crate::error::StoreError;
 use crate::idempotency::{IdemAnswer, IdemClaim, IdemTicket};
 use crate::model::{
@@ -254,4 +255,54 @@ pub trait Store: Send + Sync + 'static {
     /// Removes an asset and its index entries and uncounts it from its library, flushed.
     /// Returns what was removed.
     async fn delete_asset(&self, id: &str) -> Result<Option<AssetRecord>, StoreError>;
+
+    /// Writes a new message batch with its requests (in `index` order, none with a result) and
+    /// its owner index entry, in one transaction, flushed.
+    async fn create_batch(&self, batch: &Batch, items: &[BatchItem]) -> Result<(), StoreError>;
+
+    async fn batch(&self, id: &str) -> Result<Option<Batch>, StoreError>;
+
+    /// One owner's batches, newest first: `after` (a batch id) pages to older ones, `before`
+    /// to newer ones (the `limit` just newer than it, still newest first).
+    async fn list_batches(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Batch>, StoreError>;
+
+    /// Up to `limit` requests of a batch from `from` on, by index.
+    async fn batch_items(
+        &self,
+        id: &str,
+        from: u32,
+        limit: usize,
+    ) -> Result<Vec<BatchItem>, StoreError>;
+
+    /// Records results of a batch's requests in one transaction, flushed: each result of a
+    /// request that has none yet is written, counted, and its charge (if any) written as a
+    /// `charge` ledger entry taking its amount, or what the key has left when that is less; a
+    /// result of a request that has one already is skipped with its charge (so a request is
+    /// charged once, however often its result is offered). When no request is left without a
+    /// result the batch ends (`ended_ms` = `now_ms`). Returns the batch as written; an ended
+    /// batch is returned as it is. [`StoreError::BatchNotFound`] when there is no such batch.
+    async fn record_batch_results(
+        &self,
+        id: &str,
+        results: &[BatchResult],
+        now_ms: u64,
+    ) -> Result<Batch, StoreError>;
+
+    /// Moves an `in_progress` batch to `canceling` (`cancel_ms` = `now_ms`), flushed; a batch
+    /// in another status is left as it is. Returns the batch as written, `None` when there is
+    /// none.
+    async fn cancel_batch(&self, id: &str, now_ms: u64) -> Result<Option<Batch>, StoreError>;
+
+    /// Removes a batch, its requests and its index entries, flushed (ledger entries stay).
+    /// Returns what was removed.
+    async fn delete_batch(&self, id: &str) -> Result<Option<Batch>, StoreError>;
+
+    /// Batches that have not ended (read from an index), for picking up work after a restart.
+    async fn open_batches(&self, limit: usize) -> Result<Vec<Batch>, StoreError>;
 }

@@ -31,6 +31,31 @@ const WEBHOOKS_BY_TASK: &str = "webhooks_by_task";
 pub(super) const IDEMPOTENCY: &str = "idempotency";
 pub(super) const IDEMPOTENCY_BY_TIME: &str = "idempotency_by_time";
 
+pub(super) const BATCHES: &str = "batches";
+const BATCHES_BY_OWNER: &str = "batches_by_owner";
+pub(super) const BATCH_ITEMS: &str = "batch_items";
+const BATCHES_OPEN: &str = "batches_open";
+
+/// The trees of message batches.
+#[derive(Clone)]
+pub(super) struct BatchTrees {
+    pub(super) batches: Tree,
+    pub(super) by_owner: Tree,
+    pub(super) items: Tree,
+    pub(super) open: Tree,
+}
+
+impl BatchTrees {
+    pub(super) fn open(db: &Db) -> Result<BatchTrees, StoreError> {
+        Ok(BatchTrees {
+            batches: open_tree(db, BATCHES)?,
+            by_owner: open_tree(db, BATCHES_BY_OWNER)?,
+            items: open_tree(db, BATCH_ITEMS)?,
+            open: open_tree(db, BATCHES_OPEN)?,
+        })
+    }
+}
+
 /// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
 const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
 
@@ -45,6 +70,7 @@ pub struct SledStore {
     /// `key_id \0 seq` for each chunk of the usage log holding the key's entries.
     pub(super) usage_by_key: Tree,
     pub(super) assets: AssetTrees,
+    pub(super) batches: BatchTrees,
     flusher: Arc<GroupFlush>,
     /// Tasks read by id lately, decoded, with the bytes they were decoded from.
     pub(super) recent: Arc<RecentTasks>,
@@ -160,6 +186,7 @@ impl SledStore {
             usage: open_tree(&db, USAGE)?,
             usage_by_key: open_tree(&db, USAGE_BY_KEY)?,
             assets: AssetTrees::open(&db)?,
+            batches: BatchTrees::open(&db)?,
             flusher: Arc::default(),
             recent: Arc::default(),
             db,

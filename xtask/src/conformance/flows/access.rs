@@ -27,6 +27,10 @@ const MESSAGES_PATHS: &[&str] = &[
     "/v1/messages/count_tokens",
     "/v1/models",
     "/v1/models/{model_id}",
+    "/v1/messages/batches",
+    "/v1/messages/batches/{message_batch_id}",
+    "/v1/messages/batches/{message_batch_id}/cancel",
+    "/v1/messages/batches/{message_batch_id}/results",
 ];
 
 pub async fn public(suite: &mut Suite) {
