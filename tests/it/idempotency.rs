@@ -1,7 +1,8 @@
 //! `Idempotency-Key` on submissions: a repeat gets the first answer and makes nothing new (no
 //! second task, asset or pre-deduction), another body under the key is a `409`, a repeat while
-//! the first is in flight a `409` with `retry-after`, keys are per API key, and a task or an
-//! asset written just before a SIGKILL is what a retry after the restart answers.
+//! the first is in flight a `409` with `retry-after`, keys are per API key, and a task, an
+//! asset or a message batch written just before a SIGKILL is what a retry after the restart
+//! answers.
 
 use std::time::Duration;
 
@@ -279,6 +280,8 @@ async fn retry_after_sigkill(
     let user = [
         ("authorization", format!("Bearer {key}")),
         (IDEM, "crash-1".to_owned()),
+        // Read by the messages paths only.
+        ("anthropic-version", "2023-06-01".to_owned()),
     ];
 
     // The request runs on its own; the relay is killed as soon as the record is in the store,
@@ -445,6 +448,45 @@ async fn idempotent_upload_retry_after_sigkill_answers_the_written_asset() {
     .await;
     if let Some((written, retry)) = &after.survived {
         assert_eq!(retry.json()["object"], "asset", "{written}");
+    }
+}
+
+/// A message batch written, then SIGKILL: after the restart a retry with the same key answers
+/// that batch, and the key has it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_batch_retry_after_sigkill_answers_the_written_batch() {
+    let after = retry_after_sigkill(
+        "",
+        async |_, _, _| "/v1/messages/batches".to_owned(),
+        || {
+            let request = |id: &str| {
+                json!({"custom_id": id, "params": {"model": "sim-chat", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": format!("say {id}")}]}})
+            };
+            Body::Json(json!({"requests": [request("a"), request("b")]}))
+        },
+        async |http, base, key, path| {
+            let headers = [
+                ("authorization", format!("Bearer {key}")),
+                ("anthropic-version", "2023-06-01".to_owned()),
+            ];
+            let v = http
+                .send(Method::GET, &format!("{base}{path}"), Body::Empty, &headers)
+                .await
+                .json();
+            v["data"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x["id"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        },
+    )
+    .await;
+    if let Some((written, retry)) = &after.survived {
+        assert_eq!(retry.json()["type"], "message_batch", "{written}");
     }
 }
 

@@ -16,7 +16,7 @@ use messages::batches::{
     BatchList, BatchResultLine, DeletedBatch, MessageBatch, ProcessingStatus, RequestCounts,
     validate_batch,
 };
-use store::{Batch, BatchCounts, BatchItem, BatchStatus, Key, Params};
+use store::{Batch, BatchCounts, BatchItem, BatchStatus, Key, Params, StoreError};
 
 use crate::app::App;
 use crate::auth::may_use_model;
@@ -232,10 +232,26 @@ async fn try_create(
         version,
         sim,
     };
-    app.store
-        .create_batch(&batch, &items)
-        .await
-        .map_err(store_unavailable)?;
+    // With a claimed `Idempotency-Key`, the answer is kept with the key in the batch's own
+    // store step, so a retry answers this batch whatever stops the process afterwards.
+    let stored = match idem.claimed_ticket() {
+        Some(ticket) => {
+            let kept = crate::idempotency::task_answer(&wire(&batch, &base_url(app, parts)))?;
+            app.store
+                .create_batch_idempotent(&batch, &items, ticket, &kept)
+                .await
+        }
+        None => app.store.create_batch(&batch, &items).await,
+    };
+    match stored {
+        Ok(()) => idem.kept(),
+        Err(StoreError::IdempotencyLost(_)) => {
+            return Err(crate::idempotency::conflict(
+                "was taken over by a later request while this one was handled",
+            ));
+        }
+        Err(e) => return Err(store_unavailable(e)),
+    }
     app.batch_wake.notify_one();
     Ok(batch)
 }

@@ -1,5 +1,6 @@
 //! `Idempotency-Key` on submissions (`POST /v1/videos`, `POST /v1/video/generations`, asset
-//! uploads, message batches): a retry of a request gets the first answer again instead of running twice.
+//! uploads, message batches): a retry of a request gets the first answer again instead of
+//! running twice.
 //!
 //! A handler takes part in four calls, in order:
 //!
@@ -10,16 +11,14 @@
 //! 3. [`Idem::claim`], once the body is read and before anything is written: one store step
 //!    claims the key (a pending record), or finds the first answer (kept aside for
 //!    [`Idem::finish`], the handler stops), another request under the key (`409`), or the
-//!    same one still in flight (`409` with `retry-after: 1`). A task's or an asset's creation
-//!    then completes the record in its own store step ([`Idem::claimed_ticket`],
-//!    [`crate::tasks::create`], [`crate::assets::upload`]).
+//!    same one still in flight (`409` with `retry-after: 1`). A task's, an asset's or a
+//!    message batch's creation then completes the record in its own store step
+//!    ([`Idem::claimed_ticket`], [`crate::tasks::create`], [`crate::assets::upload`],
+//!    [`crate::batches::create`]).
 //! 4. [`Idem::finish`] with the answer: a replay gets the kept answer with
 //!    `idempotent-replayed: true`; a claimed key is completed with the answer when it depends
 //!    on the request alone (2xx, 400, 404, 413, 415), or released (402, 408, 409, 429, 5xx:
 //!    the moment's, which a retry may not get again).
-//!
-//! `POST /v1/messages/batches` takes the same four calls (a batch is created by one store step
-//! after the claim; the record is completed with its answer by [`Idem::finish`]).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -167,8 +166,8 @@ impl Idem {
         }
     }
 
-    /// The ticket a task's or an asset's creation completes the key's record with, when the
-    /// key is claimed.
+    /// The ticket a task's, an asset's or a batch's creation completes the key's record with,
+    /// when the key is claimed.
     pub fn claimed_ticket(&self) -> Option<&IdemTicket> {
         match self.state {
             State::Claimed => self.ticket.as_ref(),
@@ -176,7 +175,7 @@ impl Idem {
         }
     }
 
-    /// The task's or asset's creation completed the key's record.
+    /// The creation (of a task, an asset or a batch) completed the key's record.
     pub fn kept(&mut self) {
         self.state = State::Kept;
     }
@@ -269,8 +268,8 @@ fn replay(kept: &IdemAnswer) -> Answer {
     res
 }
 
-/// A task's or an asset's create answer (`200`, the record as JSON) as kept with its
-/// idempotency record.
+/// A creation's answer (`200`, the record as JSON: a task, an asset, a batch) as kept with
+/// its idempotency record.
 pub fn task_answer<T: serde::Serialize>(record: &T) -> Result<IdemAnswer, ApiError> {
     let body = serde_json::to_string(record).map_err(|e| {
         tracing::error!("serialising an answer: {e}");

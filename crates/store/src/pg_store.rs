@@ -357,7 +357,17 @@ impl Store for PgStore {
     }
 
     async fn create_batch(&self, batch: &Batch, items: &[BatchItem]) -> Result<(), StoreError> {
-        batches::create(self, batch, items).await
+        batches::create(self, batch, items, None).await
+    }
+
+    async fn create_batch_idempotent(
+        &self,
+        batch: &Batch,
+        items: &[BatchItem],
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        batches::create(self, batch, items, Some((ticket, answer))).await
     }
 
     async fn batch(&self, id: &str) -> Result<Option<Batch>, StoreError> {

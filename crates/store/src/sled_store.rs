@@ -378,7 +378,19 @@ impl Store for SledStore {
     }
 
     async fn create_batch(&self, batch: &Batch, items: &[BatchItem]) -> Result<(), StoreError> {
-        batches::create(self, batch, items)?;
+        batches::create(self, batch, items, None)?;
+        self.flush_after(&format!("create batch {}", batch.id))
+            .await
+    }
+
+    async fn create_batch_idempotent(
+        &self,
+        batch: &Batch,
+        items: &[BatchItem],
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError> {
+        batches::create(self, batch, items, Some((ticket, answer)))?;
         self.flush_after(&format!("create batch {}", batch.id))
             .await
     }

@@ -260,6 +260,17 @@ pub trait Store: Send + Sync + 'static {
     /// its owner index entry, in one transaction, flushed.
     async fn create_batch(&self, batch: &Batch, items: &[BatchItem]) -> Result<(), StoreError>;
 
+    /// [`Store::create_batch`] for a request with an `Idempotency-Key`: in the same
+    /// transaction the key's record (claimed by `ticket`) is completed with `answer`. A record
+    /// no longer held by `ticket` fails the step with [`StoreError::IdempotencyLost`].
+    async fn create_batch_idempotent(
+        &self,
+        batch: &Batch,
+        items: &[BatchItem],
+        ticket: &IdemTicket,
+        answer: &IdemAnswer,
+    ) -> Result<(), StoreError>;
+
     async fn batch(&self, id: &str) -> Result<Option<Batch>, StoreError>;
 
     /// One owner's batches, newest first: `after` (a batch id) pages to older ones, `before`

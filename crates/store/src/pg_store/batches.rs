@@ -7,11 +7,13 @@ use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
+use super::idempotency::complete;
 use super::ledger::{apply, lock_key};
 use super::pool::PgStore;
 use super::txn::{self, Fault, Sql, big, check_id, decode, unix_secs};
 use crate::{
-    Batch, BatchItem, BatchResult, BatchStatus, LedgerDraft, LedgerKind, Page, StoreError,
+    Batch, BatchItem, BatchResult, BatchStatus, IdemAnswer, IdemTicket, LedgerDraft, LedgerKind,
+    Page, StoreError,
 };
 
 const BATCHES: &str = "batches";
@@ -44,10 +46,13 @@ fn item_text(item: &BatchItem) -> Result<String, StoreError> {
     serde_json::to_string(item).map_err(|e| StoreError::Backend(format!("encode batch item: {e}")))
 }
 
+/// [`crate::Store::create_batch`]; with `idem`, also
+/// [`crate::Store::create_batch_idempotent`]'s completion of the key's record.
 pub(super) async fn create(
     store: &PgStore,
     batch: &Batch,
     items: &[BatchItem],
+    idem: Option<(&IdemTicket, &IdemAnswer)>,
 ) -> Result<(), StoreError> {
     check_id("batch id", &batch.id)?;
     check_id("batch owner", &batch.owner)?;
@@ -61,6 +66,9 @@ pub(super) async fn create(
     txn::retry(&what, || async {
         let mut client = store.client(&what).await?;
         let tx = client.transaction().await.sql(&what)?;
+        if let Some((ticket, answer)) = idem {
+            complete(&tx, ticket, answer).await?;
+        }
         let written = txn::execute(
             &tx,
             &what,

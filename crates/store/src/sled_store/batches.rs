@@ -6,14 +6,15 @@
 
 use sled::transaction::TransactionalTree;
 
+use super::idempotency::complete;
 use super::index::{children, pair_key, prefix};
 use super::ledger::{apply, unix_secs};
 use super::record::{backend, check_id, decode, read};
 use super::trees::{BATCH_ITEMS, BATCHES, KEYS, LedgerTx, SledStore};
 use super::txn::{TxResult, abort, ensure_new, get, put, run};
 use crate::{
-    Batch, BatchItem, BatchResult, BatchStatus, Key, LedgerDraft, LedgerKind, Order, Page,
-    StoreError,
+    Batch, BatchItem, BatchResult, BatchStatus, IdemAnswer, IdemTicket, Key, LedgerDraft,
+    LedgerKind, Order, Page, StoreError,
 };
 
 fn item_key(id: &str, index: u32) -> Vec<u8> {
@@ -32,18 +33,30 @@ fn put_batch(batches: &TransactionalTree, open: &TransactionalTree, batch: &Batc
 }
 
 /// [`crate::Store::create_batch`], less the flush.
+/// [`crate::Store::create_batch`]; with `idem`, the key's record is completed in the same
+/// transaction ([`crate::Store::create_batch_idempotent`]).
 pub(super) fn create(
     store: &SledStore,
     batch: &Batch,
     items: &[BatchItem],
+    idem: Option<(&IdemTicket, &IdemAnswer)>,
 ) -> Result<(), StoreError> {
     check_id("batch id", &batch.id)?;
     check_id("batch owner", &batch.owner)?;
     let t = &store.batches;
     run(
         "create batch",
-        &(&t.batches, &t.by_owner, &t.items, &t.open),
-        |(batches, by_owner, stored, open)| {
+        &(
+            &t.batches,
+            &t.by_owner,
+            &t.items,
+            &t.open,
+            &store.trees.idempotency,
+        ),
+        |(batches, by_owner, stored, open, idempotency)| {
+            if let Some((ticket, answer)) = idem {
+                complete(idempotency, ticket, answer)?;
+            }
             ensure_new(batches, "batch", &batch.id)?;
             put_batch(batches, open, batch)?;
             by_owner.insert(pair_key(&batch.owner, &batch.id), &[][..])?;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::{Fixture, asset, draft, key, task, with_library};
 use crate::test_util::tid;
 use crate::{
-    AssetStatus, IDEMPOTENCY_PENDING_MS, IDEMPOTENCY_TTL_MS, IdemAnswer, IdemClaim, IdemTicket,
-    LedgerKind, Store, StoreError, TaskStatus,
+    AssetStatus, Batch, BatchCounts, BatchItem, BatchStatus, IDEMPOTENCY_PENDING_MS,
+    IDEMPOTENCY_TTL_MS, IdemAnswer, IdemClaim, IdemTicket, LedgerKind, Params, Store, StoreError,
+    TaskStatus,
 };
 
 cases!(
@@ -18,6 +19,7 @@ cases!(
     expired_and_abandoned_claims_are_taken_over,
     a_task_and_its_record_are_written_together,
     an_asset_and_its_record_are_written_together,
+    a_batch_and_its_record_are_written_together,
     a_released_key_is_free_again,
     concurrent_claims_of_one_key_give_it_to_one,
     records_outlive_a_restart_and_are_swept_by_age,
@@ -246,6 +248,66 @@ async fn an_asset_and_its_record_are_written_together(store: Fixture) {
             .await
             .unwrap(),
         IdemClaim::InFlight
+    );
+}
+
+fn batch_of(id: &str) -> (Batch, Vec<BatchItem>) {
+    let batch = Batch {
+        id: id.to_owned(),
+        owner: "key_a".to_owned(),
+        status: BatchStatus::InProgress,
+        counts: BatchCounts {
+            processing: 1,
+            ..BatchCounts::default()
+        },
+        created_ms: 1,
+        expires_ms: 2,
+        ended_ms: None,
+        cancel_ms: None,
+        version: "2023-06-01".to_owned(),
+        sim: None,
+    };
+    let item = BatchItem {
+        index: 0,
+        custom_id: "r0".to_owned(),
+        params: Params::new(&serde_json::json!({"model": "m"})).unwrap(),
+        result: None,
+    };
+    (batch, vec![item])
+}
+
+async fn a_batch_and_its_record_are_written_together(store: Fixture) {
+    let t = ticket("key_a", "b1", "t1");
+    store.claim_idempotency(&t, "f1", NOW).await.unwrap();
+    let (first, items) = batch_of("msgbatch_1");
+    store
+        .create_batch_idempotent(&first, &items, &t, &answer("msgbatch_1"))
+        .await
+        .unwrap();
+    assert!(store.batch("msgbatch_1").await.unwrap().is_some());
+    let repeat = ticket("key_a", "b1", "t2");
+    assert_eq!(
+        store
+            .claim_idempotency(&repeat, "f1", NOW + 1)
+            .await
+            .unwrap(),
+        IdemClaim::Replay(answer("msgbatch_1"))
+    );
+
+    // A ticket that does not hold its key creates nothing.
+    let (second, items) = batch_of("msgbatch_2");
+    let err = store
+        .create_batch_idempotent(&second, &items, &repeat, &answer("msgbatch_2"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::IdempotencyLost(_)), "{err:?}");
+    assert_eq!(store.batch("msgbatch_2").await.unwrap(), None);
+    assert!(
+        store
+            .batch_items("msgbatch_2", 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
 
