@@ -12,6 +12,7 @@ pub mod ark_callback;
 pub mod assets;
 pub mod auth;
 pub mod callbacks;
+pub mod characters;
 pub mod chat_billing;
 pub mod chat_ledger;
 pub mod cluster;

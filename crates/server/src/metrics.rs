@@ -66,7 +66,7 @@ fn latencies() -> Histogram {
 
 /// Every route's label: its method and path template (`router::Route::slot` is its place
 /// here), then the label of requests no route takes.
-pub const ROUTES: [&str; 45] = [
+pub const ROUTES: [&str; 49] = [
     "GET /healthz",
     "GET /readyz",
     "GET /openapi.yaml",
@@ -111,6 +111,10 @@ pub const ROUTES: [&str; 45] = [
     "POST /v1/messages/count_tokens",
     "GET /v1/models",
     "GET /v1/models/{model_id}",
+    "POST /v1/videos/edits",
+    "POST /v1/videos/extensions",
+    "POST /v1/videos/characters",
+    "GET /v1/videos/characters/{character_id}",
     "unmatched",
 ];
 

@@ -14,6 +14,7 @@
 //! | `webhooks`          | id, `task_id`, `status`, `due_ms` (the next attempt while pending), the [`Webhook`] as jsonb |
 //! | `libraries`         | id, owner, the [`Library`] (with its `asset_count`) as jsonb      |
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
+//! | `characters`        | id, owner, the [`Character`] as JSON text                          |
 //! | `idempotency`       | `(key_id, idem_key)`, `created_ms` (indexed, for the sweep), the [`IdemRecord`](crate::IdemRecord) as JSON text |
 //! | `schema_migrations` | the versions applied, each with its time                           |
 //!
@@ -53,6 +54,7 @@
 //! | `ledger`  | pre-deduction, settlement and refund against the quota; charges        |
 //! | `keys`    | keys by id and by hash; `meta`                                         |
 //! | `assets`  | asset libraries and assets                                             |
+//! | `characters` | characters of the first format                                      |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (also with a task), sweep  |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
@@ -62,12 +64,13 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, IdemAnswer, IdemClaim,
-    IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page, Store, StoreError, Task,
-    TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Character, Charge, Claim, IdemAnswer,
+    IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page, Store, StoreError,
+    Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
+mod characters;
 mod idempotency;
 mod keys;
 mod ledger;
@@ -277,6 +280,14 @@ impl Store for PgStore {
     /// Nothing to do: every step returned after its commit, which PostgreSQL made durable.
     async fn flush(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn create_character(&self, character: &Character) -> Result<(), StoreError> {
+        characters::create(self, character).await
+    }
+
+    async fn character(&self, id: &str) -> Result<Option<Character>, StoreError> {
+        characters::get(self, id).await
     }
 
     async fn create_library(&self, library: &Library) -> Result<(), StoreError> {

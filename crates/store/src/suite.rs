@@ -449,6 +449,7 @@ pub async fn activate(store: &dyn Store, id: &str, expires_at: u64) -> AssetReco
 
 mod admin;
 mod assets;
+mod characters;
 mod claims;
 mod durability;
 mod idempotency;

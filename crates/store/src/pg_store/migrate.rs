@@ -13,6 +13,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_webhooks.sql"),
     include_str!("migrations/0003_idempotency.sql"),
+    include_str!("migrations/0004_characters.sql"),
 ];
 
 /// The newest version this build knows.
