@@ -198,7 +198,59 @@ async fn edit_and_extend_a_completed_video() {
     assert_eq!(res.json()["seconds"], "16", "{}", res.text());
     let again = res.json()["id"].as_str().unwrap().to_owned();
     let done = relay.wait_video_as(&key, &again, WAIT).await;
-    statuses.insert(again, done["status"].as_str().unwrap().to_owned());
+    assert_eq!(done["status"], "completed", "{done}");
+    statuses.insert(again.clone(), "completed".into());
+
+    // A 16 s video is longer than a creation may be: an edit of it says how long it is.
+    post(
+        &relay,
+        &key,
+        "/v1/videos/edits",
+        derived("p", &again, None),
+        &[],
+    )
+    .await
+    .assert_error(400, "invalid duration", Some("seconds"));
+    let res = post(
+        &relay,
+        &key,
+        "/v1/videos/edits",
+        derived("p", &again, Some("5")),
+        &[],
+    )
+    .await;
+    assert_eq!(res.json()["seconds"], "5", "{}", res.text());
+    let id = res.json()["id"].as_str().unwrap().to_owned();
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    statuses.insert(id, done["status"].as_str().unwrap().to_owned());
+
+    // Extensions add up to at most 60 s: 16 + 15 + 15 = 46, and 15 more is refused.
+    let mut longest = again;
+    for total in ["31", "46"] {
+        let res = post(
+            &relay,
+            &key,
+            "/v1/videos/extensions",
+            derived("on", &longest, Some("15")),
+            &[],
+        )
+        .await;
+        assert_eq!(res.json()["seconds"], total, "{}", res.text());
+        longest = res.json()["id"].as_str().unwrap().to_owned();
+        let done = relay.wait_video_as(&key, &longest, WAIT).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        statuses.insert(longest.clone(), "completed".into());
+    }
+    let res = post(
+        &relay,
+        &key,
+        "/v1/videos/extensions",
+        derived("on", &longest, Some("15")),
+        &[],
+    )
+    .await;
+    res.assert_error(400, "invalid duration", Some("seconds"));
+    assert!(res.text().contains("60 seconds"), "{}", res.text());
 
     // A failed edit and a failed extension are refunded.
     for path in ["/v1/videos/edits", "/v1/videos/extensions"] {

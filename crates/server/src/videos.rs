@@ -328,6 +328,18 @@ async fn derive(
         origin.base_seconds = p.duration;
         origin.first_frame = source.outputs.last_frame.clone();
     } else if !videos_v1::derive::has_duration(&raw) {
+        // A stitched extension may be longer than a creation: its length is no default.
+        if p.duration > videos_v1::MAX_DURATION {
+            return Err(ApiError::field(
+                ErrorCode::InvalidDuration,
+                "seconds",
+                format!(
+                    "task {id} is {} seconds, longer than the {} a new video may be; give seconds",
+                    p.duration,
+                    videos_v1::MAX_DURATION
+                ),
+            ));
+        }
         raw.push("duration", FieldValue::Json(json!(p.duration)));
     }
     create_from(
@@ -404,6 +416,18 @@ async fn create_from(
         )
     })?;
     let price = model.price_per_second(None).unwrap_or(0) as i64 * i64::from(valid.duration);
+    let base_seconds = origin.as_ref().map_or(0, |o| o.base_seconds);
+    let max = videos_v1::derive::MAX_EXTENDED_DURATION;
+    if base_seconds > 0 && base_seconds + valid.duration > max {
+        return Err(ApiError::field(
+            ErrorCode::InvalidDuration,
+            "seconds",
+            format!(
+                "the source is {base_seconds} seconds; with {} more it would pass the {max} seconds an extended video may last",
+                valid.duration
+            ),
+        ));
+    }
 
     let id = crate::http::new_id("video");
     // Store the frames and references under the task before the task exists: a refused creation
@@ -446,7 +470,7 @@ async fn create_from(
             width: framing.width,
             height: framing.height,
             aspect_ratio: framing.ratio,
-            duration: valid.duration + origin.as_ref().map_or(0, |o| o.base_seconds),
+            duration: valid.duration + base_seconds,
             first_frame,
             last_frame,
             audio,

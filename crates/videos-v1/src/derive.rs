@@ -9,6 +9,10 @@ use serde_json::Value;
 
 use crate::create::{FieldValue, RawCreate};
 
+/// The longest stitched total of an extension, in seconds (extensions of extensions add up;
+/// each is paid for its new segment only, while it renders the whole).
+pub const MAX_EXTENDED_DURATION: u32 = 60;
+
 /// The field naming the source video.
 pub const SOURCE_FIELD: &str = "video";
 /// The multipart form of `{"video": {"id": ...}}`.
