@@ -22,6 +22,7 @@ mod moto;
 mod references;
 mod restart;
 mod upstreams;
+mod video_derived;
 mod video_models;
 mod videos;
 mod webhooks;

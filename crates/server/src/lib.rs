@@ -14,6 +14,7 @@ pub mod auth;
 pub mod batch_run;
 pub mod batches;
 pub mod callbacks;
+pub mod characters;
 pub mod chat_billing;
 pub mod chat_ledger;
 pub mod cluster;

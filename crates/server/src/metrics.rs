@@ -66,7 +66,7 @@ fn latencies() -> Histogram {
 
 /// Every route's label: its method and path template (`router::Route::slot` is its place
 /// here), then the label of requests no route takes.
-pub const ROUTES: [&str; 51] = [
+pub const ROUTES: [&str; 55] = [
     "GET /healthz",
     "GET /readyz",
     "GET /openapi.yaml",
@@ -117,6 +117,10 @@ pub const ROUTES: [&str; 51] = [
     "DELETE /v1/messages/batches/{message_batch_id}",
     "POST /v1/messages/batches/{message_batch_id}/cancel",
     "GET /v1/messages/batches/{message_batch_id}/results",
+    "POST /v1/videos/edits",
+    "POST /v1/videos/extensions",
+    "POST /v1/videos/characters",
+    "GET /v1/videos/characters/{character_id}",
     "unmatched",
 ];
 

@@ -19,7 +19,7 @@ use crate::idempotency::Idem;
 use crate::limits::Class;
 use crate::tasks;
 use crate::videos::Videos;
-use crate::{admin, assets, batches, generations, video_models, videos, webhooks};
+use crate::{admin, assets, batches, characters, generations, video_models, videos, webhooks};
 
 /// The routes the relay serves. Path parameters borrow from the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,6 +46,14 @@ enum Route<'a> {
     CancelVideo(&'a str),
     /// `POST /v1/videos/{task_id}/remix`.
     RemixVideo(&'a str),
+    /// `POST /v1/videos/edits`.
+    EditVideo,
+    /// `POST /v1/videos/extensions`.
+    ExtendVideo,
+    /// `POST /v1/videos/characters`.
+    CreateCharacter,
+    /// `GET /v1/videos/characters/{character_id}`.
+    GetCharacter(&'a str),
     CreateGeneration,
     ListGenerations,
     GetGeneration(&'a str),
@@ -144,6 +152,15 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
         ["v1", "videos"] if m == Method::POST => Ok(CreateVideo),
         ["v1", "videos"] if m == Method::GET => Ok(ListVideos),
         ["v1", "videos"] => Err(Miss::Method("GET, POST")),
+        // Fixed names before the task id they would otherwise be read as.
+        ["v1", "videos", "edits"] if m == Method::POST => Ok(EditVideo),
+        ["v1", "videos", "edits"] => Err(Miss::Method("POST")),
+        ["v1", "videos", "extensions"] if m == Method::POST => Ok(ExtendVideo),
+        ["v1", "videos", "extensions"] => Err(Miss::Method("POST")),
+        ["v1", "videos", "characters"] if m == Method::POST => Ok(CreateCharacter),
+        ["v1", "videos", "characters"] => Err(Miss::Method("POST")),
+        ["v1", "videos", "characters", id] if m == Method::GET => Ok(GetCharacter(id)),
+        ["v1", "videos", "characters", _] => Err(Miss::Method("GET")),
         ["v1", "videos", id] if m == Method::GET => Ok(GetVideo(id)),
         ["v1", "videos", id] if m == Method::DELETE => Ok(DeleteVideo(id)),
         ["v1", "videos", _] => Err(Miss::Method("GET, DELETE")),
@@ -275,6 +292,10 @@ impl<'a> Route<'a> {
             DeleteBatch(_) => 47,
             CancelBatch(_) => 48,
             BatchResults(_) => 49,
+            EditVideo => 50,
+            ExtendVideo => 51,
+            CreateCharacter => 52,
+            GetCharacter(_) => 53,
         }
     }
 
@@ -295,6 +316,7 @@ impl<'a> Route<'a> {
             | VideoContent(p)
             | CancelVideo(p)
             | RemixVideo(p)
+            | GetCharacter(p)
             | GetGeneration(p)
             | CancelGeneration(p)
             | GetVideoModel(p)
@@ -316,11 +338,10 @@ impl<'a> Route<'a> {
             | BatchResults(p)
             | ConsoleFile(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | Console | CreateVideo | ListVideos
-            | CreateGeneration | ListGenerations | ListVideoModels | CreateLibrary
-            | ListLibraries | Moderation | CreateKey | ListKeys | AdminTasks | AdminWebhooks
-            | AdminChannels | Messages | CountTokens | ListModels | CreateBatch | ListBatches => {
-                None
-            }
+            | EditVideo | ExtendVideo | CreateCharacter | CreateGeneration | ListGenerations
+            | ListVideoModels | CreateLibrary | ListLibraries | Moderation | CreateKey
+            | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages | CountTokens
+            | ListModels | CreateBatch | ListBatches => None,
         }
     }
 }
@@ -579,6 +600,21 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                     let task = videos::remix(app, &key, id, headers, body, &mut idem).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
+                Route::EditVideo | Route::ExtendVideo => {
+                    let mut idem = match Idem::from_request(&parts, &key) {
+                        Ok(idem) => idem,
+                        Err(e) => return error(&e),
+                    };
+                    let body = idem.body(body);
+                    let task = if route == Route::EditVideo {
+                        videos::edit(app, &key, headers, body, &mut idem).await
+                    } else {
+                        videos::extend(app, &key, headers, body, &mut idem).await
+                    };
+                    idem.finish(app, tasks::created::<Videos>(app, task)).await
+                }
+                Route::CreateCharacter => characters::create(app, &key, headers, body).await,
+                Route::GetCharacter(id) => characters::get(app, &key, id).await,
                 Route::CreateGeneration => {
                     let mut idem = match Idem::from_request(&parts, &key) {
                         Ok(idem) => idem,
@@ -685,6 +721,10 @@ pub fn route_table() -> &'static [(&'static str, &'static str)] {
         ("GET", "/v1/videos/{task_id}/content"),
         ("POST", "/v1/videos/{task_id}/cancel"),
         ("POST", "/v1/videos/{task_id}/remix"),
+        ("POST", "/v1/videos/edits"),
+        ("POST", "/v1/videos/extensions"),
+        ("POST", "/v1/videos/characters"),
+        ("GET", "/v1/videos/characters/{character_id}"),
         ("POST", "/v1/video/generations"),
         ("GET", "/v1/video/generations"),
         ("GET", "/v1/video/generations/{task_id}"),
@@ -784,6 +824,18 @@ mod tests {
             Err(Miss::Method("GET, POST"))
         );
         assert_eq!(route(&Method::GET, "/v1/videos/"), Err(Miss::NotFound));
+        assert_eq!(
+            route(&Method::POST, "/v1/videos/edits"),
+            Ok(Route::EditVideo)
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1/videos/edits"),
+            Err(Miss::Method("POST"))
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1/videos/characters/char_1"),
+            Ok(Route::GetCharacter("char_1"))
+        );
         assert_eq!(route(&Method::GET, "/v1/videos/../x"), Err(Miss::NotFound));
         assert_eq!(
             route(&Method::GET, "/v1/videos/%2e%2e"),
@@ -855,6 +907,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs a table entry
         // (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 50, "route_table misses a route");
+        assert_eq!(kinds.len(), 54, "route_table misses a route");
     }
 }

@@ -12,7 +12,7 @@ use fetch::MediaKind;
 use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use store::{Task, TaskKind, TaskStatus};
-use videos_v1::{RawCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
+use videos_v1::{FieldValue, RawCreate, Variant, VideoError, VideoList, VideoObject, VideoStatus};
 
 use crate::app::App;
 use crate::config::ContentMode;
@@ -55,6 +55,8 @@ impl TaskFormat for Videos {
             }),
             warnings: task.warnings.clone(),
             remixed_from_video_id: p.remixed_from,
+            edited_from_video_id: p.edited_from,
+            extended_from_video_id: p.extended_from,
         })
     }
 
@@ -81,14 +83,24 @@ pub async fn create(
     body: Hashed,
     idem: &mut Idem,
 ) -> Result<Task, ApiError> {
-    // Parse: JSON or multipart (the OpenAI SDK always sends multipart).
-    let (raw, uploads) = match media_type(headers).as_deref() {
+    let (raw, uploads) = read_request(app, headers, body, "POST /v1/videos").await?;
+    create_from(app, key, headers, raw, uploads, None, idem).await
+}
+
+/// A create-shaped body: JSON or multipart (the OpenAI SDK always sends multipart).
+async fn read_request(
+    app: &App,
+    headers: &HeaderMap,
+    body: Hashed,
+    what: &str,
+) -> Result<(RawCreate, Uploads), ApiError> {
+    match media_type(headers).as_deref() {
         Some("application/json") => {
             let bytes = read_body(body, app.config.server.json_limit()).await?;
-            (
+            Ok((
                 RawCreate::from_json(parse_json(&bytes)?)?,
                 Uploads::default(),
-            )
+            ))
         }
         Some("multipart/form-data") => {
             let content_type = headers
@@ -101,19 +113,64 @@ pub async fn create(
                 long_text: &videos_v1::REFERENCE_FIELDS,
             };
             let (fields, uploads) = multipart::read(body, content_type, limits, &app.blobs).await?;
-            (RawCreate { fields }, uploads)
+            Ok((RawCreate { fields }, uploads))
         }
-        other => {
-            return Err(ApiError::new(
-                ErrorCode::UnsupportedMediaType,
-                format!(
-                    "POST /v1/videos takes application/json or multipart/form-data, got {}",
-                    other.unwrap_or("no Content-Type")
-                ),
-            ));
+        other => Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            format!(
+                "{what} takes application/json or multipart/form-data, got {}",
+                other.unwrap_or("no Content-Type")
+            ),
+        )),
+    }
+}
+
+/// How a new task derives from a completed one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Derivation {
+    /// `POST /v1/videos/{id}/remix`.
+    Remix,
+    /// `POST /v1/videos/edits`.
+    Edit,
+    /// `POST /v1/videos/extensions`.
+    Extend,
+}
+
+impl Derivation {
+    /// The field naming the source in the request.
+    fn field(self) -> &'static str {
+        match self {
+            Derivation::Remix => "video_id",
+            Derivation::Edit | Derivation::Extend => videos_v1::derive::SOURCE_FIELD,
         }
-    };
-    create_from(app, key, headers, raw, uploads, None, idem).await
+    }
+
+    fn done(self) -> &'static str {
+        match self {
+            Derivation::Remix => "remixed",
+            Derivation::Edit => "edited",
+            Derivation::Extend => "extended",
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Derivation::Remix => "remix",
+            Derivation::Edit => "edit",
+            Derivation::Extend => "extend",
+        }
+    }
+}
+
+/// Where a derived task comes from, as `create_from` needs it.
+struct Origin {
+    how: Derivation,
+    source: String,
+    /// Seconds the new task's record adds to its own (an extension's source length).
+    base_seconds: u32,
+    /// A stored picture of the source the new video starts from (an extension's source's
+    /// last frame).
+    first_frame: Option<String>,
 }
 
 /// `POST /v1/videos/{id}/remix`: a new task from a `completed` one of the key's owner, with
@@ -134,23 +191,81 @@ pub async fn remix(
         ));
     }
     let bytes = read_body(body, app.config.server.json_limit()).await?;
-    let serde_json::Value::Object(mut fields) = parse_json(&bytes)? else {
+    let value = parse_json(&bytes)?;
+    if !value.is_object() {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
             "the body must be a JSON object with a prompt",
         ));
-    };
+    }
+    let raw = RawCreate::from_json(value)?;
+    derive(app, key, headers, &source, raw, Derivation::Remix, idem).await
+}
+
+/// `POST /v1/videos/edits`: a new task re-rendering a `completed` video of the key's owner
+/// (`video`: `{"id"}`, multipart `video[id]`) with a new `prompt`; model, size and seconds are
+/// the source's unless the body gives them.
+pub async fn edit(
+    app: &Arc<App>,
+    key: &store::Key,
+    headers: &HeaderMap,
+    body: Hashed,
+    idem: &mut Idem,
+) -> Result<Task, ApiError> {
+    let (raw, _uploads) = read_request(app, headers, body, "POST /v1/videos/edits").await?;
+    let source = source_of(app, key, &raw).await?;
+    derive(app, key, headers, &source, raw, Derivation::Edit, idem).await
+}
+
+/// `POST /v1/videos/extensions`: a new task continuing a `completed` video of the key's
+/// owner by `seconds` (charged for those seconds); its record's `seconds` is the stitched
+/// total.
+pub async fn extend(
+    app: &Arc<App>,
+    key: &store::Key,
+    headers: &HeaderMap,
+    body: Hashed,
+    idem: &mut Idem,
+) -> Result<Task, ApiError> {
+    let (raw, _uploads) = read_request(app, headers, body, "POST /v1/videos/extensions").await?;
+    let source = source_of(app, key, &raw).await?;
+    derive(app, key, headers, &source, raw, Derivation::Extend, idem).await
+}
+
+/// The key's own video that an edit or extension names.
+async fn source_of(app: &App, key: &store::Key, raw: &RawCreate) -> Result<Task, ApiError> {
+    let id = videos_v1::derive::source_id(raw)?;
+    tasks::owned(app, key, id, TaskKind::Video)
+        .await
+        .map_err(|e| ApiError {
+            param: Some(videos_v1::derive::SOURCE_FIELD.to_owned()),
+            ..e
+        })
+}
+
+/// A new task from `source`, a video of the key's owner, which must be `completed` and made
+/// by the simulator: an upstream remixes, edits or extends only its own video, by its own id,
+/// which an ordinary creation on another call would not.
+async fn derive(
+    app: &Arc<App>,
+    key: &store::Key,
+    headers: &HeaderMap,
+    source: &Task,
+    mut raw: RawCreate,
+    how: Derivation,
+    idem: &mut Idem,
+) -> Result<Task, ApiError> {
+    let id = &source.id;
     if source.status != TaskStatus::Succeeded {
         return Err(ApiError::new(
             ErrorCode::TaskNotCompleted,
             format!(
-                "task {id} is {}, not completed: only a completed video can be remixed",
-                status_of(source.status).as_str()
+                "task {id} is {}, not completed: only a completed video can be {}",
+                status_of(source.status).as_str(),
+                how.done()
             ),
         ));
     }
-    // Only the simulator remixes: an upstream remixes its own video, by its own id, which an
-    // ordinary creation on another call would not.
     let made_by = source.channel.as_deref().unwrap_or_default();
     if app
         .engine
@@ -159,47 +274,94 @@ pub async fn remix(
     {
         return Err(ApiError::field(
             ErrorCode::InvalidRequest,
-            "video_id",
+            how.field(),
             format!(
-                "task {id} was made by channel {made_by}, which cannot remix; only the simulator's videos can be remixed"
+                "task {id} was made by channel {made_by}, which cannot {}; only the simulator's videos can be {}",
+                how.verb(),
+                how.done()
             ),
         ));
     }
-    let p: V1Params = read_params(&source).map_err(unreadable)?;
+    let p: V1Params = read_params(source).map_err(unreadable)?;
     // The source's framing and length stand unless the body gives its own; references are the
     // source's video, not the body's.
     for name in videos_v1::REFERENCE_FIELDS {
-        fields.remove(name);
+        videos_v1::derive::remove(&mut raw, name);
     }
-    fields.remove("reference_video_audio");
-    fields.insert("model".into(), json!(source.model));
-    if !fields.contains_key("size") && !fields.contains_key("aspect_ratio") {
-        fields.insert("size".into(), json!(format!("{}x{}", p.width, p.height)));
+    videos_v1::derive::remove(&mut raw, "reference_video_audio");
+    videos_v1::derive::remove(&mut raw, "model");
+    videos_v1::derive::remove_source(&mut raw);
+    raw.push("model", FieldValue::Json(json!(source.model)));
+    let has = |raw: &RawCreate, name: &str| raw.fields.iter().any(|(n, _)| n == name);
+    if how == Derivation::Extend {
+        // A continuation keeps its source's framing.
+        videos_v1::derive::remove(&mut raw, "size");
+        videos_v1::derive::remove(&mut raw, "aspect_ratio");
     }
-    if !fields.contains_key("seconds") && !fields.contains_key("duration") {
-        fields.insert("duration".into(), json!(p.duration));
+    if !has(&raw, "size") && !has(&raw, "aspect_ratio") {
+        raw.push(
+            "size",
+            FieldValue::Json(json!(format!("{}x{}", p.width, p.height))),
+        );
     }
-    let raw = RawCreate::from_json(serde_json::Value::Object(fields))?;
+    let mut origin = Origin {
+        how,
+        source: id.clone(),
+        base_seconds: 0,
+        first_frame: None,
+    };
+    if how == Derivation::Extend {
+        if !videos_v1::derive::has_duration(&raw) {
+            return Err(ApiError::field(
+                ErrorCode::InvalidDuration,
+                "seconds",
+                "seconds is required: the length of the new segment",
+            ));
+        }
+        if source.expires_at.is_some_and(|at| at <= now_secs()) {
+            return Err(ApiError::field(
+                ErrorCode::NotFound,
+                videos_v1::derive::SOURCE_FIELD,
+                format!("the content of task {id} has expired"),
+            ));
+        }
+        origin.base_seconds = p.duration;
+        origin.first_frame = source.outputs.last_frame.clone();
+    } else if !videos_v1::derive::has_duration(&raw) {
+        // A stitched extension may be longer than a creation: its length is no default.
+        if p.duration > videos_v1::MAX_DURATION {
+            return Err(ApiError::field(
+                ErrorCode::InvalidDuration,
+                "seconds",
+                format!(
+                    "task {id} is {} seconds, longer than the {} a new video may be; give seconds",
+                    p.duration,
+                    videos_v1::MAX_DURATION
+                ),
+            ));
+        }
+        raw.push("duration", FieldValue::Json(json!(p.duration)));
+    }
     create_from(
         app,
         key,
         headers,
         raw,
         Uploads::default(),
-        Some(&source.id),
+        Some(origin),
         idem,
     )
     .await
 }
 
-/// A new task from a parsed create request; `remix_of` is the task it remixes.
+/// A new task from a parsed create request; `origin` is the task it derives from.
 async fn create_from(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
     raw: RawCreate,
     mut uploads: Uploads,
-    remix_of: Option<&str>,
+    origin: Option<Origin>,
     idem: &mut Idem,
 ) -> Result<Task, ApiError> {
     idem.claim(app).await?;
@@ -254,6 +416,18 @@ async fn create_from(
         )
     })?;
     let price = model.price_per_second(None).unwrap_or(0) as i64 * i64::from(valid.duration);
+    let base_seconds = origin.as_ref().map_or(0, |o| o.base_seconds);
+    let max = videos_v1::derive::MAX_EXTENDED_DURATION;
+    if base_seconds > 0 && base_seconds + valid.duration > max {
+        return Err(ApiError::field(
+            ErrorCode::InvalidDuration,
+            "seconds",
+            format!(
+                "the source is {base_seconds} seconds; with {} more it would pass the {max} seconds an extended video may last",
+                valid.duration
+            ),
+        ));
+    }
 
     let id = crate::http::new_id("video");
     // Store the frames and references under the task before the task exists: a refused creation
@@ -280,12 +454,23 @@ async fn create_from(
         let (reference_video, reference_video_blob) = stored
             .keep_reference(video, "reference_video", &mut uploads)
             .await?;
+        // An extension starts from its source's last frame, copied under the new task.
+        let first_frame = match origin.as_ref().and_then(|o| o.first_frame.as_deref()) {
+            Some(blob) => Some(stored.copy(blob, "first_frame").await?),
+            None => first_frame,
+        };
+        let source = |how: Derivation| {
+            origin
+                .as_ref()
+                .filter(|o| o.how == how)
+                .map(|o| o.source.clone())
+        };
         let params = V1Params {
             prompt: valid.prompt.clone(),
             width: framing.width,
             height: framing.height,
             aspect_ratio: framing.ratio,
-            duration: valid.duration,
+            duration: valid.duration + base_seconds,
             first_frame,
             last_frame,
             audio,
@@ -294,7 +479,9 @@ async fn create_from(
             reference_video_blob,
             reference_video_audio: valid.reference_video_audio,
             sim: sim.clone(),
-            remixed_from: remix_of.map(str::to_owned),
+            remixed_from: source(Derivation::Remix),
+            edited_from: source(Derivation::Edit),
+            extended_from: source(Derivation::Extend),
         };
         let draft = tasks::Draft {
             id,

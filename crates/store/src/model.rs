@@ -355,6 +355,23 @@ pub enum AssetType {
     Audio,
 }
 
+/// A character (`POST /v1/videos/characters`): a named figure taken from an uploaded video,
+/// kept for the key that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Character {
+    /// `char_<ulid>`.
+    pub id: String,
+    /// Id of the key that created it; other keys never see it.
+    pub owner: String,
+    pub name: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Blob id of the video it was taken from.
+    pub video: String,
+    /// Size of that video in bytes.
+    pub video_bytes: u64,
+}
+
 /// An asset library: a named set of assets of one owner, in one channel family.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Library {

@@ -16,6 +16,7 @@
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
 //! | `batches`           | id, owner, `open` (until it ended; indexed), the [`Batch`] as jsonb |
 //! | `batch_items`       | `(batch_id, idx)`, the [`BatchItem`] (request and result) as JSON text |
+//! | `characters`        | id, owner, the [`Character`] as JSON text                          |
 //! | `idempotency`       | `(key_id, idem_key)`, `created_ms` (indexed, for the sweep), the [`IdemRecord`](crate::IdemRecord) as JSON text |
 //! | `schema_migrations` | the versions applied, each with its time                           |
 //!
@@ -56,8 +57,9 @@
 //! | `keys`    | keys by id and by hash; `meta`                                         |
 //! | `assets`  | asset libraries and assets                                             |
 //! | `batches` | message batches: their requests, results with their charges            |
+//! | `characters` | characters of the first format                                      |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
-//! | `idempotency` | idempotency records: claims, completion (also with a task), sweep  |
+//! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
@@ -65,14 +67,15 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Charge,
-    Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page,
-    Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Character,
+    Charge, Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order,
+    Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
     WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
 mod batches;
+mod characters;
 mod idempotency;
 mod keys;
 mod ledger;
@@ -282,6 +285,14 @@ impl Store for PgStore {
     /// Nothing to do: every step returned after its commit, which PostgreSQL made durable.
     async fn flush(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn create_character(&self, character: &Character) -> Result<(), StoreError> {
+        characters::create(self, character).await
+    }
+
+    async fn character(&self, id: &str) -> Result<Option<Character>, StoreError> {
+        characters::get(self, id).await
     }
 
     async fn create_library(&self, library: &Library) -> Result<(), StoreError> {

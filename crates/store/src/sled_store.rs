@@ -16,6 +16,7 @@
 //! | `webhooks`       | webhook id                               | JSON [`Webhook`](crate::Webhook) |
 //! | `webhooks_due`   | next attempt (ms, 8 bytes big-endian) webhook id | empty    |
 //! | `webhooks_by_task` | task id `\0` webhook id               | empty            |
+//! | `characters`     | character id                             | JSON [`Character`] |
 //! | `idempotency`    | API key id `\0` idempotency key         | JSON [`IdemRecord`](crate::IdemRecord) |
 //! | `idempotency_by_time` | claim time (ms, 8 bytes big-endian) API key id `\0` idempotency key | empty |
 //!
@@ -44,10 +45,11 @@
 //! | `keys`       | keys by id and by hash; `meta`                                     |
 //! | `task_index` | the keys of `tasks_by_owner` and `due`                             |
 //! | `webhooks`   | webhooks: written with a task's end, claims, attempts, listings    |
-//! | `idempotency` | idempotency records: claims, completion (with a task or an asset), sweep |
+//! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `batches`    | message batches: their requests, results with their charges        |
+//! | `characters` | characters of the first format                                     |
 //! | `index`      | index keys and ranges every index shares                           |
 //! | `counts`     | tasks by kind and status, kept after each step's commit            |
 //! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
@@ -56,14 +58,15 @@
 
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Charge,
-    Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order, Page,
-    Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Character,
+    Charge, Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order,
+    Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
     WebhookOutcome, WebhookQuery,
 };
 
 mod assets;
 mod batches;
+mod characters;
 mod counts;
 mod flush;
 mod idempotency;
@@ -265,6 +268,16 @@ impl Store for SledStore {
 
     async fn flush(&self) -> Result<(), StoreError> {
         self.flush_after("flush").await
+    }
+
+    async fn create_character(&self, character: &Character) -> Result<(), StoreError> {
+        characters::create(self, character)?;
+        self.flush_after(&format!("create character {}", character.id))
+            .await
+    }
+
+    async fn character(&self, id: &str) -> Result<Option<Character>, StoreError> {
+        characters::get(self, id)
     }
 
     async fn create_library(&self, library: &Library) -> Result<(), StoreError> {

@@ -4,9 +4,9 @@ use crate::batch::{Batch, BatchItem, BatchResult};
 use crate::error::StoreError;
 use crate::idempotency::{IdemAnswer, IdemClaim, IdemTicket};
 use crate::model::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Charge, Claim, Key, LedgerDraft,
-    LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus, Webhook,
-    WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Character, Charge, Claim, Key,
+    LedgerDraft, LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus,
+    Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 /// An edit of a task inside a [`Store::transition`].
@@ -182,6 +182,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Makes everything written so far durable.
     async fn flush(&self) -> Result<(), StoreError>;
+
+    /// Writes a new character, flushed. An id in use is refused ([`StoreError::Backend`]) and
+    /// the one there is left as it was.
+    async fn create_character(&self, character: &Character) -> Result<(), StoreError>;
+
+    async fn character(&self, id: &str) -> Result<Option<Character>, StoreError>;
 
     /// Writes a new, empty asset library and its owner index entry, flushed.
     async fn create_library(&self, library: &Library) -> Result<(), StoreError>;

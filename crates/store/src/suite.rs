@@ -450,6 +450,7 @@ pub async fn activate(store: &dyn Store, id: &str, expires_at: u64) -> AssetReco
 mod admin;
 mod assets;
 mod batches;
+mod characters;
 mod claims;
 mod durability;
 mod idempotency;

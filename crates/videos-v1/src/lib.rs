@@ -8,12 +8,16 @@
 //!
 //! - [`create`]: the create request, as it arrived ([`RawCreate`]) and once valid
 //!   ([`ValidCreate`]).
+//! - [`character`]: characters, their name and record.
+//! - [`derive`]: the source video of edits and extensions.
 //! - [`framing`]: ratios, sizes, adaptive framing and the first/last frame warning.
 //! - [`record`]: the task record, the list answer and the delete answer.
 //! - [`query`]: query strings of the list and content operations.
 #![forbid(unsafe_code)]
 
+pub mod character;
 pub mod create;
+pub mod derive;
 pub mod framing;
 pub mod query;
 pub mod record;
@@ -21,6 +25,9 @@ pub mod record;
 #[cfg(test)]
 mod tests;
 
+pub use character::{
+    CHARACTER_VIDEO_FIELD, CharacterObject, MAX_CHARACTER_NAME_CHARS, character_name,
+};
 pub use create::{
     DEFAULT_DURATION, FieldValue, FilePart, MAX_DURATION, MAX_PROMPT_CHARS, MIN_DURATION, MODEL,
     Media, REFERENCE_FIELDS, RawCreate, ValidCreate, first_frame_param, validate,

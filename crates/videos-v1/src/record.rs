@@ -77,6 +77,13 @@ pub struct VideoObject {
     /// The video this one remixes; `null` for a video that is not a remix.
     #[serde(default)]
     pub remixed_from_video_id: Option<String>,
+    /// The video this one edits (`POST /v1/videos/edits`); `null` otherwise.
+    #[serde(default)]
+    pub edited_from_video_id: Option<String>,
+    /// The video this one extends (`POST /v1/videos/extensions`); `null` otherwise. `seconds`
+    /// of an extension is the stitched total.
+    #[serde(default)]
+    pub extended_from_video_id: Option<String>,
 }
 
 impl VideoObject {
@@ -107,6 +114,8 @@ impl VideoObject {
             error: None,
             warnings,
             remixed_from_video_id: None,
+            edited_from_video_id: None,
+            extended_from_video_id: None,
         }
     }
 }
@@ -192,13 +201,16 @@ mod tests {
         let framing = resolve_framing(None, None, None);
         let record = VideoObject::queued("video_1", &request(), &framing, 1763776000, vec![]);
         let json = serde_json::to_value(&record).unwrap();
-        // CONTRACT §1.2's example, plus `remixed_from_video_id` (OpenAI's record has it).
+        // CONTRACT §1.2's example, plus `remixed_from_video_id` (OpenAI's record has it) and
+        // the sources of edits and extensions (OpenAI's record names none).
         let mut expected = json!({"id": "video_1", "task_id": "video_1", "object": "video",
             "model": "model_h3", "status": "queued", "progress": 0, "prompt": "a cat",
             "size": "1280x720", "aspect_ratio": "16:9", "duration": 8, "seconds": "8",
             "created_at": 1763776000, "completed_at": null, "expires_at": null,
             "error": null, "warnings": []});
         expected["remixed_from_video_id"] = Value::Null;
+        expected["edited_from_video_id"] = Value::Null;
+        expected["extended_from_video_id"] = Value::Null;
         assert_eq!(keys(&json), keys(&expected));
         assert_eq!(json, expected);
         let back: VideoObject = serde_json::from_value(json).unwrap();

@@ -38,6 +38,17 @@ async fn first_format_over_openai_videos_keeps_its_own_copy() {
         .await;
     remix.assert_error(400, "invalid request", Some("video_id"));
     assert!(remix.text().contains("channel up"), "{}", remix.text());
+    // Nor edited or extended; nothing is submitted for them.
+    for path in ["/v1/videos/edits", "/v1/videos/extensions"] {
+        let (ct, body) = Multipart::new()
+            .text("prompt", "again")
+            .text("seconds", "5")
+            .text("video[id]", &id)
+            .build();
+        let res = relay.call(Method::POST, path, Body::Raw(ct, body)).await;
+        res.assert_error(400, "invalid request", Some("video"));
+        assert!(res.text().contains("channel up"), "{}", res.text());
+    }
 
     // The submission carried the task id as its Idempotency-Key, so a resubmission after a
     // crash is a replay at an upstream that honours it.

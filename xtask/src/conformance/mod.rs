@@ -34,6 +34,8 @@ async fn run(suite: &mut Suite) {
     flows::access::routing(suite).await;
     flows::errors::first_format_errors(suite).await;
     flows::videos::first_format_flows(suite).await;
+    flows::derived::derived_flows(suite).await;
+    flows::discovery::discovery(suite).await;
     flows::idempotency::idempotency(suite).await;
     flows::generations::second_format(suite).await;
     flows::messages::messages(suite).await;

@@ -38,8 +38,9 @@ use super::yuv::Frame;
 /// Smallest and largest accepted width or height.
 pub const MIN_SIDE: u32 = 64;
 pub const MAX_SIDE: u32 = 4096;
-/// Longest accepted duration, in seconds.
-pub const MAX_DURATION_SECS: u32 = 15;
+/// Longest accepted duration, in seconds: a stitched extension's total, which may pass the
+/// longest a creation asks for.
+pub const MAX_DURATION_SECS: u32 = videos_v1::derive::MAX_EXTENDED_DURATION;
 /// Highest accepted frame rate.
 pub const MAX_FPS: u32 = 60;
 
@@ -53,7 +54,7 @@ pub struct RenderSpec {
     /// 64..=4096 each; odd values are accepted (see the module docs).
     pub width: u32,
     pub height: u32,
-    /// Whole seconds, 1..=15.
+    /// Whole seconds, 1..=[`MAX_DURATION_SECS`].
     pub duration_secs: u32,
     /// Frames per second, 1..=60 (the simulator uses 24).
     pub fps: u32,
@@ -613,7 +614,7 @@ mod render_tests {
                 ..base.clone()
             },
             RenderSpec {
-                duration_secs: 16,
+                duration_secs: MAX_DURATION_SECS + 1,
                 ..base.clone()
             },
             RenderSpec {

@@ -35,6 +35,13 @@ pub struct V1Params {
     /// The task this one remixes (`POST /v1/videos/{id}/remix`).
     #[serde(default)]
     pub remixed_from: Option<String>,
+    /// The task this one edits (`POST /v1/videos/edits`).
+    #[serde(default)]
+    pub edited_from: Option<String>,
+    /// The task this one extends (`POST /v1/videos/extensions`); `duration` is then the
+    /// stitched total, the source's seconds and the extension's.
+    #[serde(default)]
+    pub extended_from: Option<String>,
 }
 
 /// The job the channel runs for a first-format task.

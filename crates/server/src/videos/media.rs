@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use error_codes::{ApiError, ErrorCode};
 use fetch::{FetchError, Format, MediaKind};
+use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use videos_v1::Media;
 
@@ -236,6 +237,43 @@ impl StoredFiles {
             })?;
         self.ids.push(id);
         Ok((None, self.ids.last().cloned()))
+    }
+
+    /// Copies blob `from` (a picture of another task) as `<task>/<name>.<ext>`, streamed
+    /// through a temporary file, never whole in memory. A source gone meanwhile (its task
+    /// deleted) is `404 not found`.
+    pub async fn copy(&mut self, from: &str, name: &str) -> Result<String, ApiError> {
+        let ext = from.rsplit_once('.').map_or("bin", |(_, ext)| ext);
+        let id = format!("{}/{name}.{ext}", self.prefix);
+        let failed = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return ApiError::field(
+                    ErrorCode::NotFound,
+                    "video",
+                    "the source video's content is gone",
+                );
+            }
+            tracing::error!("copying {from} to {id}: {e}");
+            ApiError::new(
+                ErrorCode::Unavailable,
+                format!("the {name} could not be stored"),
+            )
+        };
+        let mut uploads = Uploads::default();
+        let (index, path) = uploads.begin(&*self.blobs);
+        let written = async {
+            let mut stream = self.blobs.open(from).await?.read_all().await?;
+            let mut file = tokio::fs::File::create(&path).await?;
+            while let Some(chunk) = stream.next().await {
+                file.write_all(&chunk?).await?;
+            }
+            file.flush().await?;
+            uploads.commit(index, &*self.blobs, &id).await
+        }
+        .await;
+        written.map_err(failed)?;
+        self.ids.push(id.clone());
+        Ok(id)
     }
 
     pub fn keep_all(mut self) {

@@ -14,6 +14,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_webhooks.sql"),
     include_str!("migrations/0003_idempotency.sql"),
     include_str!("migrations/0004_batches.sql"),
+    include_str!("migrations/0005_characters.sql"),
 ];
 
 /// The newest version this build knows.

@@ -25,6 +25,7 @@ const LEDGER_BY_TASK: &str = "ledger_by_task";
 pub(super) const USAGE: &str = "usage";
 const USAGE_BY_KEY: &str = "usage_by_key";
 const META: &str = "meta";
+pub(super) const CHARACTERS: &str = "characters";
 pub(super) const WEBHOOKS: &str = "webhooks";
 pub(super) const WEBHOOKS_DUE: &str = "webhooks_due";
 const WEBHOOKS_BY_TASK: &str = "webhooks_by_task";
@@ -65,6 +66,8 @@ pub struct SledStore {
     db: Db,
     pub(super) trees: Trees,
     pub(super) meta: Tree,
+    /// Characters by id, each written once (outside the steps' transactions).
+    pub(super) characters: Tree,
     /// The usage log: charge entries in chunks, by sequence number.
     pub(super) usage: Tree,
     /// `key_id \0 seq` for each chunk of the usage log holding the key's entries.
@@ -183,6 +186,7 @@ impl SledStore {
             trees,
             counts,
             meta: open_tree(&db, META)?,
+            characters: open_tree(&db, CHARACTERS)?,
             usage: open_tree(&db, USAGE)?,
             usage_by_key: open_tree(&db, USAGE_BY_KEY)?,
             assets: AssetTrees::open(&db)?,

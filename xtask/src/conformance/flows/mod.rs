@@ -4,6 +4,8 @@
 pub mod access;
 pub mod assets;
 pub mod billing;
+pub mod derived;
+pub mod discovery;
 pub mod errors;
 pub mod generations;
 pub mod idempotency;
