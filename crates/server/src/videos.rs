@@ -417,16 +417,8 @@ async fn create_from(
     })?;
     let price = model.price_per_second(None).unwrap_or(0) as i64 * i64::from(valid.duration);
     let base_seconds = origin.as_ref().map_or(0, |o| o.base_seconds);
-    let max = videos_v1::derive::MAX_EXTENDED_DURATION;
-    if base_seconds > 0 && base_seconds + valid.duration > max {
-        return Err(ApiError::field(
-            ErrorCode::InvalidDuration,
-            "seconds",
-            format!(
-                "the source is {base_seconds} seconds; with {} more it would pass the {max} seconds an extended video may last",
-                valid.duration
-            ),
-        ));
+    if base_seconds > 0 {
+        videos_v1::derive::check_extended(base_seconds, valid.duration)?;
     }
 
     let id = crate::http::new_id("video");

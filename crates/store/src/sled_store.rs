@@ -59,9 +59,9 @@
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Character,
-    Charge, Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library, Order,
-    Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook, WebhookAttempt,
-    WebhookOutcome, WebhookQuery,
+    Charge, Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library,
+    Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook,
+    WebhookAttempt, WebhookOutcome, WebhookQuery,
 };
 
 mod assets;

@@ -13,6 +13,22 @@ use crate::create::{FieldValue, RawCreate};
 /// each is paid for its new segment only, while it renders the whole).
 pub const MAX_EXTENDED_DURATION: u32 = 60;
 
+/// An extension of `more` seconds of a source of `base` seconds: `400 invalid duration`
+/// naming `seconds` when the total would pass [`MAX_EXTENDED_DURATION`].
+pub fn check_extended(base: u32, more: u32) -> Result<(), ApiError> {
+    let max = MAX_EXTENDED_DURATION;
+    if base.saturating_add(more) > max {
+        return Err(ApiError::field(
+            ErrorCode::InvalidDuration,
+            "seconds",
+            format!(
+                "the source is {base} seconds; with {more} more it would pass the {max} seconds an extended video may last"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The field naming the source video.
 pub const SOURCE_FIELD: &str = "video";
 /// The multipart form of `{"video": {"id": ...}}`.
@@ -162,6 +178,18 @@ mod tests {
             )],
         };
         check(upload, Err("uploaded file"));
+    }
+
+    #[test]
+    fn extensions_stop_at_sixty_seconds() {
+        assert!(check_extended(6, 5).is_ok());
+        assert!(check_extended(46, 14).is_ok());
+        let refused = check_extended(46, 15).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidDuration);
+        assert_eq!(refused.param.as_deref(), Some("seconds"));
+        assert!(refused.detail.contains("46 seconds"), "{}", refused.detail);
+        assert!(refused.detail.contains("60 seconds"), "{}", refused.detail);
+        assert!(check_extended(u32::MAX, 1).is_err());
     }
 
     #[test]
