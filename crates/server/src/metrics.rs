@@ -64,8 +64,8 @@ fn latencies() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 4.0, 11))
 }
 
-/// Every route's label: its method and path template (`router::Route::slot` is its place
-/// here), then the label of requests no route takes.
+/// Every route's label: its method and path template (`router::routes::Route::slot` is its
+/// place here), then the label of requests no route takes.
 pub const ROUTES: [&str; 55] = [
     "GET /healthz",
     "GET /readyz",
