@@ -36,9 +36,9 @@ fn not_found(id: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, format!("message batch {id} not found"))
 }
 
-/// The channel that runs `model` for `key`'s batches: a chat model the key may use, served by
-/// a channel that is not a native (`anthropic`) one, whose batches the relay does not pass
-/// through yet.
+/// The channel that runs `model` for `key`'s batches: a chat model the key may use. Each
+/// request of a batch is one call of the channel, as a `/v1/messages` call is (on a native
+/// channel, the request as the client wrote it).
 pub(crate) fn channel_for(app: &App, key: &Key, model: &str) -> Result<Arc<ChatChannel>, ApiError> {
     let is_chat = app
         .config
@@ -63,16 +63,6 @@ pub(crate) fn channel_for(app: &App, key: &Key, model: &str) -> Result<Arc<ChatC
                 format!("no channel serves model {model} now"),
             )
         })?;
-    if channel.kind() == "anthropic" {
-        return Err(ApiError::field(
-            ErrorCode::InvalidRequest,
-            "model",
-            format!(
-                "model: {model} is served by channel {} (kind anthropic), whose batches the relay does not run yet; batches run on simulator and openai-chat channels",
-                channel.name()
-            ),
-        ));
-    }
     Ok(channel)
 }
 
