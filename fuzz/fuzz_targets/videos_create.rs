@@ -13,7 +13,7 @@ use videos_v1::{
     resolve_framing, validate,
 };
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 13] = [
     "model",
     "prompt",
     "size",
@@ -26,6 +26,7 @@ const FIELDS: [&str; 12] = [
     "audio_url",
     "reference_video",
     "reference_video_audio",
+    "callback_url",
 ];
 
 /// Form fields from `[[name, value], ...]`; `None` when the JSON is not that shape.
@@ -89,6 +90,9 @@ fn as_json(valid: &ValidCreate) -> Option<RawCreate> {
         "reference_video_audio".into(),
         json!(valid.reference_video_audio),
     );
+    if let Some(url) = &valid.callback_url {
+        body.insert("callback_url".into(), json!(url));
+    }
     RawCreate::from_json(Value::Object(body)).ok()
 }
 
@@ -128,6 +132,9 @@ fn as_form(valid: &ValidCreate) -> RawCreate {
         "false"
     };
     raw.push("reference_video_audio", FieldValue::Text(flag.into()));
+    if let Some(url) = &valid.callback_url {
+        raw.push("callback_url", FieldValue::Text(url.clone()));
+    }
     raw
 }
 
