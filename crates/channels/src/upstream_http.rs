@@ -15,6 +15,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 
+/// Idle connections kept per upstream host. Every connection a burst opened stays open for the
+/// next one (until the idle timeout closes it): a cap below the clients' concurrency closes and
+/// reopens upstream connections on every request past it.
+const IDLE_PER_HOST: usize = 1024;
+
 /// The time limits of one channel's upstream calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamTimeouts {
@@ -116,7 +121,7 @@ impl UpstreamHttp {
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(16)
+            .pool_max_idle_per_host(IDLE_PER_HOST)
             .build(connector);
         UpstreamHttp { client, timeouts }
     }

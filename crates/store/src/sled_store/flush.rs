@@ -4,6 +4,8 @@ use std::sync::{Condvar, Mutex};
 
 use sled::Db;
 
+use super::usage_log::UsageLog;
+
 /// Group commit: callers that need their writes on disk share flushes.
 ///
 /// A caller takes a ticket after its write. A flush that starts after the ticket was taken
@@ -28,7 +30,9 @@ struct FlushState {
 }
 
 impl GroupFlush {
-    pub(super) fn flush(&self, db: &Db) -> Result<(), String> {
+    /// Puts the usage log's file and then the database on disk (the file first: the
+    /// database's committed end of the log never runs ahead of the file on disk).
+    pub(super) fn flush(&self, db: &Db, log: &UsageLog) -> Result<(), String> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.issued += 1;
         let ticket = state.issued;
@@ -43,7 +47,10 @@ impl GroupFlush {
                 state.running = true;
                 let upto = state.issued;
                 drop(state);
-                let result = db.flush().map(drop).map_err(|e| e.to_string());
+                let result = log
+                    .sync()
+                    .map_err(|e| format!("usage log: {e}"))
+                    .and_then(|()| db.flush().map(drop).map_err(|e| e.to_string()));
                 state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 state.running = false;
                 state.flushed = upto;

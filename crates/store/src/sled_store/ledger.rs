@@ -8,9 +8,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sled::transaction::ConflictableTransactionError;
 
-use super::record::{backend, check_id, decode};
+use super::record::{backend, check_id, decode, encode};
 use super::trees::{KEYS, LEDGER, LedgerTx, SledStore, USAGE};
-use super::txn::{TxResult, abort, get, put};
+use super::txn::{TxResult, abort, get, or_abort, put};
+use super::usage_log;
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 
 /// Applies ledger drafts inside a transaction: checks `(task_id, kind)` uniqueness, moves the
@@ -66,12 +67,14 @@ pub(super) fn apply(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxRes
 const USAGE_CHUNK: usize = 64;
 
 /// [`crate::Store::charges`]: each charge takes what its key has left at the most, in one
-/// transaction, not flushed. The entries go to the usage log in chunks (see [`USAGE_CHUNK`]);
-/// each key is read and written once per batch. Charge ids are the caller's, minted once each
+/// transaction, not flushed. The entries go to the usage log's file in chunks (see
+/// [`USAGE_CHUNK`] and [`usage_log`]); each key is read and written once per batch. Charge ids are the caller's, minted once each
 /// (a message's id): they are checked within the batch, with no index to keep per charge.
 pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
     let at = unix_secs();
-    store.charge_tx("charges", |tx| {
+    let log = &store.usage_log;
+    let mut end = log.end();
+    let (taken, new_end) = store.charge_tx("charges", |tx| {
         let mut keys: HashMap<&str, Key> = HashMap::new();
         let mut taken = Vec::with_capacity(charges.len());
         let mut entries = Vec::with_capacity(charges.len());
@@ -111,23 +114,35 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
             entries.push(entry);
             taken.push(take);
         }
+        // Written at the committed end each time the transaction runs: a run that does not
+        // commit leaves bytes past the end for the next batch to overwrite.
+        let mut write_at = *end;
         for chunk in entries.chunks(USAGE_CHUNK) {
             let seq = tx.usage.generate_id()?.to_be_bytes();
-            put(tx.usage, &seq, "usage chunk", &chunk)?;
+            let bytes = or_abort(encode("usage chunk", &chunk))?;
+            or_abort(log.write_at(&bytes, write_at))?;
+            let len = bytes.len() as u64;
+            let place = usage_log::place(write_at, len);
+            write_at += len;
             let mut holders: Vec<&str> = Vec::new();
             for entry in chunk {
                 if !holders.contains(&entry.key_id.as_str()) {
                     holders.push(&entry.key_id);
                     tx.usage_by_key
-                        .insert([entry.key_id.as_bytes(), &[0], &seq].concat(), &[])?;
+                        .insert([entry.key_id.as_bytes(), &[0], &seq].concat(), &place)?;
                 }
             }
+        }
+        if write_at != *end {
+            tx.usage.insert(usage_log::END, &write_at.to_be_bytes())?;
         }
         for (id, key) in &keys {
             put(tx.keys, id.as_bytes(), "key", key)?;
         }
-        Ok(taken)
-    })
+        Ok((taken, write_at))
+    })?;
+    *end = new_end;
+    Ok(taken)
 }
 
 /// A key's ledger, oldest first: its task entries and its charges from the usage log, in the
@@ -144,15 +159,19 @@ pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry
         let (id, bytes) = item.map_err(|e| backend("read ledger", e))?;
         runs.push((seq_of(&id), vec![decode(LEDGER, &bytes)?]));
     }
-    for item in store.usage_by_key.scan_prefix(&prefix).keys() {
-        let id = item.map_err(|e| backend("read usage index", e))?;
+    for item in store.usage_by_key.scan_prefix(&prefix) {
+        let (id, place) = item.map_err(|e| backend("read usage index", e))?;
         let seq = seq_of(&id);
-        let Some(bytes) = store
-            .usage
-            .get(seq.to_be_bytes())
-            .map_err(|e| backend("read usage", e))?
-        else {
-            continue;
+        let bytes = match usage_log::parse_place(&place) {
+            Some((at, len)) => store.usage_log.read(at, len)?,
+            None => match store
+                .usage
+                .get(seq.to_be_bytes())
+                .map_err(|e| backend("read usage", e))?
+            {
+                Some(bytes) => bytes.to_vec(),
+                None => continue,
+            },
         };
         let chunk: Vec<LedgerEntry> = decode(USAGE, &bytes)?;
         runs.push((

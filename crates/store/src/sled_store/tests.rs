@@ -109,3 +109,74 @@ async fn recent_tasks_follow_their_records() {
         .unwrap();
     assert_eq!(store.task(&id).await.unwrap().unwrap().progress, 77);
 }
+
+/// Charges live in the usage log's file; bytes past its committed end (a batch whose
+/// transaction never committed) are cut at opening, and the ledger reads back every committed
+/// charge, in order, after a reopen and further charges. A chunk stored in sled before the
+/// file existed is still read.
+#[tokio::test]
+async fn the_usage_log_keeps_committed_charges_across_reopens() {
+    use crate::suite::{charge, key};
+    let dir = TempDir::new();
+    let amounts = |store: &SledStore| {
+        ledger::entries(store, "key_l")
+            .unwrap()
+            .iter()
+            .map(|e| (e.task_id.clone(), e.amount))
+            .collect::<Vec<_>>()
+    };
+    let legacy = {
+        let store = SledStore::open(dir.path()).unwrap();
+        store.create_key(&key("key_l", "hl", None)).await.unwrap();
+        // A chunk as earlier versions stored it: in the `usage` tree, indexed with no place
+        // (under a sequence number past those of the charges below).
+        let seq = (1u64 << 40).to_be_bytes();
+        let old = vec![LedgerEntry {
+            id: "led_old".into(),
+            key_id: "key_l".into(),
+            task_id: "msg_9".into(),
+            kind: crate::LedgerKind::Charge,
+            amount: -1,
+            balance_after: None,
+            at: 1,
+        }];
+        store
+            .usage
+            .insert(seq, serde_json::to_vec(&old).unwrap())
+            .unwrap();
+        store
+            .usage_by_key
+            .insert([&b"key_l\0"[..], &seq].concat(), &[])
+            .unwrap();
+        store
+            .charges(&[charge("key_l", "msg_1", 2), charge("key_l", "msg_2", 3)])
+            .await
+            .unwrap();
+        store.flush_after("test").await.unwrap();
+        amounts(&store)
+    };
+    assert_eq!(
+        legacy,
+        [
+            ("msg_1".into(), -2),
+            ("msg_2".into(), -3),
+            ("msg_9".into(), -1)
+        ]
+    );
+    let file = dir.path().join("usage.log");
+    let committed = std::fs::metadata(&file).unwrap().len();
+    assert!(committed > 0);
+    // A batch that wrote its chunk and never committed.
+    let mut torn = std::fs::read(&file).unwrap();
+    torn.extend_from_slice(b"[{\"torn\":");
+    std::fs::write(&file, torn).unwrap();
+
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), committed);
+    assert_eq!(amounts(&store), legacy);
+    store.charges(&[charge("key_l", "msg_3", 4)]).await.unwrap();
+    let mut all = legacy.clone();
+    all.insert(2, ("msg_3".into(), -4));
+    assert_eq!(amounts(&store), all);
+    assert_eq!(store.key("key_l").await.unwrap().unwrap().quota_used, 9);
+}

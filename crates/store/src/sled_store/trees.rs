@@ -13,6 +13,7 @@ use super::counts::TaskCounts;
 use super::flush::GroupFlush;
 use super::record::open_tree;
 use super::txn::{TxResult, run, tree_set};
+use super::usage_log::{self, UsageLog};
 use crate::StoreError;
 
 pub(super) const TASKS: &str = "tasks";
@@ -68,10 +69,14 @@ pub struct SledStore {
     pub(super) meta: Tree,
     /// Characters by id, each written once (outside the steps' transactions).
     pub(super) characters: Tree,
-    /// The usage log: charge entries in chunks, by sequence number.
+    /// The usage log's committed end (under [`usage_log::END`]), and the chunks of charge
+    /// entries stored here before the log had a file of its own, by sequence number.
     pub(super) usage: Tree,
-    /// `key_id \0 seq` for each chunk of the usage log holding the key's entries.
+    /// `key_id \0 seq` for each chunk of the usage log holding the key's entries, with the
+    /// chunk's place in the file (empty for a chunk in `usage`).
     pub(super) usage_by_key: Tree,
+    /// The usage log's file.
+    pub(super) usage_log: Arc<UsageLog>,
     pub(super) assets: AssetTrees,
     pub(super) batches: BatchTrees,
     flusher: Arc<GroupFlush>,
@@ -182,13 +187,21 @@ impl SledStore {
             .map_err(|e| StoreError::Backend(format!("open database in {}: {e}", dir.display())))?;
         let trees = Trees::open(&db)?;
         let counts = Arc::new(TaskCounts::of(&trees.tasks));
+        let usage = open_tree(&db, USAGE)?;
+        let committed = match usage.get(usage_log::END) {
+            Ok(Some(end)) => <[u8; 8]>::try_from(end.as_ref()).map_or(0, u64::from_be_bytes),
+            Ok(None) => 0,
+            Err(e) => return Err(StoreError::Backend(format!("read usage log end: {e}"))),
+        };
+        let usage_log = Arc::new(UsageLog::open(dir, committed)?);
         let store = SledStore {
             trees,
             counts,
             meta: open_tree(&db, META)?,
             characters: open_tree(&db, CHARACTERS)?,
-            usage: open_tree(&db, USAGE)?,
+            usage,
             usage_by_key: open_tree(&db, USAGE_BY_KEY)?,
+            usage_log,
             assets: AssetTrees::open(&db)?,
             batches: BatchTrees::open(&db)?,
             flusher: Arc::default(),
@@ -226,8 +239,12 @@ impl SledStore {
     /// `what` names the step in an error. The disk sync runs on a blocking thread, never on
     /// the caller's async worker.
     pub(super) async fn flush_after(&self, what: &str) -> Result<(), StoreError> {
-        let (db, flusher) = (self.db.clone(), self.flusher.clone());
-        let flushed = tokio::task::spawn_blocking(move || flusher.flush(&db)).await;
+        let (db, flusher, log) = (
+            self.db.clone(),
+            self.flusher.clone(),
+            self.usage_log.clone(),
+        );
+        let flushed = tokio::task::spawn_blocking(move || flusher.flush(&db, &log)).await;
         match flushed {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(StoreError::Backend(format!("{what}: flush: {e}"))),
