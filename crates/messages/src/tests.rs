@@ -4,4 +4,5 @@ mod batches;
 mod openai;
 mod sim;
 mod support;
+mod usage;
 mod validate;

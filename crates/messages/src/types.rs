@@ -366,6 +366,16 @@ pub fn usage_of(body: &Value) -> Option<Usage> {
     serde_json::from_value(body.get("usage")?.clone()).ok()
 }
 
+/// The `usage` of an answer's JSON text, read without building the rest of the answer (a
+/// relay passes the body on as it came and needs only this).
+pub fn usage_in(body: &[u8]) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct Answer {
+        usage: Option<Usage>,
+    }
+    serde_json::from_slice::<Answer>(body).ok()?.usage
+}
+
 /// Deserialising a value that has passed [`crate::validate`] cannot fail; this maps the
 /// impossible case to a plain error string anyway.
 pub(crate) fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, String> {

@@ -102,9 +102,7 @@ impl AnthropicChat {
             .collect(MAX_ANSWER_BYTES)
             .await
             .map_err(|e| UpstreamFailure::from_transport(&self.settings.name, &e))?;
-        let usage = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| messages::usage_of(&v));
+        let usage = messages::usage_in(&body);
         Ok(ChatAnswer::Whole { body, usage })
     }
 
