@@ -68,8 +68,9 @@ const USAGE_CHUNK: usize = 64;
 
 /// [`crate::Store::charges`]: each charge takes what its key has left at the most, in one
 /// transaction, not flushed. The entries go to the usage log's file in chunks (see
-/// [`USAGE_CHUNK`] and [`usage_log`]); each key is read and written once per batch. Charge ids are the caller's, minted once each
-/// (a message's id): they are checked within the batch, with no index to keep per charge.
+/// [`USAGE_CHUNK`] and [`usage_log`]); each key is read and written once per batch. Charge ids
+/// are the caller's, minted once each (a message's id): they are checked within the batch,
+/// with no index to keep per charge.
 pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>, StoreError> {
     let at = unix_secs();
     let log = &store.usage_log;
