@@ -294,6 +294,32 @@ async fn cancel_refunds_and_final_tasks_refuse_cancel() {
         .await
         .json();
     assert_eq!(k["quota_remaining"], 1000 - 80);
+    // Polled twice before the cancel (the second answer may be the record as last rendered),
+    // and after it: the record follows the task.
+    let poll = || async {
+        let res = relay
+            .call_as(
+                &key,
+                Method::GET,
+                &format!("/v1/videos/{id}"),
+                Body::Empty,
+                &[],
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        (
+            res.header("openai-poll-after-ms").map(str::to_owned),
+            res.json(),
+        )
+    };
+    for _ in 0..2 {
+        let (header, record) = poll().await;
+        assert!(
+            record["status"] == "queued" || record["status"] == "in_progress",
+            "{record}"
+        );
+        assert_eq!(header.as_deref(), Some("5000"));
+    }
 
     let cancelled = relay
         .call_as(
@@ -316,6 +342,9 @@ async fn cancel_refunds_and_final_tasks_refuse_cancel() {
         )
         .await;
     again.assert_error(409, "task not cancellable", None);
+    let (after_header, after) = poll().await;
+    assert_eq!(after["status"], "cancelled", "{after}");
+    assert_eq!(after_header, None);
     let content = relay
         .call_as(
             &key,

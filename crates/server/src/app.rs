@@ -67,6 +67,8 @@ pub struct App {
     pub charges: ChargeQueue,
     /// What the request path counts, for `GET /metrics`.
     pub metrics: Metrics,
+    /// First-format task records as last rendered.
+    pub records: crate::record_cache::RecordCache,
 }
 
 /// Secrets created on a first start, to be shown once.
@@ -223,6 +225,7 @@ impl App {
             signer,
             catalog,
             channel_stats,
+            records: Default::default(),
         };
         Ok((Arc::new(app), bootstrap))
     }

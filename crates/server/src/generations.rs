@@ -45,6 +45,7 @@ pub struct Generations;
 
 impl TaskFormat for Generations {
     const KIND: TaskKind = TaskKind::Generation;
+    const STABLE: bool = false;
     type Record = GenerationObject;
     type List = GenerationList;
 

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod multipart;
 #[cfg(test)]
 mod openapi_check;
+pub mod record_cache;
 pub mod router;
 pub mod setup;
 pub mod signed;

@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use channels::SimDirectives;
 use engine::now_ms;
 use error_codes::{ApiError, ErrorCode};
-use http::HeaderValue;
+use http::{HeaderValue, Response, header};
 use serde::Serialize;
 use store::{Key, Outputs, StoreError, Task, TaskKind, TaskStatus};
 
@@ -25,6 +26,10 @@ pub trait TaskFormat {
     /// A page of records.
     type List: Serialize;
 
+    /// The record is a function of the task alone (no clock, no signed URL): a poll may serve
+    /// it as last rendered while the task is unchanged ([`crate::record_cache`]).
+    const STABLE: bool;
+
     fn record(app: &App, task: &Task) -> Result<Self::Record, ApiError>;
     fn list(data: Vec<Self::Record>, has_more: bool) -> Self::List;
 }
@@ -40,6 +45,33 @@ pub fn answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
         Ok(record) => ok(&record),
         Err(e) => error(&e),
     }
+}
+
+/// The record of `task` as last rendered while the task is unchanged, else rendered now.
+fn kept_answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
+    let body = match app.records.get(task) {
+        Some(body) => body,
+        None => {
+            let record = match F::record(app, task) {
+                Ok(record) => record,
+                Err(e) => return error(&e),
+            };
+            match serde_json::to_vec(&record) {
+                Ok(bytes) => {
+                    let body = Bytes::from(bytes);
+                    app.records.put(task, body.clone());
+                    body
+                }
+                Err(_) => return ok(&record),
+            }
+        }
+    };
+    let mut res = Response::new(crate::http::full(body));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
 }
 
 /// `create`'s answer: the new task's record (with `openai-poll-after-ms`: it has not ended), or
@@ -186,7 +218,11 @@ pub async fn owned(app: &App, key: &Key, id: &str, kind: TaskKind) -> Result<Tas
 pub async fn get<F: TaskFormat>(app: &App, key: &Key, id: &str) -> Answer {
     match owned(app, key, id, F::KIND).await {
         Ok(task) => {
-            let mut res = answer::<F>(app, &task);
+            let mut res = if F::STABLE {
+                kept_answer::<F>(app, &task)
+            } else {
+                answer::<F>(app, &task)
+            };
             poll_after_header(&task, &mut res);
             res
         }

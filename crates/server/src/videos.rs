@@ -28,6 +28,7 @@ pub struct Videos;
 
 impl TaskFormat for Videos {
     const KIND: TaskKind = TaskKind::Video;
+    const STABLE: bool = true;
     type Record = VideoObject;
     type List = VideoList;
 

@@ -1,0 +1,43 @@
+//! First-format task records rendered once per version of their task.
+//!
+//! A client polling `GET /v1/videos/{id}` reads the same record again and again while its task
+//! runs; rendering it (reading the stored params back, building the record, writing its JSON)
+//! was about a third of a poll's work. The record is a function of the task alone, so the
+//! rendered body is kept with the task it was rendered from and served again while the stored
+//! task is equal to it; any change of the task (status, progress, an error) renders anew.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use store::Task;
+
+/// Tasks whose records are kept: the polled ones of a busy relay, in little memory (a task
+/// and its record are about 2 KiB). Past it the cache starts again empty.
+const MAX: usize = 1024;
+
+/// Rendered records by task id, each with the task it was rendered from.
+#[derive(Default)]
+pub struct RecordCache {
+    records: Mutex<HashMap<String, (Task, Bytes)>>,
+}
+
+impl RecordCache {
+    /// The body rendered from a task equal to `task`, if one is kept.
+    pub fn get(&self, task: &Task) -> Option<Bytes> {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        records
+            .get(&task.id)
+            .filter(|(kept, _)| kept == task)
+            .map(|(_, body)| body.clone())
+    }
+
+    /// Keeps `body`, rendered from `task`.
+    pub fn put(&self, task: &Task, body: Bytes) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        if records.len() >= MAX && !records.contains_key(&task.id) {
+            records.clear();
+        }
+        records.insert(task.id.clone(), (task.clone(), body));
+    }
+}
