@@ -256,11 +256,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = if route == Route::EditVideo {
-                        videos::edit(app, &key, headers, body, &mut idem).await
+                    let how = if route == Route::EditVideo {
+                        videos::Derivation::Edit
                     } else {
-                        videos::extend(app, &key, headers, body, &mut idem).await
+                        videos::Derivation::Extend
                     };
+                    let task =
+                        videos::edit_or_extend(app, &key, headers, body, how, &mut idem).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::CreateCharacter => characters::create(app, &key, headers, body).await,

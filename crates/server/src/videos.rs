@@ -128,7 +128,7 @@ async fn read_request(
 
 /// How a new task derives from a completed one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Derivation {
+pub enum Derivation {
     /// `POST /v1/videos/{id}/remix`.
     Remix,
     /// `POST /v1/videos/edits`.
@@ -203,34 +203,27 @@ pub async fn remix(
     derive(app, key, headers, &source, raw, Derivation::Remix, idem).await
 }
 
-/// `POST /v1/videos/edits`: a new task re-rendering a `completed` video of the key's owner
-/// (`video`: `{"id"}`, multipart `video[id]`) with a new `prompt`; model, size and seconds are
-/// the source's unless the body gives them.
-pub async fn edit(
+/// `POST /v1/videos/edits` (`how`: [`Derivation::Edit`]): a new task re-rendering a
+/// `completed` video of the key's owner (`video`: `{"id"}`, multipart `video[id]`) with a new
+/// `prompt`; model, size and seconds are the source's unless the body gives them.
+/// `POST /v1/videos/extensions` ([`Derivation::Extend`]): a new task continuing such a video
+/// by `seconds` (charged for those seconds); its record's `seconds` is the stitched total.
+pub async fn edit_or_extend(
     app: &Arc<App>,
     key: &store::Key,
     headers: &HeaderMap,
     body: Hashed,
+    how: Derivation,
     idem: &mut Idem,
 ) -> Result<Task, ApiError> {
-    let (raw, _uploads) = read_request(app, headers, body, "POST /v1/videos/edits").await?;
+    let route = match how {
+        Derivation::Edit => "POST /v1/videos/edits",
+        Derivation::Extend => "POST /v1/videos/extensions",
+        Derivation::Remix => "POST /v1/videos/{id}/remix",
+    };
+    let (raw, _uploads) = read_request(app, headers, body, route).await?;
     let source = source_of(app, key, &raw).await?;
-    derive(app, key, headers, &source, raw, Derivation::Edit, idem).await
-}
-
-/// `POST /v1/videos/extensions`: a new task continuing a `completed` video of the key's
-/// owner by `seconds` (charged for those seconds); its record's `seconds` is the stitched
-/// total.
-pub async fn extend(
-    app: &Arc<App>,
-    key: &store::Key,
-    headers: &HeaderMap,
-    body: Hashed,
-    idem: &mut Idem,
-) -> Result<Task, ApiError> {
-    let (raw, _uploads) = read_request(app, headers, body, "POST /v1/videos/extensions").await?;
-    let source = source_of(app, key, &raw).await?;
-    derive(app, key, headers, &source, raw, Derivation::Extend, idem).await
+    derive(app, key, headers, &source, raw, how, idem).await
 }
 
 /// The key's own video that an edit or extension names.
