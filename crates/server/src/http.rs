@@ -26,16 +26,22 @@ pub fn empty() -> Body {
     full(Bytes::new())
 }
 
+/// A `200` answer of JSON text written already.
+pub fn json_text(body: impl Into<Bytes>) -> Answer {
+    let mut res = Response::new(full(body));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
 /// A JSON answer.
 pub fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Answer {
     match serde_json::to_vec(value) {
         Ok(bytes) => {
-            let mut res = Response::new(full(bytes));
+            let mut res = json_text(bytes);
             *res.status_mut() = status;
-            res.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
             res
         }
         Err(e) => {

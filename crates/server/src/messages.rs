@@ -254,12 +254,7 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
             });
             // Charged off the answer's path; the reservation stands until the charge is written.
             bill.charge(usage);
-            let mut res = Response::new(crate::http::full(body));
-            res.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            res
+            crate::http::json_text(body)
         }
         Ok(ChatAnswer::Stream(stream)) => {
             let ping = Duration::from_millis(app.config.server.stream_ping_ms);

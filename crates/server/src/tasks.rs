@@ -8,13 +8,13 @@ use bytes::Bytes;
 use channels::SimDirectives;
 use engine::now_ms;
 use error_codes::{ApiError, ErrorCode};
-use http::{HeaderValue, Response, header};
+use http::HeaderValue;
 use serde::Serialize;
 use store::{Key, Outputs, StoreError, Task, TaskKind, TaskStatus};
 
 use crate::app::App;
 use crate::auth::may_use_model;
-use crate::http::{Answer, MAX_ID_LEN, error, ok, store_unavailable};
+use crate::http::{Answer, MAX_ID_LEN, error, json_text, ok, store_unavailable};
 use crate::idempotency::Idem;
 
 /// A task format as the shared handlers see it.
@@ -49,29 +49,20 @@ pub fn answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
 
 /// The record of `task` as last rendered while the task is unchanged, else rendered now.
 fn kept_answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
-    let body = match app.records.get(task) {
-        Some(body) => body,
-        None => {
-            let record = match F::record(app, task) {
-                Ok(record) => record,
-                Err(e) => return error(&e),
-            };
-            match serde_json::to_vec(&record) {
-                Ok(bytes) => {
-                    let body = Bytes::from(bytes);
-                    app.records.put(task, body.clone());
-                    body
-                }
-                Err(_) => return ok(&record),
-            }
-        }
+    if let Some(body) = app.records.get(task) {
+        return json_text(body);
+    }
+    let record = match F::record(app, task) {
+        Ok(record) => record,
+        Err(e) => return error(&e),
     };
-    let mut res = Response::new(crate::http::full(body));
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+    let Ok(bytes) = serde_json::to_vec(&record) else {
+        // The shared path logs the failure and answers it.
+        return ok(&record);
+    };
+    let body = Bytes::from(bytes);
+    app.records.put(task, body.clone());
+    json_text(body)
 }
 
 /// `create`'s answer: the new task's record (with `openai-poll-after-ms`: it has not ended), or
