@@ -183,6 +183,22 @@ impl Relay {
             .await
     }
 
+    /// The entries of the key `key_id`'s ledger, oldest first.
+    pub async fn ledger(&self, key_id: &str) -> Vec<Value> {
+        let res = self
+            .admin(
+                Method::GET,
+                &format!("/admin/keys/{key_id}/ledger"),
+                Body::Empty,
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        match res.json()["data"].as_array() {
+            Some(entries) => entries.clone(),
+            None => panic!("a ledger without data: {}", res.text()),
+        }
+    }
+
     /// Polls a video task until `done(status)` or the deadline.
     pub async fn wait_video(&self, id: &str, deadline: Duration) -> Value {
         self.wait_video_as(&self.key.clone(), id, deadline).await

@@ -25,17 +25,9 @@ async fn post(relay: &Relay, key: &str, path: &str, body: Body, idem: &str) -> A
 
 /// The pre-deductions in a key's ledger, by task.
 async fn prededucts(relay: &Relay, key_id: &str) -> Vec<String> {
-    let ledger = relay
-        .admin(
-            Method::GET,
-            &format!("/admin/keys/{key_id}/ledger"),
-            Body::Empty,
-        )
+    relay
+        .ledger(key_id)
         .await
-        .json();
-    ledger["data"]
-        .as_array()
-        .unwrap()
         .iter()
         .filter(|e| e["kind"] == "prededuct")
         .map(|e| e["task_id"].as_str().unwrap().to_owned())

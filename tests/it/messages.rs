@@ -187,19 +187,7 @@ async fn ledger(relay: &Relay) -> Vec<Value> {
         .and_then(|k| k["id"].as_str())
         .expect("a key")
         .to_owned();
-    key_ledger(relay, &id).await
-}
-
-/// The ledger entries of the key `key_id`.
-async fn key_ledger(relay: &Relay, key_id: &str) -> Vec<Value> {
-    let res = relay
-        .admin(
-            Method::GET,
-            &format!("/admin/keys/{key_id}/ledger"),
-            Body::Empty,
-        )
-        .await;
-    res.json()["data"].as_array().cloned().unwrap_or_default()
+    relay.ledger(&id).await
 }
 
 /// The fake, answering every request with `status`.

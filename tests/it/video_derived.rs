@@ -57,21 +57,12 @@ async fn completed_source(relay: &Relay, key: &str) -> String {
 
 /// The amount of the key's `prededuct` entry of `task`.
 async fn prededuct(relay: &Relay, key_id: &str, task: &str) -> i64 {
-    let ledger = relay
-        .admin(
-            Method::GET,
-            &format!("/admin/keys/{key_id}/ledger"),
-            Body::Empty,
-        )
-        .await
-        .json();
-    ledger["data"]
-        .as_array()
-        .unwrap()
+    let ledger = relay.ledger(key_id).await;
+    ledger
         .iter()
         .find(|e| e["task_id"] == task && e["kind"] == "prededuct")
         .and_then(|e| e["amount"].as_i64())
-        .unwrap_or_else(|| panic!("no prededuct of {task}: {ledger}"))
+        .unwrap_or_else(|| panic!("no prededuct of {task}: {ledger:?}"))
 }
 
 fn duration_of(video: &[u8]) -> f64 {

@@ -362,17 +362,9 @@ async fn cancel_refunds_and_final_tasks_refuse_cancel() {
         .json();
     assert_eq!(k["quota_remaining"], 1000);
     assert_eq!(k["quota_used"], 0);
-    let ledger = relay
-        .admin(
-            Method::GET,
-            &format!("/admin/keys/{key_id}/ledger"),
-            Body::Empty,
-        )
+    let kinds: Vec<_> = relay
+        .ledger(&key_id)
         .await
-        .json();
-    let kinds: Vec<_> = ledger["data"]
-        .as_array()
-        .unwrap()
         .iter()
         .map(|e| {
             (

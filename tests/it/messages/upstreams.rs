@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{
     TIMEOUTS, VERSION, assert_only_a_good_message_is_charged, assert_vendor, chat_config, events,
-    failing, key_ledger, kinds, ledger, message, post, raw_stream, setup,
+    failing, kinds, ledger, message, post, raw_stream, setup,
 };
 use crate::fake_chat::{FakeChat, SECRET_HOST, Switches, UPSTREAM_KEY};
 use crate::harness::{Body, Relay, poll_until};
@@ -282,7 +282,7 @@ async fn reservations_hold_the_estimate_while_a_message_runs() {
     .expect("the reservation was released");
     let key_ref = &key_id;
     let entries = poll_until(Duration::from_secs(5), || async move {
-        let e = key_ledger(relay_ref, key_ref).await;
+        let e = relay_ref.ledger(key_ref).await;
         (!e.is_empty()).then_some(e)
     })
     .await

@@ -48,17 +48,9 @@ async fn cancel(relay: &Relay, key: &str, id: &str) -> Value {
 
 /// The kinds and amounts of a key's ledger entries for task `id`.
 async fn entries_of(relay: &Relay, key_id: &str, id: &str) -> Vec<(String, i64)> {
-    let ledger = relay
-        .admin(
-            Method::GET,
-            &format!("/admin/keys/{key_id}/ledger"),
-            Body::Empty,
-        )
+    relay
+        .ledger(key_id)
         .await
-        .json();
-    ledger["data"]
-        .as_array()
-        .expect("ledger")
         .iter()
         .filter(|e| e["task_id"] == id)
         .map(|e| {
