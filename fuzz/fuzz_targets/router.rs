@@ -1,8 +1,9 @@
 //! The router of `crates/server` on arbitrary method and path: never a panic; a matched route
 //! is exactly one entry of `route_table` (its template with the path parameter put in gives the
 //! path back), the parameter is one clean segment (or, for `/files/`, clean segments); a known
-//! path with another method lists exactly the table's methods for it; anything else is no
-//! route in the table.
+//! path with another method lists exactly the table's methods for it, a literal segment taking
+//! precedence over a parameter in the same place (`/v1/videos/edits` is not a video id);
+//! anything else is no route in the table.
 #![no_main]
 
 use http::Method;
@@ -35,6 +36,19 @@ fn shape(template: &str, path: &str) -> bool {
         && t.iter()
             .zip(&p)
             .all(|(t, p)| (t.starts_with('{') && !p.is_empty()) || t == p)
+}
+
+/// Whether `template` matches `path` but yields to `other`, which matches it too and has a
+/// literal segment where `template` has its parameter, at their first difference.
+fn shadowed(template: &str, other: &str, path: &str) -> bool {
+    if !shape(other, path) {
+        return false;
+    }
+    template
+        .split('/')
+        .zip(other.split('/'))
+        .find(|(t, o)| t != o)
+        .is_some_and(|(t, o)| t.starts_with('{') && !o.starts_with('{'))
 }
 
 fn clean(segment: &str) -> bool {
@@ -76,9 +90,11 @@ fuzz_target!(|data: &[u8]| {
             let mut listed: Vec<&str> = table
                 .iter()
                 .filter(|(_, t)| shape(t, path))
+                .filter(|(_, t)| !table.iter().any(|(_, o)| shadowed(t, o, path)))
                 .map(|(m, _)| *m)
                 .collect();
             listed.sort_unstable();
+            listed.dedup();
             let mut allowed: Vec<&str> = allow.split(", ").collect();
             allowed.sort_unstable();
             assert_eq!(allowed, listed, "{method} {path}");
