@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     for endpoint in [Endpoint::Messages, Endpoint::CountTokens] {
-        let request = match validate(&body, endpoint) {
+        let request = match validate(body.clone(), endpoint) {
             Ok(request) => request,
             Err(e) => {
                 let param = e.param.as_deref().unwrap_or_default();
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
             }
         };
         let again = serde_json::to_value(&request).expect("a valid request serialises");
-        match validate(&again, endpoint) {
+        match validate(again.clone(), endpoint) {
             Ok(back) => assert_eq!(back, request, "{again}"),
             Err(e) => panic!("{again} does not validate again: {e:?}"),
         }

@@ -3,7 +3,8 @@
 //! timeout (until the answer's head arrives) and an idle timeout (the longest silence inside a
 //! streamed body). Bodies are streamed, never buffered unless asked.
 
-use std::sync::Arc;
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -72,12 +73,30 @@ impl UpstreamError {
     }
 }
 
-type Inner = Client<HttpsConnector<fetch::GuardedConnector>, Full<Bytes>>;
+type Connector = HttpsConnector<fetch::GuardedConnector>;
+type Inner = Client<Connector, Full<Bytes>>;
 
-/// One pooled client with one set of timeouts. Cheap to clone.
+/// How many pools a client keeps: one per lane (see [`set_lane`]).
+pub const LANES: usize = 64;
+
+thread_local! {
+    static LANE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Puts this thread's upstream calls into pool `lane` (0, the default, is every thread not
+/// given one; lanes past the last share it). A server that runs a single-threaded runtime on
+/// each of its threads gives each its own lane: a connection is then opened, driven and
+/// reused on one thread, and an upstream call wakes no other thread.
+pub fn set_lane(lane: usize) {
+    LANE.with(|l| l.set(lane.min(LANES - 1)));
+}
+
+/// One pooled client with one set of timeouts: a pool per lane. Cheap to clone (the clones
+/// share the pools).
 #[derive(Clone)]
 pub struct UpstreamHttp {
-    client: Inner,
+    lanes: Arc<[OnceLock<Inner>; LANES]>,
+    connector: Connector,
     timeouts: UpstreamTimeouts,
 }
 
@@ -117,13 +136,24 @@ impl UpstreamHttp {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(IDLE_PER_HOST)
-            .build(connector);
-        UpstreamHttp { client, timeouts }
+        UpstreamHttp {
+            lanes: Arc::new([const { OnceLock::new() }; LANES]),
+            connector,
+            timeouts,
+        }
+    }
+
+    /// The pool of this thread's lane, made on its first call.
+    fn client(&self) -> &Inner {
+        let lane = LANE.with(Cell::get);
+        self.lanes[lane].get_or_init(|| {
+            Client::builder(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(Duration::from_secs(60))
+                .pool_max_idle_per_host(IDLE_PER_HOST)
+                .build(self.connector.clone())
+        })
     }
 
     pub fn timeouts(&self) -> UpstreamTimeouts {
@@ -132,17 +162,22 @@ impl UpstreamHttp {
 
     /// Sends `req` and waits (at most the first-byte timeout) for the answer's head.
     pub async fn send(&self, req: Request<Bytes>) -> Result<UpstreamResponse, UpstreamError> {
-        let url = redact(&req.uri().to_string());
+        // Kept for an error's message only: written out when there is one.
+        let uri = req.uri().clone();
+        let url = || redact(&uri.to_string());
         let req = req.map(Full::new);
-        let answer = tokio::time::timeout(self.timeouts.first_byte, self.client.request(req)).await;
+        let answer =
+            tokio::time::timeout(self.timeouts.first_byte, self.client().request(req)).await;
         let res = match answer {
             Err(_) => {
+                let url = url();
                 return Err(UpstreamError::FirstByteTimeout {
                     url,
                     after: self.timeouts.first_byte,
                 });
             }
             Ok(Err(e)) => {
+                let url = url();
                 if let Some(blocked) = find_blocked(&e) {
                     return Err(UpstreamError::Blocked {
                         url,

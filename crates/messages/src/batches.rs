@@ -87,7 +87,7 @@ pub fn validate_batch(body: &Value) -> Result<Vec<BatchRequest>, ApiError> {
             None | Some(Value::Null) => return Err(bad(&format!("{at}.params"), "is required")),
             Some(p) => p,
         };
-        let request = validate(params, Endpoint::Messages).map_err(|e| within(&at, e))?;
+        let request = validate(params.clone(), Endpoint::Messages).map_err(|e| within(&at, e))?;
         if request.is_stream() {
             return Err(bad(
                 &format!("{at}.params.stream"),

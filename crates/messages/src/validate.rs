@@ -73,11 +73,11 @@ fn optional_bool(obj: &Map<String, Value>, name: &str, path: &str) -> Result<(),
 }
 
 /// Validates a `/v1/messages` (or `count_tokens`) body and returns it typed.
-pub fn validate(body: &Value, endpoint: Endpoint) -> Result<MessagesRequest, ApiError> {
+pub fn validate(body: Value, endpoint: Endpoint) -> Result<MessagesRequest, ApiError> {
     let Some(obj) = body.as_object() else {
         return Err(bad(
             "body",
-            format_args!("must be a JSON object, got {}", kind(body)),
+            format_args!("must be a JSON object, got {}", kind(&body)),
         ));
     };
     check_model(obj)?;
@@ -93,7 +93,7 @@ pub fn validate(body: &Value, endpoint: Endpoint) -> Result<MessagesRequest, Api
     check_tool_choice(obj)?;
     check_thinking(obj)?;
     check_metadata(obj)?;
-    from_value(body.clone()).map_err(|e| bad("body", e))
+    from_value(body).map_err(|e| bad("body", e))
 }
 
 fn check_model(obj: &Map<String, Value>) -> Result<(), ApiError> {

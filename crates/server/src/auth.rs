@@ -1,7 +1,5 @@
 //! API keys and the admin token: generation, hashing, and checking a request's credentials.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -12,6 +10,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use store::{Key, KeyStatus, Store};
 use subtle::ConstantTimeEq;
+
+use crate::fingerprint::{ByPrint, Prints};
 
 /// A new random secret (256 bits) with a recognisable prefix.
 pub fn generate_secret(prefix: &str) -> String {
@@ -114,11 +114,11 @@ impl Heard {
 pub struct KeyCache {
     /// The keys by fingerprint, and how many times the cache was cleared (a key read from the
     /// store before a clear is not put in after it).
-    keys: RwLock<(HashMap<u128, Arc<Key>>, u64)>,
+    keys: RwLock<(ByPrint<Arc<Key>>, u64)>,
     /// With other relays: the cache is used only while their changes can be heard.
     feed: Option<Arc<Heard>>,
     /// The two keys of the fingerprint, random per process.
-    prints: (RandomState, RandomState),
+    prints: Prints,
 }
 
 /// Past this many cached keys the cache starts afresh.
@@ -135,8 +135,7 @@ impl KeyCache {
 
     /// The secret's fingerprint (see [`KeyCache`]).
     fn fingerprint(&self, secret: &str) -> u128 {
-        (u128::from(self.prints.0.hash_one(secret)) << 64)
-            | u128::from(self.prints.1.hash_one(secret))
+        self.prints.of(secret)
     }
 
     /// How many times the cache was cleared.

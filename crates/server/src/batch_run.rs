@@ -268,7 +268,7 @@ async fn call(
     let key = key.ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "the key is gone"))?;
     let value: Value = serde_json::from_str(item.params.as_str())
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("params: {e}")))?;
-    let request = messages::validate(&value, Endpoint::Messages)?;
+    let request = messages::validate(value, Endpoint::Messages)?;
     let channel = crate::batches::channel_for(app, key, &request.model)?;
     let sim = match (&batch.sim, channel.is_simulator()) {
         (Some(text), true) => SimDirectives::parse(text)

@@ -22,6 +22,7 @@ pub mod config;
 pub mod conns;
 pub mod console;
 pub mod content;
+pub mod fingerprint;
 pub mod generations;
 pub mod http;
 pub mod idempotency;
@@ -101,6 +102,8 @@ pub async fn serve(
         gate.max(),
         gate.per_client()
     );
+    let mut workers = Workers::start(server.worker_count())?;
+    tracing::info!("serving connections on {} threads", workers.handles.len());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -125,18 +128,33 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let app = app.clone();
-                // Set once the connection's first request has arrived (see below).
-                let started = Arc::new(AtomicBool::new(false));
-                let seen = started.clone();
-                let service = service_fn(move |req| {
-                    seen.store(true, Ordering::Relaxed);
-                    router::handle(app.clone(), req)
-                });
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
+                // Registered again with the runtime of the thread that serves it.
+                let stream = match stream.into_std() {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tracing::debug!("connection from {peer}: {e}");
+                        continue;
+                    }
+                };
+                let (app, builder, watcher) = (app.clone(), builder.clone(), graceful.watcher());
+                workers.next().spawn(async move {
                     let _slot = slot;
+                    let stream = match tokio::net::TcpStream::from_std(stream) {
+                        Ok(stream) => stream,
+                        Err(e) => {
+                            tracing::debug!("connection from {peer}: {e}");
+                            return;
+                        }
+                    };
+                    // Set once the connection's first request has arrived (see below).
+                    let started = Arc::new(AtomicBool::new(false));
+                    let seen = started.clone();
+                    let service = service_fn(move |req| {
+                        seen.store(true, Ordering::Relaxed);
+                        router::handle(app.clone(), req)
+                    });
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let conn = watcher.watch(conn.into_owned());
                     tokio::pin!(conn);
                     // hyper's header timeout covers HTTP/1 heads; this also covers a client
                     // that sends nothing, or a partial HTTP/2 preface, on a new connection.
@@ -194,7 +212,74 @@ pub async fn serve(
     if let Some(cluster) = &app.cluster {
         cluster.leave().await;
     }
+    workers.stop().await;
     app.store.flush().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The threads that serve connections, each running a single-threaded runtime of its own: a
+/// connection is handed to one of them when accepted and stays there, with its requests, the
+/// work they spawn and (through the thread's lane of the upstream pools) the upstream
+/// connections they use. A request's work wakes no other thread, where a shared runtime's
+/// workers would wake each other and hand tasks across. Background work (the engine, the
+/// charge writer, webhooks) stays on the runtime `serve` runs on.
+struct Workers {
+    handles: Vec<tokio::runtime::Handle>,
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    next: usize,
+}
+
+impl Workers {
+    fn start(count: usize) -> anyhow::Result<Workers> {
+        let mut workers = Workers {
+            handles: Vec::with_capacity(count),
+            stops: Vec::with_capacity(count),
+            threads: Vec::with_capacity(count),
+            next: 0,
+        };
+        for i in 0..count.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            workers.handles.push(runtime.handle().clone());
+            workers.stops.push(stop);
+            let thread = std::thread::Builder::new()
+                .name(format!("relay-worker-{i}"))
+                .spawn(move || {
+                    channels::upstream_http::set_lane(i + 1);
+                    runtime.block_on(async {
+                        let _ = stopped.await;
+                    });
+                    // What is left (idle connections past the grace period) is dropped.
+                    runtime.shutdown_timeout(Duration::from_secs(1));
+                })?;
+            workers.threads.push(thread);
+        }
+        Ok(workers)
+    }
+
+    /// The next thread's runtime, in turn.
+    fn next(&mut self) -> &tokio::runtime::Handle {
+        self.next = (self.next + 1) % self.handles.len();
+        &self.handles[self.next]
+    }
+
+    /// Stops every thread and waits until they have ended.
+    async fn stop(self) {
+        for stop in self.stops {
+            let _ = stop.send(());
+        }
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                if thread.join().is_err() {
+                    tracing::error!("a connection thread panicked");
+                }
+            }
+        })
+        .await;
+    }
 }

@@ -3,8 +3,6 @@
 //! in Redis, shared by every relay (`cluster`), falling back to this process's buckets while
 //! Redis cannot be reached.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +14,7 @@ use store::{Key, RateLimit};
 
 use crate::cluster::Cluster;
 use crate::config::LimitsConfig;
+use crate::fingerprint::{ByPrint, Prints};
 use crate::http::Answer;
 
 /// Buckets idle this long are full again and can be forgotten.
@@ -43,8 +42,8 @@ pub enum Class<'a> {
 /// share a bucket only with probability 2^-128.
 #[derive(Debug, Default)]
 pub struct Limiter {
-    buckets: Mutex<HashMap<u128, Bucket>>,
-    prints: (RandomState, RandomState),
+    buckets: Mutex<ByPrint<Bucket>>,
+    prints: Prints,
     /// Refusals of keys' requests and of task polls, for the metrics.
     refused: [AtomicU64; 2],
 }
@@ -79,8 +78,7 @@ impl Limiter {
 
     /// The fingerprint of a bucket's name: a key id, and a task id for a poll bucket.
     fn print(&self, key_id: &str, task: Option<&str>) -> u128 {
-        let one = |hasher: &RandomState| hasher.hash_one((key_id, task));
-        (u128::from(one(&self.prints.0)) << 64) | u128::from(one(&self.prints.1))
+        self.prints.of((key_id, task))
     }
 
     /// Whole tokens left in a key's bucket and how long until it is full, without taking one.

@@ -168,7 +168,7 @@ async fn check(
     let version = version(parts)?;
     let value: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| invalid("body", format_args!("not valid JSON: {e}")))?;
-    let request = messages::validate(&value, endpoint)?;
+    let request = messages::validate(value, endpoint)?;
     let model = &request.model;
     let is_chat = app
         .config

@@ -383,3 +383,46 @@ async fn query_and_beta_header_pass_through_and_count_tokens_is_free() {
     assert_eq!(k.len(), 1, "{k:?}");
     assert_eq!(k[0].0, "charge");
 }
+
+/// With `server.workers = 3`, messages on many connections at once are spread over the
+/// threads that serve connections, each with its own upstream connections: every message is
+/// answered whole, reaches the upstream once, and is charged exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_on_many_connections_are_served_by_every_worker_and_charged_once() {
+    let fake = FakeChat::start(Switches::default()).await;
+    let config = format!(
+        "{}\n[server]\nworkers = 3\n",
+        chat_config(&fake.base, &fake.base, TIMEOUTS)
+    );
+    let relay = Relay::start(&config).await;
+    let (key_id, secret) = relay.new_key("workers", None).await;
+    let body = json!({"model": "native-chat", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let answers = futures_util::future::join_all((0..12).map(|_| {
+        relay.call_as(
+            &secret,
+            Method::POST,
+            "/v1/messages",
+            Body::Json(body.clone()),
+            &[VERSION],
+        )
+    }))
+    .await;
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.json()["type"], "message", "{}", answer.text());
+    }
+    assert_eq!(fake.received().len(), 12);
+    let (relay_ref, key_ref) = (&relay, &key_id);
+    let entries = poll_until(Duration::from_secs(10), || async move {
+        let e = relay_ref.ledger(key_ref).await;
+        (e.len() >= 12).then_some(e)
+    })
+    .await
+    .expect("every message's charge");
+    assert_eq!(entries.len(), 12, "{entries:?}");
+    assert!(
+        kinds(&entries).iter().all(|(kind, _)| kind == "charge"),
+        "{entries:?}"
+    );
+}

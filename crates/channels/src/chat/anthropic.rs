@@ -5,7 +5,7 @@
 //! streams are relayed as they arrive.
 
 use bytes::Bytes;
-use http::{Method, Request};
+use http::{Method, Request, Uri};
 use serde_json::Value;
 
 use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
@@ -16,21 +16,34 @@ use crate::upstream_http::{UpstreamHttp, UpstreamResponse};
 pub struct AnthropicChat {
     pub settings: ChatSettings,
     http: UpstreamHttp,
+    /// The URLs of `/v1/messages` and `/v1/messages/count_tokens` without a query, parsed
+    /// once (`None` when the base URL does not make one: then each request says why).
+    urls: [Option<Uri>; 2],
 }
+
+const PATHS: [&str; 2] = ["/v1/messages", "/v1/messages/count_tokens"];
 
 impl AnthropicChat {
     pub fn new(settings: ChatSettings) -> AnthropicChat {
         let http = UpstreamHttp::new(settings.timeouts);
-        AnthropicChat { settings, http }
+        let urls = PATHS.map(|path| Uri::try_from(url(&settings.base_url, path, None)).ok());
+        AnthropicChat {
+            settings,
+            http,
+            urls,
+        }
     }
 
     /// The upstream URL of `path`, with the client's query string as it came.
-    fn url(&self, path: &str, query: Option<&str>) -> String {
-        let base = self.settings.base_url.trim_end_matches('/');
-        match query.filter(|q| !q.is_empty()) {
-            Some(q) => format!("{base}{path}?{q}"),
-            None => format!("{base}{path}"),
+    fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, String> {
+        let query = query.filter(|q| !q.is_empty());
+        if query.is_none()
+            && let Some(Some(uri)) = PATHS.iter().position(|p| *p == path).map(|i| &self.urls[i])
+        {
+            return Ok(uri.clone());
         }
+        let text = url(&self.settings.base_url, path, query);
+        Uri::try_from(text.as_str()).map_err(|e| format!("{text}: {e}"))
     }
 
     /// The body to send: the client's, with `model` mapped when the channel maps it.
@@ -54,9 +67,12 @@ impl AnthropicChat {
         call: &ChatCall<'_>,
     ) -> Result<UpstreamResponse, UpstreamFailure> {
         let name = &self.settings.name;
+        let uri = self
+            .uri(path, call.query)
+            .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
         let mut req = Request::builder()
             .method(Method::POST)
-            .uri(self.url(path, call.query))
+            .uri(uri)
             .header("content-type", "application/json")
             .header("anthropic-version", call.version)
             .header(
@@ -123,5 +139,14 @@ impl AnthropicChat {
                     format!("channel {name}: count_tokens answer without input_tokens"),
                 )
             })
+    }
+}
+
+/// `base` (without its trailing slashes), `path` and the query as it came.
+fn url(base: &str, path: &str, query: Option<&str>) -> String {
+    let base = base.trim_end_matches('/');
+    match query {
+        Some(q) => format!("{base}{path}?{q}"),
+        None => format!("{base}{path}"),
     }
 }

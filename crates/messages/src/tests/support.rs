@@ -23,5 +23,5 @@ pub(super) fn with(patch: Value) -> Value {
 }
 
 pub(super) fn req(body: Value) -> MessagesRequest {
-    validate(&body, Endpoint::Messages).expect("valid")
+    validate(body, Endpoint::Messages).expect("valid")
 }

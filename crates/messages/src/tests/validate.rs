@@ -9,7 +9,8 @@ use crate::validate::{Endpoint, validate};
 
 /// Refused with 400 and a message that starts with `prefix` (which names the field).
 fn check_err(body: Value, prefix: &str) {
-    let err = validate(&body, Endpoint::Messages).expect_err(&format!("should be refused: {body}"));
+    let err = validate(body.clone(), Endpoint::Messages)
+        .expect_err(&format!("should be refused: {body}"));
     assert_eq!(err.code, ErrorCode::InvalidRequest, "{body}");
     let vendor = err.vendor_body("req_x");
     let message = vendor["error"]["message"].as_str().unwrap_or_default();
@@ -234,7 +235,7 @@ fn every_rule_of_the_table_refuses_with_the_field_named() {
 #[test]
 fn the_param_is_the_top_level_field() {
     let err = validate(
-        &with(json!({"messages": [{"role": "system", "content": "x"}]})),
+        with(json!({"messages": [{"role": "system", "content": "x"}]})),
         Endpoint::Messages,
     )
     .unwrap_err();
@@ -271,7 +272,7 @@ fn good_bodies_pass_and_keep_unknown_fields() {
         ),
     ];
     for body in cases {
-        let req = validate(&body, Endpoint::Messages)
+        let req = validate(body.clone(), Endpoint::Messages)
             .unwrap_or_else(|e| panic!("{body}\nrefused: {}", e.detail));
         // Unknown fields survive, at every level.
         let back = serde_json::to_value(&req).unwrap();
@@ -283,7 +284,7 @@ fn good_bodies_pass_and_keep_unknown_fields() {
         json!({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "text"}}, {"type": "text", "text": "t", "citations": []}]}]}),
     );
-    let back = serde_json::to_value(validate(&body, Endpoint::Messages).unwrap()).unwrap();
+    let back = serde_json::to_value(validate(body.clone(), Endpoint::Messages).unwrap()).unwrap();
     assert_eq!(back["system"], body["system"]);
     assert_eq!(back["messages"], body["messages"]);
 }
@@ -291,6 +292,6 @@ fn good_bodies_pass_and_keep_unknown_fields() {
 #[test]
 fn count_tokens_needs_no_max_tokens() {
     let body = with(json!({"max_tokens": "<remove>"}));
-    assert!(validate(&body, Endpoint::CountTokens).is_ok());
-    assert!(validate(&body, Endpoint::Messages).is_err());
+    assert!(validate(body.clone(), Endpoint::CountTokens).is_ok());
+    assert!(validate(body.clone(), Endpoint::Messages).is_err());
 }

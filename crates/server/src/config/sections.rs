@@ -31,6 +31,19 @@ pub struct ServerConfig {
     pub max_connections: u32,
     /// Open connections from one client address; 0: no cap.
     pub max_connections_per_client: u32,
+    /// Threads serving connections, each with a single-threaded runtime of its own; 0: one
+    /// per CPU core.
+    pub workers: u32,
+}
+
+impl ServerConfig {
+    /// The threads that serve connections: `workers`, or one per CPU core when 0.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n as usize,
+        }
+    }
 }
 
 impl ServerConfig {

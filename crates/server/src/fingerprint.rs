@@ -1,0 +1,65 @@
+//! 128-bit fingerprints of names under two random SipHash keys of this process, and the maps
+//! keyed by them. A keyed function no one outside can compute: no one can make two names
+//! share a fingerprint on purpose, and two distinct names share one by chance with
+//! probability 2^-128. The fingerprint is already a uniform random number, so the maps use
+//! its low bits as their hash instead of hashing it again.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+
+/// The two keys of this process.
+#[derive(Debug, Default)]
+pub struct Prints(RandomState, RandomState);
+
+impl Prints {
+    /// The fingerprint of `name`.
+    pub fn of(&self, name: impl Hash + Copy) -> u128 {
+        (u128::from(self.0.hash_one(name)) << 64) | u128::from(self.1.hash_one(name))
+    }
+}
+
+/// A map keyed by fingerprints.
+pub type ByPrint<V> = HashMap<u128, V, BuildHasherDefault<PrintHasher>>;
+
+/// Takes a fingerprint's low 64 bits as its hash (for the keys of [`ByPrint`] only).
+#[derive(Debug, Default)]
+pub struct PrintHasher(u64);
+
+impl Hasher for PrintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not reached for u128 keys; folds anything else in all the same.
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = self.0.rotate_left(29) ^ u64::from_le_bytes(word);
+        }
+    }
+
+    fn write_u128(&mut self, print: u128) {
+        self.0 = print as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_differ_by_name_and_key_maps_by_them() {
+        let prints = Prints::default();
+        assert_eq!(prints.of("a"), prints.of("a"));
+        assert_ne!(prints.of("a"), prints.of("b"));
+        assert_ne!(prints.of(("k", None::<&str>)), prints.of(("k", Some("t"))));
+        assert_ne!(Prints::default().of("a"), prints.of("a"));
+        let mut map = ByPrint::default();
+        for name in ["a", "b", "c"] {
+            map.insert(prints.of(name), name);
+        }
+        assert_eq!(map.get(&prints.of("b")), Some(&"b"));
+        assert_eq!(map.len(), 3);
+    }
+}
