@@ -9,6 +9,7 @@
 pub mod batches;
 pub mod events;
 pub mod openai;
+pub mod scan;
 pub mod sim;
 pub mod sse;
 pub mod tokens;

@@ -367,13 +367,13 @@ pub fn usage_of(body: &Value) -> Option<Usage> {
 }
 
 /// The `usage` of an answer's JSON text, read without building the rest of the answer (a
-/// relay passes the body on as it came and needs only this).
+/// relay passes the body on as it came and needs only this): found by [`crate::scan::member`]
+/// (only the usage is decoded), or where that cannot tell, from the answer parsed whole.
 pub fn usage_in(body: &[u8]) -> Option<Usage> {
-    #[derive(Deserialize)]
-    struct Answer {
-        usage: Option<Usage>,
+    match crate::scan::member(body, "usage") {
+        Some(usage) => serde_json::from_slice::<Option<Usage>>(usage).ok()?,
+        None => usage_of(&serde_json::from_slice::<Value>(body).ok()?),
     }
-    serde_json::from_slice::<Answer>(body).ok()?.usage
 }
 
 /// Deserialising a value that has passed [`crate::validate`] cannot fail; this maps the

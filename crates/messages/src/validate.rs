@@ -20,9 +20,38 @@ pub enum Endpoint {
     CountTokens,
 }
 
-fn bad(path: &str, what: impl std::fmt::Display) -> ApiError {
-    let param = path.split('.').next().unwrap_or(path).to_owned();
+fn bad(path: impl std::fmt::Display, what: impl std::fmt::Display) -> ApiError {
+    let path = path.to_string();
+    let param = path.split('.').next().unwrap_or(&path).to_owned();
     ApiError::field(ErrorCode::InvalidRequest, param, format!("{path}: {what}"))
+}
+
+/// Where a value sits in the body (`messages.0.content.1`), written out only for an error.
+#[derive(Debug, Clone, Copy)]
+enum Path<'a> {
+    Top(&'a str),
+    Field(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    fn field<'b>(&'b self, name: &'b str) -> Path<'b> {
+        Path::Field(self, name)
+    }
+
+    fn index(&self, i: usize) -> Path<'_> {
+        Path::Index(self, i)
+    }
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Top(name) => f.write_str(name),
+            Path::Field(at, name) => write!(f, "{at}.{name}"),
+            Path::Index(at, i) => write!(f, "{at}.{i}"),
+        }
+    }
 }
 
 /// The JSON type of a value, for messages.
@@ -50,23 +79,22 @@ fn present<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     obj.get(name).filter(|v| !v.is_null())
 }
 
-fn require_string(obj: &Map<String, Value>, name: &str, path: &str) -> Result<(), ApiError> {
-    let path = format!("{path}.{name}");
+fn require_string(obj: &Map<String, Value>, name: &str, path: &Path<'_>) -> Result<(), ApiError> {
     match present(obj, name) {
-        None => Err(bad(&path, "is required")),
+        None => Err(bad(path.field(name), "is required")),
         Some(Value::String(_)) => Ok(()),
         Some(v) => Err(bad(
-            &path,
+            path.field(name),
             format_args!("must be a string, got {}", kind(v)),
         )),
     }
 }
 
-fn optional_bool(obj: &Map<String, Value>, name: &str, path: &str) -> Result<(), ApiError> {
+fn optional_bool(obj: &Map<String, Value>, name: &str, path: &Path<'_>) -> Result<(), ApiError> {
     match present(obj, name) {
         None | Some(Value::Bool(_)) => Ok(()),
         Some(v) => Err(bad(
-            &format!("{path}.{name}"),
+            path.field(name),
             format_args!("must be a boolean, got {}", kind(v)),
         )),
     }
@@ -123,10 +151,11 @@ fn check_messages(obj: &Map<String, Value>) -> Result<(), ApiError> {
         return Err(bad("messages", "must contain at least one message"));
     }
     for (i, message) in messages.iter().enumerate() {
-        let path = format!("messages.{i}");
+        let path = Path::Top("messages");
+        let path = path.index(i);
         let Some(m) = message.as_object() else {
             return Err(bad(
-                &path,
+                path,
                 format_args!(
                     "must be an object with role and content, got {}",
                     kind(message)
@@ -134,36 +163,36 @@ fn check_messages(obj: &Map<String, Value>) -> Result<(), ApiError> {
             ));
         };
         match present(m, "role") {
-            None => return Err(bad(&format!("{path}.role"), "is required")),
+            None => return Err(bad(path.field("role"), "is required")),
             Some(Value::String(r)) if r == "user" || r == "assistant" => {}
             Some(Value::String(r)) if r == "system" => {
                 return Err(bad(
-                    &format!("{path}.role"),
+                    path.field("role"),
                     "must be \"user\" or \"assistant\", got \"system\"; a system prompt goes in the top-level system field",
                 ));
             }
             Some(v) => {
                 return Err(bad(
-                    &format!("{path}.role"),
+                    path.field("role"),
                     format_args!("must be \"user\" or \"assistant\", got {}", short(v)),
                 ));
             }
         }
         match present(m, "content") {
-            None => return Err(bad(&format!("{path}.content"), "is required")),
-            Some(content) => check_content(content, &format!("{path}.content"))?,
+            None => return Err(bad(path.field("content"), "is required")),
+            Some(content) => check_content(content, &path.field("content"))?,
         }
     }
     Ok(())
 }
 
 /// A content value: a string or an array of blocks.
-fn check_content(content: &Value, path: &str) -> Result<(), ApiError> {
+fn check_content(content: &Value, path: &Path<'_>) -> Result<(), ApiError> {
     match content {
         Value::String(_) => Ok(()),
         Value::Array(blocks) => {
             for (j, block) in blocks.iter().enumerate() {
-                check_block(block, &format!("{path}.{j}"))?;
+                check_block(block, &path.index(j))?;
             }
             Ok(())
         }
@@ -177,20 +206,20 @@ fn check_content(content: &Value, path: &str) -> Result<(), ApiError> {
     }
 }
 
-fn check_block(block: &Value, path: &str) -> Result<(), ApiError> {
+fn check_block(block: &Value, path: &Path<'_>) -> Result<(), ApiError> {
     let Some(b) = block.as_object() else {
         return Err(bad(
             path,
             format_args!("must be a content block object, got {}", kind(block)),
         ));
     };
-    let kind_path = format!("{path}.type");
+    let kind_path = path.field("type");
     let block_type = match present(b, "type") {
-        None => return Err(bad(&kind_path, "is required")),
+        None => return Err(bad(kind_path, "is required")),
         Some(Value::String(t)) => t.as_str(),
         Some(v) => {
             return Err(bad(
-                &kind_path,
+                kind_path,
                 format_args!("must be a string, got {}", kind(v)),
             ));
         }
@@ -198,13 +227,13 @@ fn check_block(block: &Value, path: &str) -> Result<(), ApiError> {
     match block_type {
         "text" => require_string(b, "text", path),
         "image" => {
-            let source_path = format!("{path}.source");
+            let source_path = path.field("source");
             let Some(source) = present(b, "source") else {
-                return Err(bad(&source_path, "is required"));
+                return Err(bad(source_path, "is required"));
             };
             let Some(s) = source.as_object() else {
                 return Err(bad(
-                    &source_path,
+                    source_path,
                     format_args!("must be an object, got {}", kind(source)),
                 ));
             };
@@ -216,7 +245,7 @@ fn check_block(block: &Value, path: &str) -> Result<(), ApiError> {
                 Some("url") => require_string(s, "url", &source_path),
                 Some(_) => Ok(()),
                 None => Err(bad(
-                    &format!("{source_path}.type"),
+                    source_path.field("type"),
                     "is required (\"base64\" or \"url\")",
                 )),
             }
@@ -225,10 +254,10 @@ fn check_block(block: &Value, path: &str) -> Result<(), ApiError> {
             require_string(b, "id", path)?;
             require_string(b, "name", path)?;
             match present(b, "input") {
-                None => Err(bad(&format!("{path}.input"), "is required")),
+                None => Err(bad(path.field("input"), "is required")),
                 Some(Value::Object(_)) => Ok(()),
                 Some(v) => Err(bad(
-                    &format!("{path}.input"),
+                    path.field("input"),
                     format_args!("must be an object, got {}", kind(v)),
                 )),
             }
@@ -236,7 +265,7 @@ fn check_block(block: &Value, path: &str) -> Result<(), ApiError> {
         "tool_result" => {
             require_string(b, "tool_use_id", path)?;
             if let Some(content) = present(b, "content") {
-                check_content(content, &format!("{path}.content"))?;
+                check_content(content, &path.field("content"))?;
             }
             optional_bool(b, "is_error", path)
         }
@@ -254,10 +283,11 @@ fn check_system(obj: &Map<String, Value>) -> Result<(), ApiError> {
         None | Some(Value::String(_)) => Ok(()),
         Some(Value::Array(blocks)) => {
             for (i, block) in blocks.iter().enumerate() {
-                let path = format!("system.{i}");
+                let path = Path::Top("system");
+                let path = path.index(i);
                 check_block(block, &path)?;
                 if block.get("type").and_then(Value::as_str) != Some("text") {
-                    return Err(bad(&format!("{path}.type"), "must be \"text\""));
+                    return Err(bad(path.field("type"), "must be \"text\""));
                 }
             }
             Ok(())
@@ -345,14 +375,14 @@ fn check_stop_sequences(obj: &Map<String, Value>) -> Result<(), ApiError> {
         match item {
             Value::String(s) if s.trim().is_empty() => {
                 return Err(bad(
-                    &format!("stop_sequences.{i}"),
+                    format!("stop_sequences.{i}"),
                     "must contain a non-whitespace character",
                 ));
             }
             Value::String(_) => {}
             v => {
                 return Err(bad(
-                    &format!("stop_sequences.{i}"),
+                    format!("stop_sequences.{i}"),
                     format_args!("must be a string, got {}", kind(v)),
                 ));
             }
@@ -373,23 +403,24 @@ fn check_tools(obj: &Map<String, Value>) -> Result<(), ApiError> {
         }
     };
     for (i, tool) in tools.iter().enumerate() {
-        let path = format!("tools.{i}");
+        let path = Path::Top("tools");
+        let path = path.index(i);
         let Some(t) = tool.as_object() else {
             return Err(bad(
-                &path,
+                path,
                 format_args!("must be an object, got {}", kind(tool)),
             ));
         };
         require_string(t, "name", &path)?;
         if t.get("name").and_then(Value::as_str) == Some("") {
-            return Err(bad(&format!("{path}.name"), "must not be empty"));
+            return Err(bad(format!("{path}.name"), "must not be empty"));
         }
         let custom = match present(t, "type") {
             None => true,
             Some(Value::String(kind)) => kind == "custom",
             Some(v) => {
                 return Err(bad(
-                    &format!("{path}.type"),
+                    format!("{path}.type"),
                     format_args!("must be a string, got {}", kind(v)),
                 ));
             }
@@ -398,17 +429,17 @@ fn check_tools(obj: &Map<String, Value>) -> Result<(), ApiError> {
             && !v.is_string()
         {
             return Err(bad(
-                &format!("{path}.description"),
+                format!("{path}.description"),
                 format_args!("must be a string, got {}", kind(v)),
             ));
         }
         if custom {
             match present(t, "input_schema") {
-                None => return Err(bad(&format!("{path}.input_schema"), "is required")),
+                None => return Err(bad(format!("{path}.input_schema"), "is required")),
                 Some(Value::Object(_)) => {}
                 Some(v) => {
                     return Err(bad(
-                        &format!("{path}.input_schema"),
+                        format!("{path}.input_schema"),
                         format_args!("must be a JSON schema object, got {}", kind(v)),
                     ));
                 }
@@ -431,12 +462,18 @@ fn check_tool_choice(obj: &Map<String, Value>) -> Result<(), ApiError> {
     };
     match present(choice, "type") {
         None => Err(bad("tool_choice.type", "is required")),
-        Some(Value::String(t)) if matches!(t.as_str(), "auto" | "any" | "none") => {
-            optional_bool(choice, "disable_parallel_tool_use", "tool_choice")
-        }
+        Some(Value::String(t)) if matches!(t.as_str(), "auto" | "any" | "none") => optional_bool(
+            choice,
+            "disable_parallel_tool_use",
+            &Path::Top("tool_choice"),
+        ),
         Some(Value::String(t)) if t == "tool" => {
-            require_string(choice, "name", "tool_choice")?;
-            optional_bool(choice, "disable_parallel_tool_use", "tool_choice")
+            require_string(choice, "name", &Path::Top("tool_choice"))?;
+            optional_bool(
+                choice,
+                "disable_parallel_tool_use",
+                &Path::Top("tool_choice"),
+            )
         }
         Some(v) => Err(bad(
             "tool_choice.type",

@@ -5,7 +5,8 @@
 //! streams are relayed as they arrive.
 
 use bytes::Bytes;
-use http::{Method, Request, Uri};
+use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderName, HeaderValue, Method, Request, Uri};
 use serde_json::Value;
 
 use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
@@ -18,19 +19,32 @@ pub struct AnthropicChat {
     http: UpstreamHttp,
     /// The URLs of `/v1/messages` and `/v1/messages/count_tokens` without a query, parsed
     /// once (`None` when the base URL does not make one: then each request says why).
-    urls: [Option<Uri>; 2],
+    urls: Box<[Option<Uri>; 2]>,
+    /// The upstream's key as a header value, or why it cannot be one.
+    api_key: Option<Result<HeaderValue, String>>,
 }
+
+const VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 const PATHS: [&str; 2] = ["/v1/messages", "/v1/messages/count_tokens"];
 
 impl AnthropicChat {
     pub fn new(settings: ChatSettings) -> AnthropicChat {
         let http = UpstreamHttp::new(settings.timeouts);
-        let urls = PATHS.map(|path| Uri::try_from(url(&settings.base_url, path, None)).ok());
+        let urls =
+            Box::new(PATHS.map(|path| Uri::try_from(url(&settings.base_url, path, None)).ok()));
+        let api_key = settings.api_key.as_deref().map(|key| {
+            let mut value = HeaderValue::from_str(key).map_err(|e| format!("x-api-key: {e}"))?;
+            value.set_sensitive(true);
+            Ok(value)
+        });
         AnthropicChat {
             settings,
             http,
             urls,
+            api_key,
         }
     }
 
@@ -49,10 +63,10 @@ impl AnthropicChat {
     /// The body to send: the client's, with `model` mapped when the channel maps it.
     fn body(&self, call: &ChatCall<'_>) -> Result<Bytes, UpstreamFailure> {
         let model = &call.request.model;
-        let upstream = self.settings.upstream_model(model);
-        if &upstream == model {
-            return Ok(call.body.clone());
-        }
+        let upstream = match self.settings.model_map.get(model) {
+            Some(upstream) if upstream != model => upstream.clone(),
+            _ => return Ok(call.body.clone()),
+        };
         let mut value: Value = serde_json::from_slice(call.body)
             .map_err(|e| UpstreamFailure::error(false, format!("re-reading the body: {e}")))?;
         value["model"] = Value::String(upstream);
@@ -70,27 +84,39 @@ impl AnthropicChat {
         let uri = self
             .uri(path, call.query)
             .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header("content-type", "application/json")
-            .header("anthropic-version", call.version)
-            .header(
-                "user-agent",
-                concat!("video-relay/", env!("CARGO_PKG_VERSION")),
-            );
-        if let Some(key) = &self.settings.api_key {
-            req = req.header("x-api-key", key);
+        let header = |what: &str, value: &str| {
+            HeaderValue::from_str(value).map_err(|e| {
+                UpstreamFailure::error(false, format!("channel {name}: request: {what}: {e}"))
+            })
+        };
+        let mut req = Request::new(self.body(call)?);
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = uri;
+        let headers = req.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(VERSION, header("anthropic-version", call.version)?);
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("video-relay/", env!("CARGO_PKG_VERSION"))),
+        );
+        match &self.api_key {
+            Some(Ok(key)) => {
+                headers.insert(API_KEY, key.clone());
+            }
+            Some(Err(e)) => {
+                return Err(UpstreamFailure::error(
+                    false,
+                    format!("channel {name}: request: {e}"),
+                ));
+            }
+            None => {}
         }
         if let Some(beta) = call.beta {
-            req = req.header("anthropic-beta", beta);
+            headers.insert(BETA, header("anthropic-beta", beta)?);
         }
         if call.request.is_stream() && path == "/v1/messages" {
-            req = req.header("accept", "text/event-stream");
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
-        let req = req
-            .body(self.body(call)?)
-            .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
         let res = self
             .http
             .send(req)

@@ -32,3 +32,82 @@ fn usage_is_read_from_the_text_as_from_the_value() {
         }
     }
 }
+
+/// The scan finds the top-level member only: not one nested in the content or named inside a
+/// string, whatever the escapes, spaces and order; and it agrees with the whole parse.
+#[test]
+fn the_scan_finds_only_the_top_level_usage() {
+    let usage = |i: u64, o: u64| Usage {
+        input_tokens: i,
+        output_tokens: o,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+    };
+    let cases: [(&str, Option<Usage>); 9] = [
+        (
+            r#"{"content":[{"type":"tool_use","input":{"usage":{"input_tokens":0,"output_tokens":0}}}],"usage":{"input_tokens":5,"output_tokens":6}}"#,
+            Some(usage(5, 6)),
+        ),
+        (
+            r#"{"usage":{"input_tokens":5,"output_tokens":6},"content":[{"type":"tool_use","input":{"usage":{"input_tokens":0,"output_tokens":0}}}]}"#,
+            Some(usage(5, 6)),
+        ),
+        (
+            r#"{"text":"\\\"usage\":{\"input_tokens\":0}","usage":{"input_tokens":1,"output_tokens":2}}"#,
+            Some(usage(1, 2)),
+        ),
+        (
+            " {\n \"a\" : [1, {\"b\": \"]}\"}] ,\t\"usage\" : { \"input_tokens\" : 3 , \"output_tokens\" : 4 , \"server_tool_use\": {\"web_search_requests\": 1} } } ",
+            Some(usage(3, 4)),
+        ),
+        (
+            r#"{"a":1.5e3,"b":true,"c":null,"usage":{"input_tokens":7,"output_tokens":8}}"#,
+            Some(usage(7, 8)),
+        ),
+        (
+            r#"{"content":[{"usage":{"input_tokens":1,"output_tokens":1}}]}"#,
+            None,
+        ),
+        (
+            r#"{"us\u0061ge":{"input_tokens":9,"output_tokens":9}}"#,
+            Some(usage(9, 9)),
+        ),
+        (r#"[{"input_tokens":1,"output_tokens":2}]"#, None),
+        (r#"{"usage":{"input_tokens":1,"output_tokens":2}"#, None),
+    ];
+    for (body, want) in cases {
+        assert_eq!(usage_in(body.as_bytes()), want, "{body}");
+        if let Ok(value) = serde_json::from_str::<Value>(body) {
+            assert_eq!(usage_of(&value), want, "{body}");
+        }
+    }
+}
+
+/// Every value is skipped whole: the member after it is found.
+#[test]
+fn the_scan_skips_every_kind_of_value() {
+    let values = [
+        r#""""#,
+        r#""a\"b\\""#,
+        r#""\u00e9\n""#,
+        "0",
+        "-1.25e-3",
+        "true",
+        "false",
+        "null",
+        "[]",
+        "{}",
+        r#"[[], {}, "]", "}", {"x": ["{"]}]"#,
+    ];
+    for value in values {
+        let body =
+            format!(r#"{{"v": {value}, "usage": {{"input_tokens": 1, "output_tokens": 2}}}}"#);
+        assert_eq!(
+            crate::scan::member(body.as_bytes(), "v")
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            Some(value.to_owned()),
+            "{body}"
+        );
+        assert!(usage_in(body.as_bytes()).is_some(), "{body}");
+    }
+}

@@ -1,0 +1,100 @@
+//! Finding one top-level member of a JSON object's text without decoding the rest: strings are
+//! skipped by their quotes and escapes, nesting by its brackets. For reading a small part of a
+//! large answer that is passed on as it came.
+
+/// The text of the value of `key` in the object `text`, if `text` is an object that has it
+/// (the first such member). `None` also where the scan meets something that is not JSON
+/// (the object's members are followed to its end), or a member name with an escape in it (a
+/// caller that must see those parses the whole text). The scan checks the shape, not every
+/// token: the value found is for a parser to read.
+pub fn member<'a>(text: &'a [u8], key: &str) -> Option<&'a [u8]> {
+    let mut at = skip_space(text, 0);
+    if text.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_space(text, at + 1);
+    if text.get(at) == Some(&b'}') {
+        return None;
+    }
+    let mut found = None;
+    loop {
+        if text.get(at) != Some(&b'"') {
+            return None;
+        }
+        let name_end = string_end(text, at)?;
+        let name = &text[at + 1..name_end - 1];
+        if name.contains(&b'\\') {
+            return None;
+        }
+        at = skip_space(text, name_end);
+        if text.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_space(text, at + 1);
+        let end = value_end(text, start)?;
+        if found.is_none() && name == key.as_bytes() {
+            found = Some(&text[start..end]);
+        }
+        at = skip_space(text, end);
+        match text.get(at) {
+            Some(b',') => at = skip_space(text, at + 1),
+            Some(b'}') if skip_space(text, at + 1) == text.len() => return found,
+            _ => return None,
+        }
+    }
+}
+
+fn skip_space(text: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = text.get(at) {
+        at += 1;
+    }
+    at
+}
+
+/// Just past the closing quote of the string that opens at `at`.
+fn string_end(text: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', text.get(i..)?)?;
+        if text[i] == b'"' {
+            return Some(i + 1);
+        }
+        // An escape: the next byte is escaped, whatever it is.
+        i += 2;
+    }
+}
+
+/// Just past the value that starts at `at`.
+fn value_end(text: &[u8], at: usize) -> Option<usize> {
+    match text.get(at)? {
+        b'"' => string_end(text, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match text.get(i)? {
+                    b'"' => {
+                        i = string_end(text, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let len = text[at..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(text.len() - at);
+            (len > 0).then_some(at + len)
+        }
+    }
+}
