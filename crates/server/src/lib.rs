@@ -70,6 +70,8 @@ pub async fn serve(
         let _ = app.bound.set(addr);
     }
     let _ = app.public_base.set(app.public_base_url());
+    // First: nothing is running yet if the threads cannot be started.
+    let mut workers = Workers::start(app.config.server.worker_count())?;
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
@@ -102,7 +104,6 @@ pub async fn serve(
         gate.max(),
         gate.per_client()
     );
-    let mut workers = Workers::start(server.worker_count())?;
     tracing::info!("serving connections on {} threads", workers.handles.len());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
