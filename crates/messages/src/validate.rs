@@ -150,9 +150,9 @@ fn check_messages(obj: &Map<String, Value>) -> Result<(), ApiError> {
     if messages.is_empty() {
         return Err(bad("messages", "must contain at least one message"));
     }
+    let top = Path::Top("messages");
     for (i, message) in messages.iter().enumerate() {
-        let path = Path::Top("messages");
-        let path = path.index(i);
+        let path = top.index(i);
         let Some(m) = message.as_object() else {
             return Err(bad(
                 path,
@@ -282,9 +282,9 @@ fn check_system(obj: &Map<String, Value>) -> Result<(), ApiError> {
     match present(obj, "system") {
         None | Some(Value::String(_)) => Ok(()),
         Some(Value::Array(blocks)) => {
+            let top = Path::Top("system");
             for (i, block) in blocks.iter().enumerate() {
-                let path = Path::Top("system");
-                let path = path.index(i);
+                let path = top.index(i);
                 check_block(block, &path)?;
                 if block.get("type").and_then(Value::as_str) != Some("text") {
                     return Err(bad(path.field("type"), "must be \"text\""));
@@ -402,9 +402,9 @@ fn check_tools(obj: &Map<String, Value>) -> Result<(), ApiError> {
             ));
         }
     };
+    let top = Path::Top("tools");
     for (i, tool) in tools.iter().enumerate() {
-        let path = Path::Top("tools");
-        let path = path.index(i);
+        let path = top.index(i);
         let Some(t) = tool.as_object() else {
             return Err(bad(
                 path,

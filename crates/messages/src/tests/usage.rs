@@ -5,6 +5,16 @@ use serde_json::Value;
 
 use crate::types::{Usage, usage_in, usage_of};
 
+/// Each body's usage, from its text and (where it is JSON) from its parsed value, is `want`.
+fn agree(cases: &[(&str, Option<Usage>)]) {
+    for (body, want) in cases {
+        assert_eq!(usage_in(body.as_bytes()), *want, "{body}");
+        if let Ok(value) = serde_json::from_str::<Value>(body) {
+            assert_eq!(usage_of(&value), *want, "{body}");
+        }
+    }
+}
+
 #[test]
 fn usage_is_read_from_the_text_as_from_the_value() {
     let cases: [(&str, Option<Usage>); 6] = [
@@ -25,12 +35,7 @@ fn usage_is_read_from_the_text_as_from_the_value() {
         (r#"{"usage":{"input_tokens":-1,"output_tokens":2}}"#, None),
         ("not json", None),
     ];
-    for (body, want) in cases {
-        assert_eq!(usage_in(body.as_bytes()), want, "{body}");
-        if let Ok(value) = serde_json::from_str::<Value>(body) {
-            assert_eq!(usage_of(&value), want, "{body}");
-        }
-    }
+    agree(&cases);
 }
 
 /// The scan finds the top-level member only: not one nested in the content or named inside a
@@ -75,12 +80,7 @@ fn the_scan_finds_only_the_top_level_usage() {
         (r#"[{"input_tokens":1,"output_tokens":2}]"#, None),
         (r#"{"usage":{"input_tokens":1,"output_tokens":2}"#, None),
     ];
-    for (body, want) in cases {
-        assert_eq!(usage_in(body.as_bytes()), want, "{body}");
-        if let Ok(value) = serde_json::from_str::<Value>(body) {
-            assert_eq!(usage_of(&value), want, "{body}");
-        }
-    }
+    agree(&cases);
 }
 
 /// Every value is skipped whole: the member after it is found.
