@@ -78,6 +78,7 @@ mod task_index;
 mod tasks;
 mod trees;
 mod txn;
+mod usage_chunk;
 mod usage_log;
 mod webhooks;
 

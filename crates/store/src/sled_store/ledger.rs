@@ -7,10 +7,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sled::transaction::ConflictableTransactionError;
+use ulid::Ulid;
 
-use super::record::{backend, check_id, decode, encode};
-use super::trees::{KEYS, LEDGER, LedgerTx, SledStore, USAGE};
+use super::record::{backend, check_id, decode};
+use super::trees::{KEYS, LEDGER, LedgerTx, SledStore};
 use super::txn::{TxResult, abort, get, or_abort, put};
+use super::usage_chunk::{self, Charged};
 use super::usage_log;
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 
@@ -103,16 +105,14 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
             };
             key.quota = key.quota.map(|q| q - take);
             key.quota_used = key.quota_used.saturating_add(take);
-            let entry = LedgerEntry {
-                id: format!("led_{}", ulid::Ulid::new()),
-                key_id: charge.key_id.clone(),
-                task_id: charge.task_id.clone(),
-                kind: LedgerKind::Charge,
+            entries.push(Charged {
+                id: Ulid::new(),
+                key_id: &charge.key_id,
+                task_id: &charge.task_id,
                 amount: -take,
                 balance_after: key.quota,
                 at,
-            };
-            entries.push(entry);
+            });
             taken.push(take);
         }
         // Written at the committed end each time the transaction runs: a run that does not
@@ -120,15 +120,15 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
         let mut write_at = *end;
         for chunk in entries.chunks(USAGE_CHUNK) {
             let seq = tx.usage.generate_id()?.to_be_bytes();
-            let bytes = or_abort(encode("usage chunk", &chunk))?;
+            let bytes = or_abort(usage_chunk::encode(chunk))?;
             or_abort(log.write_at(&bytes, write_at))?;
             let len = bytes.len() as u64;
             let place = usage_log::place(write_at, len);
             write_at += len;
             let mut holders: Vec<&str> = Vec::new();
             for entry in chunk {
-                if !holders.contains(&entry.key_id.as_str()) {
-                    holders.push(&entry.key_id);
+                if !holders.contains(&entry.key_id) {
+                    holders.push(entry.key_id);
                     tx.usage_by_key
                         .insert([entry.key_id.as_bytes(), &[0], &seq].concat(), &place)?;
                 }
@@ -174,7 +174,7 @@ pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry
                 None => continue,
             },
         };
-        let chunk: Vec<LedgerEntry> = decode(USAGE, &bytes)?;
+        let chunk = usage_chunk::decode(&bytes)?;
         runs.push((
             seq,
             chunk.into_iter().filter(|e| e.key_id == key_id).collect(),
