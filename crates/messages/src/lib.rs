@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batches;
+pub mod checked;
 pub mod events;
 pub mod openai;
 pub mod scan;
@@ -19,6 +20,7 @@ pub mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use checked::{Checked, Summary};
 pub use events::{Delta, DeltaUsage, ErrorBody, MessageDeltaBody, StreamEvent};
 pub use openai::{ChatStream, ConvertError};
 pub use sse::{SseDecoder, SseEvent};

@@ -104,7 +104,7 @@ impl Heard {
 
 /// Keys as last read from the store, so that a request is authenticated without a store read
 /// and without hashing its secret with SHA-256: the cache is keyed by a 128-bit fingerprint of
-/// the secret under two random SipHash keys of this process (a keyed function no one outside
+/// the secret under a random SipHash key of this process (a keyed function no one outside
 /// can compute, so no one can make a second secret with the same fingerprint; two distinct
 /// secrets share one by chance with probability 2^-128). Every change to a key goes through an admin API, which clears the cache; with
 /// other relays sharing the store (`cluster`), their changes clear it through Redis, and the

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use channels::{ChatAnswer, ChatCall, FailureKind, SimDirectives};
 use engine::now_ms;
 use error_codes::{ApiError, ErrorCode};
-use messages::{Endpoint, Usage};
+use messages::{Checked, Endpoint, Usage};
 use serde_json::{Value, json};
 use store::{
     Batch, BatchItem, BatchOutcome, BatchResult, BatchResultKind, BatchStatus, Charge, Key, Params,
@@ -268,17 +268,17 @@ async fn call(
     let key = key.ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "the key is gone"))?;
     let value: Value = serde_json::from_str(item.params.as_str())
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("params: {e}")))?;
-    let request = messages::validate(value, Endpoint::Messages)?;
-    let channel = crate::batches::channel_for(app, key, &request.model)?;
+    let request = Checked::from(messages::validate(value, Endpoint::Messages)?);
+    let channel = crate::batches::channel_for(app, key, &request.summary.model)?;
     let sim = match (&batch.sim, channel.is_simulator()) {
         (Some(text), true) => SimDirectives::parse(text)
             .map_err(|e| ApiError::field(ErrorCode::InvalidRequest, "x-relay-sim", e))?,
         _ => SimDirectives::default(),
     };
-    let input_estimate = messages::tokens::count_request(&request);
-    let max_tokens = request.max_tokens.unwrap_or(0);
-    let estimate = cost(app, &request.model, input_estimate, max_tokens);
-    let bill = Bill::open(app, key, id, &request.model, estimate).await?;
+    let input_estimate = request.summary.input_tokens;
+    let max_tokens = request.summary.max_tokens.unwrap_or(0);
+    let estimate = cost(app, &request.summary.model, input_estimate, max_tokens);
+    let bill = Bill::open(app, key, id, &request.summary.model, estimate).await?;
     let body = Bytes::from(item.params.as_str().to_owned());
     let answer = channel
         .messages(ChatCall {
@@ -289,7 +289,6 @@ async fn call(
             beta: None,
             query: None,
             sim: &sim,
-            input_estimate,
         })
         .await;
     if let Some(stats) = app.channel_stats.get(channel.name()) {
@@ -325,9 +324,14 @@ async fn call(
         output_tokens: max_tokens,
         ..Usage::default()
     });
-    let amount = cost(app, &request.model, usage.all_input(), usage.output_tokens);
+    let amount = cost(
+        app,
+        &request.summary.model,
+        usage.all_input(),
+        usage.output_tokens,
+    );
     app.metrics.chat(
-        &request.model,
+        &request.summary.model,
         usage.all_input(),
         usage.output_tokens,
         amount.unsigned_abs(),

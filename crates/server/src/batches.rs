@@ -219,7 +219,7 @@ async fn try_create(
         expires_ms: now + EXPIRES_MS,
         ended_ms: None,
         cancel_ms: None,
-        version,
+        version: version.to_owned(),
         sim,
     };
     // With a claimed `Idempotency-Key`, the answer is kept with the key in the batch's own

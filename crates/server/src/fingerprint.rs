@@ -1,20 +1,32 @@
-//! 128-bit fingerprints of names under two random SipHash keys of this process, and the maps
-//! keyed by them. A keyed function no one outside can compute: no one can make two names
-//! share a fingerprint on purpose, and two distinct names share one by chance with
-//! probability 2^-128. The fingerprint is already a uniform random number, so the maps use
-//! its low bits as their hash instead of hashing it again.
+//! 128-bit fingerprints of names under a random SipHash-1-3 key of this process (one pass
+//! with a 128-bit output), and the maps keyed by them. A keyed function no one outside can
+//! compute: no one can make two names share a fingerprint on purpose, and two distinct names
+//! share one by chance with probability 2^-128. The fingerprint is already a uniform random
+//! number, so the maps use its low bits as their hash instead of hashing it again.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-/// The two keys of this process.
-#[derive(Debug, Default)]
-pub struct Prints(RandomState, RandomState);
+use rand::RngCore;
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+/// The key of this process.
+#[derive(Debug)]
+pub struct Prints(u64, u64);
+
+impl Default for Prints {
+    fn default() -> Prints {
+        let mut rng = rand::rng();
+        Prints(rng.next_u64(), rng.next_u64())
+    }
+}
 
 impl Prints {
     /// The fingerprint of `name`.
-    pub fn of(&self, name: impl Hash + Copy) -> u128 {
-        (u128::from(self.0.hash_one(name)) << 64) | u128::from(self.1.hash_one(name))
+    pub fn of(&self, name: impl Hash) -> u128 {
+        let mut hasher = SipHasher13::new_with_keys(self.0, self.1);
+        name.hash(&mut hasher);
+        hasher.finish128().into()
     }
 }
 

@@ -3,6 +3,7 @@
 //! in Redis, shared by every relay (`cluster`), falling back to this process's buckets while
 //! Redis cannot be reached.
 
+use std::cell::RefCell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ pub enum Class<'a> {
 }
 
 /// Every bucket of the process, by a 128-bit fingerprint of its name (the key id, or the key
-/// id and a task id) under two random SipHash keys: no allocation per request, and two names
+/// id and a task id) under a random SipHash key: no allocation per request, and two names
 /// share a bucket only with probability 2^-128.
 #[derive(Debug, Default)]
 pub struct Limiter {
@@ -248,9 +249,27 @@ fn set_vendor_headers(limit: RateLimit, remaining: u32, full_in: Duration, res: 
     let out = res.headers_mut();
     out.insert(LIMIT, HeaderValue::from(limit.burst));
     out.insert(REMAINING, HeaderValue::from(remaining));
-    if let Ok(v) = HeaderValue::from_bytes(&rfc3339_bytes(reset as i64)) {
+    if let Some(v) = reset_value(reset) {
         out.insert(RESET, v);
     }
+}
+
+/// The reset header's value for `reset`: most answers of a second share one, so each thread
+/// writes it once a second and shares its bytes after that.
+fn reset_value(reset: u64) -> Option<HeaderValue> {
+    thread_local! {
+        static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((at, value)) = last.as_ref()
+            && *at == reset
+        {
+            return Some(value.clone());
+        }
+        let value = HeaderValue::from_bytes(&rfc3339_bytes(reset as i64)).ok()?;
+        *last = Some((reset, value.clone()));
+        Some(value)
+    })
 }
 
 /// Unix seconds (before 1970 too) as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -16,14 +16,12 @@ use channels::{
 };
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
-use messages::{
-    CountTokensResponse, Endpoint, MessagesRequest, ModelInfo, ModelList, StreamEvent, Usage,
-};
+use messages::{Checked, CountTokensResponse, Endpoint, ModelInfo, ModelList, StreamEvent, Usage};
 use store::Key;
 
 use crate::app::App;
@@ -33,16 +31,43 @@ use crate::config::ModelKind;
 use crate::http::{Answer, json, read_body, retry_headers};
 use crate::limits::Class;
 
-/// The request id, put into the request's extensions by the router.
+/// The request id, put into the request's extensions by the router: the header value the
+/// answer carries, so it is made once (cloning it shares the bytes).
 #[derive(Debug, Clone)]
-pub struct RequestId(pub String);
+pub struct RequestId(pub HeaderValue);
 
+impl RequestId {
+    /// A new id, `req_` and a ULID.
+    pub fn new() -> RequestId {
+        let mut id = [0u8; ulid::ULID_LEN];
+        ulid::Ulid::new().array_to_str(&mut id);
+        let mut text = [0u8; 4 + ulid::ULID_LEN];
+        text[..4].copy_from_slice(b"req_");
+        text[4..].copy_from_slice(&id);
+        // Always a valid value: `req_` and base32 letters.
+        RequestId(
+            HeaderValue::from_bytes(&text)
+                .unwrap_or_else(|_| HeaderValue::from_static("req_unknown")),
+        )
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.to_str().unwrap_or_default()
+    }
+}
+
+impl Default for RequestId {
+    fn default() -> RequestId {
+        RequestId::new()
+    }
+}
+
+/// The request's id (a new one when the router gave it none).
 pub fn request_id(parts: &Parts) -> String {
-    parts
-        .extensions
-        .get::<RequestId>()
-        .map(|r| r.0.clone())
-        .unwrap_or_else(|| format!("req_{}", ulid::Ulid::new()))
+    match parts.extensions.get::<RequestId>() {
+        Some(id) => id.as_str().to_owned(),
+        None => RequestId::new().as_str().to_owned(),
+    }
 }
 
 /// An error in the vendor's shape, with the retry headers of its status.
@@ -131,45 +156,46 @@ pub async fn admit(app: &Arc<App>, parts: &Parts) -> Result<Arc<Key>, Box<Refuse
     Ok(key)
 }
 
+const VENDOR_VERSION: HeaderName = HeaderName::from_static("vendor-version");
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+
 /// `vendor-version`, or `anthropic-version` (the vendor's SDKs send that name).
-pub(crate) fn version(parts: &Parts) -> Result<String, ApiError> {
-    ["vendor-version", "anthropic-version"]
+pub(crate) fn version(parts: &Parts) -> Result<&str, ApiError> {
+    [VENDOR_VERSION, ANTHROPIC_VERSION]
         .iter()
         .find_map(|name| {
             parts
                 .headers
-                .get(*name)
+                .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::trim)
                 .filter(|v| !v.is_empty())
-                .map(str::to_owned)
         })
         .ok_or_else(|| invalid("vendor-version", "header is required"))
 }
 
 /// What every body-carrying endpoint checks before its own work.
-struct Checked {
+struct Admitted<'a> {
     body: Bytes,
-    request: MessagesRequest,
-    version: String,
-    beta: Option<String>,
+    request: Checked,
+    version: &'a str,
+    beta: Option<&'a str>,
     channel: Arc<ChatChannel>,
     sim: SimDirectives,
 }
 
-async fn check(
+async fn check<'a>(
     app: &Arc<App>,
-    parts: &Parts,
+    parts: &'a Parts,
     key: &Key,
     body: Incoming,
     endpoint: Endpoint,
-) -> Result<Checked, ApiError> {
+) -> Result<Admitted<'a>, ApiError> {
     let body = read_body(body, app.config.server.json_limit()).await?;
     let version = version(parts)?;
-    let value: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| invalid("body", format_args!("not valid JSON: {e}")))?;
-    let request = messages::validate(value, endpoint)?;
-    let model = &request.model;
+    let request = Checked::new(&body, endpoint)?;
+    let model = &request.summary.model;
     let is_chat = app
         .config
         .models
@@ -200,10 +226,9 @@ async fn check(
     };
     let beta = parts
         .headers
-        .get("anthropic-beta")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    Ok(Checked {
+        .get(ANTHROPIC_BETA)
+        .and_then(|v| v.to_str().ok());
+    Ok(Admitted {
         body,
         request,
         version,
@@ -213,30 +238,39 @@ async fn check(
     })
 }
 
+/// A new message id, `msg_` and a ULID.
+fn message_id() -> String {
+    let mut id = [0u8; ulid::ULID_LEN];
+    let mut text = String::with_capacity(4 + ulid::ULID_LEN);
+    text.push_str("msg_");
+    text.push_str(ulid::Ulid::new().array_to_str(&mut id));
+    text
+}
+
 /// `POST /v1/messages`.
 pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) -> Answer {
-    let rid = request_id(parts);
+    // Written out only for an error.
+    let rid = || request_id(parts);
     let checked = match check(app, parts, key, body, Endpoint::Messages).await {
         Ok(c) => c,
-        Err(e) => return vendor_error(&e, &rid),
+        Err(e) => return vendor_error(&e, &rid()),
     };
-    let req = &checked.request;
-    let id = format!("msg_{}", ulid::Ulid::new());
-    let input_estimate = messages::tokens::count_request(req);
+    let req = &checked.request.summary;
+    let id = message_id();
+    let input_estimate = req.input_tokens;
     let estimate = cost(app, &req.model, input_estimate, req.max_tokens.unwrap_or(0));
     let bill = match Bill::open(app, key, &id, &req.model, estimate).await {
         Ok(bill) => bill,
-        Err(e) => return vendor_error(&e, &rid),
+        Err(e) => return vendor_error(&e, &rid()),
     };
     let call = ChatCall {
         id: &id,
-        request: req,
+        request: &checked.request,
         body: &checked.body,
-        version: &checked.version,
-        beta: checked.beta.as_deref(),
+        version: checked.version,
+        beta: checked.beta,
         query: parts.uri.query(),
         sim: &checked.sim,
-        input_estimate,
     };
     let channel = checked.channel.clone();
     let answer = channel.messages(call).await;
@@ -244,7 +278,7 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
     match answer {
         Err(failure) => {
             drop(bill);
-            failure_answer(&failure, &rid)
+            failure_answer(&failure, &rid())
         }
         Ok(ChatAnswer::Whole { body, usage }) => {
             let usage = usage.unwrap_or(Usage {
@@ -258,7 +292,8 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
         }
         Ok(ChatAnswer::Stream(stream)) => {
             let ping = Duration::from_millis(app.config.server.stream_ping_ms);
-            stream_answer(stream, bill, rid, ping)
+            let rid = parts.extensions.get::<RequestId>().cloned();
+            stream_answer(stream, bill, rid.unwrap_or_default(), ping)
         }
     }
 }
@@ -292,7 +327,12 @@ fn next_of(mut stream: Box<ChatEventStream>, ping: Duration) -> Next {
 /// Answers `200 text/event-stream` at once; the body pulls the upstream's stream itself (no
 /// task or queue in between) and bills the message when the stream ends: charged when it
 /// completed or the client went away (from the usage seen so far), nothing when it failed.
-fn stream_answer(stream: Box<ChatEventStream>, bill: Bill, rid: String, ping: Duration) -> Answer {
+fn stream_answer(
+    stream: Box<ChatEventStream>,
+    bill: Bill,
+    rid: RequestId,
+    ping: Duration,
+) -> Answer {
     let body = RelayedStream {
         usage: stream.usage(),
         next: Some(next_of(stream, ping)),
@@ -319,7 +359,7 @@ struct RelayedStream {
     usage: Usage,
     /// `None` once billed.
     bill: Option<Bill>,
-    rid: String,
+    rid: RequestId,
     /// Upstream silence after which a `ping` goes out.
     ping: Duration,
 }
@@ -371,7 +411,11 @@ impl hyper::body::Body for RelayedStream {
                     return Poll::Ready(None);
                 }
                 Ok(Err(failure)) => {
-                    tracing::warn!("messages {}: stream failed: {}", self.rid, failure.detail);
+                    tracing::warn!(
+                        "messages {}: stream failed: {}",
+                        self.rid.as_str(),
+                        failure.detail
+                    );
                     drop(stream);
                     self.end(false);
                     if failure.reported {
@@ -394,16 +438,15 @@ pub async fn count_tokens(app: &Arc<App>, key: &Key, parts: &Parts, body: Incomi
         Ok(c) => c,
         Err(e) => return vendor_error(&e, &rid),
     };
-    let id = format!("msg_{}", ulid::Ulid::new());
+    let id = message_id();
     let call = ChatCall {
         id: &id,
         request: &checked.request,
         body: &checked.body,
-        version: &checked.version,
-        beta: checked.beta.as_deref(),
+        version: checked.version,
+        beta: checked.beta,
         query: parts.uri.query(),
         sim: &checked.sim,
-        input_estimate: messages::tokens::count_request(&checked.request),
     };
     match checked.channel.count_tokens(call).await {
         Ok(input_tokens) => json(StatusCode::OK, &CountTokensResponse { input_tokens }),

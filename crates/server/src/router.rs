@@ -7,7 +7,7 @@ use std::time::Instant;
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use http::Request;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use hyper::body::Incoming;
 use serde_json::json;
 
@@ -17,6 +17,7 @@ use crate::generations::Generations;
 use crate::http::{Answer, error, ok};
 use crate::idempotency::Idem;
 use crate::limits::Class;
+use crate::messages::RequestId;
 use crate::tasks;
 use crate::videos::Videos;
 use crate::{admin, assets, batches, characters, generations, video_models, videos, webhooks};
@@ -26,19 +27,22 @@ mod routes;
 use routes::{Miss, Route, is_messages_path, route};
 pub use routes::{fuzzing, route_table};
 
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+
 /// A client's `x-request-id` when it is sane, else a new one.
-fn request_id(req: &Request<Incoming>) -> String {
+fn request_id(req: &Request<Incoming>) -> RequestId {
     req.headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
+        .get(X_REQUEST_ID)
         .filter(|v| {
+            let v = v.as_bytes();
             !v.is_empty()
                 && v.len() <= 128
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+                && v.iter()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b))
         })
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("req_{}", ulid::Ulid::new()))
+        .map(|v| RequestId(v.clone()))
+        .unwrap_or_default()
 }
 
 /// The hyper service function.
@@ -46,16 +50,14 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
     let started = Instant::now();
     let id = request_id(&req);
     // The messages endpoints put the id into their error bodies.
-    req.extensions_mut()
-        .insert(crate::messages::RequestId(id.clone()));
+    req.extensions_mut().insert(id.clone());
     let mut slot = crate::metrics::UNMATCHED;
     let mut res = dispatch(&app, req, &mut slot).await;
     app.metrics
         .request(slot, res.status().as_u16(), started.elapsed());
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        res.headers_mut().insert("x-request-id", value.clone());
-        res.headers_mut().insert("request-id", value);
-    }
+    let headers = res.headers_mut();
+    headers.insert(X_REQUEST_ID, id.0.clone());
+    headers.insert(REQUEST_ID, id.0);
     Ok(res)
 }
 

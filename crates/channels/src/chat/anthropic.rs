@@ -62,7 +62,7 @@ impl AnthropicChat {
 
     /// The body to send: the client's, with `model` mapped when the channel maps it.
     fn body(&self, call: &ChatCall<'_>) -> Result<Bytes, UpstreamFailure> {
-        let model = &call.request.model;
+        let model = &call.request.summary.model;
         let upstream = match self.settings.model_map.get(model) {
             Some(upstream) if upstream != model => upstream.clone(),
             _ => return Ok(call.body.clone()),
@@ -114,7 +114,7 @@ impl AnthropicChat {
         if let Some(beta) = call.beta {
             headers.insert(BETA, header("anthropic-beta", beta)?);
         }
-        if call.request.is_stream() && path == "/v1/messages" {
+        if call.is_stream() && path == "/v1/messages" {
             headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
         let res = self
@@ -133,7 +133,7 @@ impl AnthropicChat {
 
     pub(crate) async fn messages(&self, call: ChatCall<'_>) -> Result<ChatAnswer, UpstreamFailure> {
         let res = self.post("/v1/messages", &call).await?;
-        if call.request.is_stream() {
+        if call.is_stream() {
             return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::native(
                 &self.settings.name,
                 res.body,

@@ -3,12 +3,13 @@
 //! dispatching [`ChatChannel`](super::ChatChannel) speak in these; this module knows none of
 //! them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use messages::{MessagesRequest, Usage};
+use messages::{Checked, MessagesRequest, Usage};
 
 use super::stream::ChatEventStream;
 use crate::sim_directives::SimDirectives;
@@ -49,8 +50,8 @@ impl ChatSettings {
 pub struct ChatCall<'a> {
     /// The relay's message id (`msg_...`).
     pub id: &'a str,
-    /// The validated request.
-    pub request: &'a MessagesRequest,
+    /// The checked request: its summary, and the typed request from [`ChatCall::typed`].
+    pub request: &'a Checked,
     /// The client's body as it came (passed on unchanged by a native upstream).
     pub body: &'a Bytes,
     /// The client's `vendor-version` / `anthropic-version`.
@@ -61,8 +62,25 @@ pub struct ChatCall<'a> {
     /// upstream.
     pub query: Option<&'a str>,
     pub sim: &'a SimDirectives,
+}
+
+impl ChatCall<'_> {
     /// The relay's own count of the request's input tokens.
-    pub input_estimate: u64,
+    pub fn input_estimate(&self) -> u64 {
+        self.request.summary.input_tokens
+    }
+
+    pub fn is_stream(&self) -> bool {
+        self.request.summary.stream
+    }
+
+    /// The typed request, for a channel that rewrites it (built from the body unless checking
+    /// built it already).
+    pub fn typed(&self, channel: &str) -> Result<Cow<'_, MessagesRequest>, UpstreamFailure> {
+        self.request.typed(self.body).map_err(|e| {
+            UpstreamFailure::error(false, format!("channel {channel}: request: {}", e.detail))
+        })
+    }
 }
 
 /// A successful answer.

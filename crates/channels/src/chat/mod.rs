@@ -73,7 +73,7 @@ impl ChatChannel {
     pub async fn count_tokens(&self, call: ChatCall<'_>) -> Result<u64, UpstreamFailure> {
         match self {
             ChatChannel::Anthropic(c) => c.count_tokens(call).await,
-            ChatChannel::Simulator(_) | ChatChannel::OpenaiChat(_) => Ok(call.input_estimate),
+            ChatChannel::Simulator(_) | ChatChannel::OpenaiChat(_) => Ok(call.input_estimate()),
         }
     }
 }

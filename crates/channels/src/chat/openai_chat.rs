@@ -24,7 +24,8 @@ impl OpenaiChat {
 
     pub(crate) async fn messages(&self, call: ChatCall<'_>) -> Result<ChatAnswer, UpstreamFailure> {
         let name = &self.settings.name;
-        let req = call.request;
+        let req = call.typed(name)?;
+        let req = &*req;
         let chat = to_chat_request(req, &self.settings.upstream_model(&req.model));
         let body = serde_json::to_vec(&chat)
             .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: request: {e}")))?;
@@ -60,7 +61,7 @@ impl OpenaiChat {
             return Err(UpstreamFailure::from_status(name, status, &headers, &body));
         }
         if req.is_stream() {
-            let convert = ChatStream::new(call.id, &req.model, req, call.input_estimate);
+            let convert = ChatStream::new(call.id, &req.model, req, call.input_estimate());
             return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::converted(
                 name, res.body, convert,
             ))));
@@ -73,7 +74,7 @@ impl OpenaiChat {
         let value: Value = serde_json::from_slice(&body).map_err(|e| {
             UpstreamFailure::error(true, format!("channel {name}: answer is not JSON: {e}"))
         })?;
-        let message = from_chat_response(&value, call.id, &req.model, req, call.input_estimate)
+        let message = from_chat_response(&value, call.id, &req.model, req, call.input_estimate())
             .map_err(|e| UpstreamFailure::error(true, format!("channel {name}: {e}")))?;
         let usage = message.usage;
         let out = serde_json::to_vec(&message)

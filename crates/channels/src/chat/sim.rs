@@ -36,7 +36,8 @@ impl SimChat {
                 detail: format!("channel {}: simulated error {status}", self.settings.name),
             });
         }
-        let req = call.request;
+        let req = call.typed(&self.settings.name)?;
+        let req = &*req;
         if req.is_stream() {
             let events = messages::sim::stream(req, call.id);
             let pause = call
