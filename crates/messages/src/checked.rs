@@ -111,20 +111,50 @@ fn no<E: de::Error>() -> E {
     E::custom("not plainly valid")
 }
 
-/// The fields of one object seen so far: a field seen twice is left to the validator (the
-/// JSON tree keeps the last; this would have read both).
-#[derive(Default)]
-struct Seen(u32);
+/// The fields of one object a visitor reads, and which of them it has seen.
+struct Fields {
+    names: &'static [&'static str],
+    seen: u32,
+}
 
-impl Seen {
-    fn first<E: de::Error>(&mut self, field: u32) -> Result<(), E> {
-        let bit = 1 << field;
-        if self.0 & bit != 0 {
-            return Err(no());
-        }
-        self.0 |= bit;
-        Ok(())
+impl Fields {
+    fn of(names: &'static [&'static str]) -> Fields {
+        Fields { names, seen: 0 }
     }
+
+    /// The key of the next entry whose field this reads (one of `names`, so a visitor's
+    /// `match` on it ends with an arm never taken), its value not yet taken; the values of
+    /// other fields are skipped. A field seen twice is left to the validator (the JSON tree
+    /// keeps the last; this would have read both).
+    fn next<'de, A: MapAccess<'de>>(
+        &mut self,
+        map: &mut A,
+    ) -> Result<Option<&'static str>, A::Error> {
+        while let Some(key) = map.next_key::<Str>()? {
+            let Some(i) = self.names.iter().position(|name| *name == key.0) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let bit = 1 << i;
+            if self.seen & bit != 0 {
+                return Err(no());
+            }
+            self.seen |= bit;
+            return Ok(Some(self.names[i]));
+        }
+        Ok(None)
+    }
+
+    /// Whether the field `name` (one of those this reads) was seen.
+    fn has(&self, name: &str) -> bool {
+        let i = self.names.iter().position(|n| *n == name);
+        i.is_some_and(|i| self.seen & (1 << i) != 0)
+    }
+}
+
+/// Takes the next value of `map` as a `T`, checking only its shape.
+fn shape<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<T>().map(|_| ())
 }
 
 /// A JSON string, borrowed from the body unless it had escapes.
@@ -211,78 +241,55 @@ impl<'de> Visitor<'de> for Top {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Summary, A::Error> {
-        let mut seen = Seen::default();
+        let mut fields = Fields::of(&[
+            "model",
+            "messages",
+            "system",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "stream",
+            "stop_sequences",
+            "tools",
+            "tool_choice",
+            "thinking",
+            "metadata",
+        ]);
         let mut model: Option<Str> = None;
         let mut messages: Option<u64> = None;
         let mut system = 0;
         let mut max_tokens: Option<Count> = None;
         let mut stream = None;
         let mut tools = 0;
-        while let Some(key) = map.next_key::<Str>()? {
-            match &*key.0 {
-                "model" => {
-                    seen.first(0)?;
-                    model = map.next_value()?;
-                }
-                "messages" => {
-                    seen.first(1)?;
-                    messages = map.next_value::<Option<Messages>>()?.map(|m| m.0);
-                }
-                "system" => {
-                    seen.first(2)?;
-                    system = map.next_value::<Option<System>>()?.map_or(0, |s| s.0);
-                }
-                "max_tokens" => {
-                    seen.first(3)?;
-                    max_tokens = map.next_value()?;
-                }
+        while let Some(field) = fields.next(&mut map)? {
+            match field {
+                "model" => model = map.next_value()?,
+                "messages" => messages = map.next_value::<Option<Messages>>()?.map(|m| m.0),
+                "system" => system = map.next_value::<Option<System>>()?.map_or(0, |s| s.0),
+                "max_tokens" => max_tokens = map.next_value()?,
                 "temperature" => {
-                    seen.first(4)?;
                     if let Some(Number(t)) = map.next_value()?
                         && !(0.0..=1.0).contains(&t)
                     {
                         return Err(no());
                     }
                 }
-                "top_p" => {
-                    seen.first(5)?;
-                    map.next_value::<Option<Number>>()?;
-                }
-                "top_k" => {
-                    seen.first(6)?;
-                    map.next_value::<Option<Count>>()?;
-                }
-                "stream" => {
-                    seen.first(7)?;
-                    stream = map.next_value::<Option<bool>>()?;
-                }
+                "top_p" => shape::<Option<Number>, _>(&mut map)?,
+                "top_k" => shape::<Option<Count>, _>(&mut map)?,
+                "stream" => stream = map.next_value::<Option<bool>>()?,
                 "stop_sequences" => {
-                    seen.first(8)?;
                     for s in map.next_value::<Option<Vec<Str>>>()?.into_iter().flatten() {
                         if s.0.trim().is_empty() {
                             return Err(no());
                         }
                     }
                 }
-                "tools" => {
-                    seen.first(9)?;
-                    tools = map.next_value::<Option<Tools>>()?.map_or(0, |t| t.0);
-                }
-                "tool_choice" => {
-                    seen.first(10)?;
-                    map.next_value::<Option<ToolChoice>>()?;
-                }
-                "thinking" => {
-                    seen.first(11)?;
-                    map.next_value::<Option<Thinking>>()?;
-                }
-                "metadata" => {
-                    seen.first(12)?;
-                    map.next_value::<Option<Metadata>>()?;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                "tools" => tools = map.next_value::<Option<Tools>>()?.map_or(0, |t| t.0),
+                "tool_choice" => shape::<Option<ToolChoice>, _>(&mut map)?,
+                "thinking" => shape::<Option<Thinking>, _>(&mut map)?,
+                "metadata" => shape::<Option<Metadata>, _>(&mut map)?,
+                _ => return Err(no()),
             }
         }
         let model = match model {
@@ -304,22 +311,29 @@ impl<'de> Visitor<'de> for Top {
     }
 }
 
-/// Runs `visit` over an object's entries, after checking the value is an object.
-macro_rules! object {
-    ($name:ident, $out:ty, $expecting:literal, |$map:ident| $body:block) => {
+/// A value read by a visitor of an object (`map`) or an array (`seq`) with the given body.
+macro_rules! visited {
+    ($name:ident, $expecting:literal, map, |$arg:ident| $body:block) => {
+        visited!(@ $name, $expecting, deserialize_map, visit_map, MapAccess, $arg, $body);
+    };
+    ($name:ident, $expecting:literal, seq, |$arg:ident| $body:block) => {
+        visited!(@ $name, $expecting, deserialize_seq, visit_seq, SeqAccess, $arg, $body);
+    };
+    (@ $name:ident, $expecting:literal, $deserialize:ident, $visit:ident, $access:ident,
+        $arg:ident, $body:block) => {
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct V;
                 impl<'de> Visitor<'de> for V {
-                    type Value = $out;
+                    type Value = $name;
                     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                         f.write_str($expecting)
                     }
-                    fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> Result<$out, A::Error> {
+                    fn $visit<A: $access<'de>>(self, mut $arg: A) -> Result<$name, A::Error> {
                         $body
                     }
                 }
-                d.deserialize_map(V)
+                d.$deserialize(V)
             }
         }
     };
@@ -328,55 +342,35 @@ macro_rules! object {
 /// `messages`: at least one message; its tokens.
 struct Messages(u64);
 
-impl<'de> Deserialize<'de> for Messages {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Messages;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an array of messages")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Messages, A::Error> {
-                let mut count = 0usize;
-                let mut tokens = 0;
-                while let Some(Message(t)) = seq.next_element()? {
-                    count += 1;
-                    tokens += PER_MESSAGE + t;
-                }
-                if count == 0 {
-                    return Err(no());
-                }
-                Ok(Messages(tokens))
-            }
-        }
-        d.deserialize_seq(V)
+visited!(Messages, "an array of messages", seq, |seq| {
+    let mut count = 0usize;
+    let mut tokens = 0;
+    while let Some(Message(t)) = seq.next_element()? {
+        count += 1;
+        tokens += PER_MESSAGE + t;
     }
-}
+    if count == 0 {
+        return Err(no());
+    }
+    Ok(Messages(tokens))
+});
 
 /// One message: `role` and `content`; its content's tokens.
 struct Message(u64);
 
-object!(Message, Message, "a message", |map| {
-    let mut seen = Seen::default();
+visited!(Message, "a message", map, |map| {
+    let mut fields = Fields::of(&["role", "content"]);
     let mut role = false;
     let mut content = None;
-    while let Some(key) = map.next_key::<Str>()? {
-        match &*key.0 {
-            "role" => {
-                seen.first(0)?;
-                let r: Str = map.next_value()?;
-                if !matches!(&*r.0, "user" | "assistant") {
-                    return Err(no());
-                }
-                role = true;
+    while let Some(field) = fields.next(&mut map)? {
+        if field == "role" {
+            let r: Str = map.next_value()?;
+            if !matches!(&*r.0, "user" | "assistant") {
+                return Err(no());
             }
-            "content" => {
-                seen.first(1)?;
-                content = Some(map.next_value::<Content>()?.0);
-            }
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
+            role = true;
+        } else {
+            content = Some(map.next_value::<Content>()?.0);
         }
     }
     match content {
@@ -385,56 +379,38 @@ object!(Message, Message, "a message", |map| {
     }
 });
 
-/// A content value: a string, or an array of content blocks; its tokens.
-struct Content(u64);
+/// A content value: a string, or an array of content blocks (only text blocks when
+/// `ONLY_TEXT`); its tokens.
+struct Text<const ONLY_TEXT: bool>(u64);
 
-impl<'de> Deserialize<'de> for Content {
+/// A message's or a tool result's `content`.
+type Content = Text<false>;
+
+/// `system`.
+type System = Text<true>;
+
+impl<'de, const ONLY_TEXT: bool> Deserialize<'de> for Text<ONLY_TEXT> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Content;
+        struct V<const ONLY_TEXT: bool>;
+        impl<'de, const ONLY_TEXT: bool> Visitor<'de> for V<ONLY_TEXT> {
+            type Value = Text<ONLY_TEXT>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string or content blocks")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Content, E> {
-                Ok(Content(count_text(v)))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(count_text(v)))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Content, A::Error> {
-                blocks(seq, false).map(Content)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// The tokens of an array of content blocks (only text blocks when `only_text`).
-fn blocks<'de, A: SeqAccess<'de>>(mut seq: A, only_text: bool) -> Result<u64, A::Error> {
-    let mut tokens = 0;
-    while let Some(t) = seq.next_element_seed(Block { only_text })? {
-        tokens += t;
-    }
-    Ok(tokens)
-}
-
-/// `system`: a string, or text blocks; its tokens.
-struct System(u64);
-
-impl<'de> Deserialize<'de> for System {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = System;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or text blocks")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<System, E> {
-                Ok(System(count_text(v)))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<System, A::Error> {
-                blocks(seq, true).map(System)
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut tokens = 0;
+                while let Some(t) = seq.next_element_seed(Block {
+                    only_text: ONLY_TEXT,
+                })? {
+                    tokens += t;
+                }
+                Ok(Text(tokens))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V::<ONLY_TEXT>)
     }
 }
 
@@ -461,72 +437,42 @@ impl<'de> Visitor<'de> for Block {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-        let mut seen = Seen::default();
+        let mut fields = Fields::of(&[
+            "type",
+            "text",
+            "source",
+            "id",
+            "name",
+            "input",
+            "tool_use_id",
+            "content",
+            "is_error",
+            "thinking",
+            "signature",
+        ]);
         let mut kind: Option<Str> = None;
         let mut text: Option<Str> = None;
-        let mut source = false;
-        let mut id = false;
         let mut name: Option<Str> = None;
         let mut input: Option<Value> = None;
-        let mut tool_use_id = false;
         let mut content: Option<u64> = None;
         let mut thinking: Option<Str> = None;
-        let mut signature = false;
-        while let Some(key) = map.next_key::<Str>()? {
-            match &*key.0 {
-                "type" => {
-                    seen.first(0)?;
-                    kind = Some(map.next_value()?);
-                }
-                "text" => {
-                    seen.first(1)?;
-                    text = Some(map.next_value()?);
-                }
-                "source" => {
-                    seen.first(2)?;
-                    map.next_value::<Source>()?;
-                    source = true;
-                }
-                "id" => {
-                    seen.first(3)?;
-                    map.next_value::<Str>()?;
-                    id = true;
-                }
-                "name" => {
-                    seen.first(4)?;
-                    name = Some(map.next_value()?);
-                }
-                "input" => {
-                    seen.first(5)?;
-                    input = Some(map.next_value()?);
-                }
-                "tool_use_id" => {
-                    seen.first(6)?;
-                    map.next_value::<Str>()?;
-                    tool_use_id = true;
-                }
-                "content" => {
-                    seen.first(7)?;
-                    content = map.next_value::<Option<Content>>()?.map(|c| c.0);
-                }
-                "is_error" => {
-                    seen.first(8)?;
-                    map.next_value::<Option<bool>>()?;
-                }
-                "thinking" => {
-                    seen.first(9)?;
-                    thinking = Some(map.next_value()?);
-                }
-                "signature" => {
-                    seen.first(10)?;
-                    map.next_value::<Str>()?;
-                    signature = true;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+        while let Some(field) = fields.next(&mut map)? {
+            match field {
+                "type" => kind = Some(map.next_value()?),
+                "text" => text = Some(map.next_value()?),
+                "source" => shape::<Source, _>(&mut map)?,
+                "id" | "tool_use_id" | "signature" => shape::<Str, _>(&mut map)?,
+                "name" => name = Some(map.next_value()?),
+                "input" => input = Some(map.next_value()?),
+                "content" => content = map.next_value::<Option<Content>>()?.map(|c| c.0),
+                "is_error" => shape::<Option<bool>, _>(&mut map)?,
+                "thinking" => thinking = Some(map.next_value()?),
+                _ => return Err(no()),
             }
         }
+        // Each of these was read, and had its shape, if seen.
+        let [source, id, tool_use_id, signature] =
+            ["source", "id", "tool_use_id", "signature"].map(|f| fields.has(f));
         let kind = kind.ok_or_else(no)?;
         if self.only_text && kind.0 != "text" {
             return Err(no());
@@ -548,32 +494,20 @@ impl<'de> Visitor<'de> for Block {
 /// type.
 struct Source;
 
-object!(Source, Source, "an image source", |map| {
-    let mut seen = Seen::default();
+visited!(Source, "an image source", map, |map| {
+    let mut fields = Fields::of(&["type", "media_type", "data", "url"]);
     let mut kind: Option<Str> = None;
-    let (mut media_type, mut data, mut url) = (false, false, false);
-    while let Some(key) = map.next_key::<Str>()? {
-        let (field, flag) = match &*key.0 {
-            "type" => {
-                seen.first(0)?;
-                kind = Some(map.next_value()?);
-                continue;
-            }
-            "media_type" => (1, &mut media_type),
-            "data" => (2, &mut data),
-            "url" => (3, &mut url),
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-        };
-        seen.first(field)?;
-        map.next_value::<Str>()?;
-        *flag = true;
+    while let Some(field) = fields.next(&mut map)? {
+        if field == "type" {
+            kind = Some(map.next_value()?);
+        } else {
+            shape::<Str, _>(&mut map)?;
+        }
     }
+    let has = |field| fields.has(field);
     match kind.as_ref().map(|k| &*k.0) {
-        Some("base64") if media_type && data => Ok(Source),
-        Some("url") if url => Ok(Source),
+        Some("base64") if has("media_type") && has("data") => Ok(Source),
+        Some("url") if has("url") => Ok(Source),
         Some("base64" | "url") | None => Err(no()),
         Some(_) => Ok(Source),
     }
@@ -582,57 +516,31 @@ object!(Source, Source, "an image source", |map| {
 /// `tools`: their tokens.
 struct Tools(u64);
 
-impl<'de> Deserialize<'de> for Tools {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Tools;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an array of tools")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tools, A::Error> {
-                let mut tokens = 0;
-                while let Some(Tool(t)) = seq.next_element()? {
-                    tokens += t;
-                }
-                Ok(Tools(tokens))
-            }
-        }
-        d.deserialize_seq(V)
+visited!(Tools, "an array of tools", seq, |seq| {
+    let mut tokens = 0;
+    while let Some(Tool(t)) = seq.next_element()? {
+        tokens += t;
     }
-}
+    Ok(Tools(tokens))
+});
 
 /// One tool: a non-empty `name`; a client tool (no `type`, or `custom`) has an object
 /// `input_schema`. Its tokens.
 struct Tool(u64);
 
-object!(Tool, Tool, "a tool", |map| {
-    let mut seen = Seen::default();
+visited!(Tool, "a tool", map, |map| {
+    let mut fields = Fields::of(&["name", "type", "description", "input_schema"]);
     let mut name: Option<Str> = None;
     let mut kind: Option<Str> = None;
     let mut description: Option<Str> = None;
     let mut schema: Option<Value> = None;
-    while let Some(key) = map.next_key::<Str>()? {
-        match &*key.0 {
-            "name" => {
-                seen.first(0)?;
-                name = Some(map.next_value()?);
-            }
-            "type" => {
-                seen.first(1)?;
-                kind = map.next_value()?;
-            }
-            "description" => {
-                seen.first(2)?;
-                description = map.next_value()?;
-            }
-            "input_schema" => {
-                seen.first(3)?;
-                schema = map.next_value()?;
-            }
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
+    while let Some(field) = fields.next(&mut map)? {
+        match field {
+            "name" => name = Some(map.next_value()?),
+            "type" => kind = map.next_value()?,
+            "description" => description = map.next_value()?,
+            "input_schema" => schema = map.next_value()?,
+            _ => return Err(no()),
         }
     }
     let name = name.filter(|n| !n.0.is_empty()).ok_or_else(no)?;
@@ -650,27 +558,16 @@ object!(Tool, Tool, "a tool", |map| {
 /// `tool_choice`: `type` one of `auto`, `any`, `none`, or `tool` with a `name`.
 struct ToolChoice;
 
-object!(ToolChoice, ToolChoice, "a tool choice", |map| {
-    let mut seen = Seen::default();
+visited!(ToolChoice, "a tool choice", map, |map| {
+    let mut fields = Fields::of(&["type", "name", "disable_parallel_tool_use"]);
     let mut kind: Option<Str> = None;
     let mut name = false;
-    while let Some(key) = map.next_key::<Str>()? {
-        match &*key.0 {
-            "type" => {
-                seen.first(0)?;
-                kind = Some(map.next_value()?);
-            }
-            "name" => {
-                seen.first(1)?;
-                name = map.next_value::<Option<Str>>()?.is_some();
-            }
-            "disable_parallel_tool_use" => {
-                seen.first(2)?;
-                map.next_value::<Option<bool>>()?;
-            }
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
+    while let Some(field) = fields.next(&mut map)? {
+        match field {
+            "type" => kind = Some(map.next_value()?),
+            "name" => name = map.next_value::<Option<Str>>()?.is_some(),
+            "disable_parallel_tool_use" => shape::<Option<bool>, _>(&mut map)?,
+            _ => return Err(no()),
         }
     }
     match kind.as_ref().map(|k| &*k.0) {
@@ -683,23 +580,15 @@ object!(ToolChoice, ToolChoice, "a tool choice", |map| {
 /// `thinking`: a `type`; `enabled` needs `budget_tokens` >= 1.
 struct Thinking;
 
-object!(Thinking, Thinking, "a thinking setting", |map| {
-    let mut seen = Seen::default();
+visited!(Thinking, "a thinking setting", map, |map| {
+    let mut fields = Fields::of(&["type", "budget_tokens"]);
     let mut kind: Option<Str> = None;
     let mut budget: Option<Value> = None;
-    while let Some(key) = map.next_key::<Str>()? {
-        match &*key.0 {
-            "type" => {
-                seen.first(0)?;
-                kind = Some(map.next_value()?);
-            }
-            "budget_tokens" => {
-                seen.first(1)?;
-                budget = Some(map.next_value()?);
-            }
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
+    while let Some(field) = fields.next(&mut map)? {
+        if field == "type" {
+            kind = Some(map.next_value()?);
+        } else {
+            budget = Some(map.next_value()?);
         }
     }
     match kind.as_ref().map(|k| &*k.0) {
@@ -712,128 +601,13 @@ object!(Thinking, Thinking, "a thinking setting", |map| {
 /// `metadata`: `user_id`, if any, a string.
 struct Metadata;
 
-object!(Metadata, Metadata, "metadata", |map| {
-    let mut seen = Seen::default();
-    while let Some(key) = map.next_key::<Str>()? {
-        if key.0 == "user_id" {
-            seen.first(0)?;
-            map.next_value::<Option<Str>>()?;
-        } else {
-            map.next_value::<IgnoredAny>()?;
-        }
+visited!(Metadata, "metadata", map, |map| {
+    let mut fields = Fields::of(&["user_id"]);
+    while fields.next(&mut map)?.is_some() {
+        map.next_value::<Option<Str>>()?;
     }
     Ok(Metadata)
 });
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `summarize` on `body`, checked against the validator: the same verdict where it
-    /// decides, and the same summary.
-    fn agree(body: &str, endpoint: Endpoint) -> Option<Summary> {
-        let quick = summarize(body.as_bytes(), endpoint);
-        let slow = serde_json::from_str(body)
-            .ok()
-            .and_then(|v| validate(v, endpoint).ok());
-        if let Some(summary) = &quick {
-            let request = slow.unwrap_or_else(|| panic!("summarized, yet invalid: {body}"));
-            assert_eq!(*summary, Summary::of(&request), "{body}");
-        }
-        quick
-    }
-
-    #[test]
-    fn the_requests_sdks_send_are_read_without_the_validator() {
-        let bodies = [
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}"#,
-            r#"{"model":"m","max_tokens":1,"stream":true,"system":"Be brief, please.",
-                "messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello!"},
-                {"role":"user","content":[{"type":"text","text":"caf\u00e9 42x","cache_control":{"type":"ephemeral"}}]}]}"#,
-            r#"{"model":"m","max_tokens":9,"system":[{"type":"text","text":"one two"}],
-                "temperature":0.5,"top_p":1,"top_k":5,"stop_sequences":["END"],
-                "metadata":{"user_id":"u-1"},"thinking":{"type":"enabled","budget_tokens":1024},
-                "tool_choice":{"type":"tool","name":"get_weather"},
-                "tools":[{"name":"get_weather","description":"Weather of a city",
-                          "input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},
-                         {"type":"web_search_20250305","name":"web_search","max_uses":3}],
-                "messages":[{"role":"user","content":[
-                    {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}},
-                    {"type":"image","source":{"type":"url","url":"https://example.com/a.png"}},
-                    {"type":"text","text":"What is this?"}]},
-                  {"role":"assistant","content":[
-                    {"type":"thinking","thinking":"Let me see.","signature":"sig"},
-                    {"type":"tool_use","id":"tu_1","name":"get_weather","input":{"city":"Paris"}}]},
-                  {"role":"user","content":[
-                    {"type":"tool_result","tool_use_id":"tu_1","content":[{"type":"text","text":"Sunny"}],"is_error":false},
-                    {"type":"tool_result","tool_use_id":"tu_2","content":"Rain"}]}]}"#,
-            r#"{"model":"m","max_tokens":8,"temperature":null,"system":null,"unknown":[1,{"a":2}],
-                "messages":[{"role":"user","content":"x","name":"extra"}]}"#,
-        ];
-        for body in bodies {
-            let summary = agree(body, Endpoint::Messages);
-            assert!(summary.is_some(), "not read: {body}");
-        }
-        let counted = r#"{"model":"m","messages":[{"role":"user","content":"a b"}]}"#;
-        let summary = agree(counted, Endpoint::CountTokens).expect("read");
-        assert_eq!((summary.max_tokens, summary.input_tokens), (None, 5));
-        assert_eq!(summarize(counted.as_bytes(), Endpoint::Messages), None);
-    }
-
-    #[test]
-    fn anything_not_plainly_valid_is_left_to_the_validator() {
-        let bodies = [
-            "",
-            "[]",
-            "{}",
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"x"}]} x"#,
-            r#"{"model":" ","max_tokens":64,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":6.0,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":-0,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"system","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user"}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":null}]}"#,
-            r#"{"model":"m","model":"n","max_tokens":64,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"temperature":1.5,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"top_k":-1,"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"stream":"yes","messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"stop_sequences":[" "],"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"system":[{"type":"image","source":{"type":"url","url":"u"}}],"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"tools":[{"name":"t"}],"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"tools":[{"name":"","input_schema":{}}],"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"tool_choice":{"type":"tool"},"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"thinking":{"type":"enabled"},"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"metadata":{"user_id":5},"messages":[{"role":"user","content":"x"}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"text"}]}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"x"}}]}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"tool_use","id":"i","name":"n","input":[]}]}]}"#,
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"thinking","thinking":"t"}]}]}"#,
-            // Valid, but of a block type this does not read: the validator counts it.
-            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","data":"d"}}]}]}"#,
-        ];
-        for body in bodies {
-            assert_eq!(agree(body, Endpoint::Messages), None, "read: {body}");
-        }
-    }
-
-    #[test]
-    fn checked_bodies_give_their_typed_request_either_way() {
-        let body = br#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
-        let checked = Checked::new(body, Endpoint::Messages).expect("valid");
-        let typed = checked.typed(body).expect("typed");
-        assert_eq!(typed.model, "m");
-        assert_eq!(checked.summary, Summary::of(&typed));
-        let odd = br#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"document","x":1}]}]}"#;
-        let checked = Checked::new(odd, Endpoint::Messages).expect("valid");
-        assert!(matches!(checked.typed(odd), Ok(Cow::Borrowed(_))));
-        let err = Checked::new(b"{", Endpoint::Messages).expect_err("not JSON");
-        assert_eq!(err.param.as_deref(), Some("body"));
-        assert!(err.detail.starts_with("body: not valid JSON"), "{err:?}");
-        let err = Checked::new(br#"{"model":"m","messages":[]}"#, Endpoint::Messages)
-            .expect_err("no messages");
-        assert_eq!(err.param.as_deref(), Some("messages"));
-    }
-}
+mod tests;
