@@ -44,17 +44,20 @@ fn unauthorized(detail: &str) -> ApiError {
     ApiError::new(ErrorCode::Unauthorized, detail)
 }
 
+const X_API_KEY: http::HeaderName = http::HeaderName::from_static("x-api-key");
+
 /// The credential of a request: `Authorization: Bearer <key>`, or (where `allow_x_api_key`)
 /// `x-api-key: <key>`.
 pub fn presented_secret(headers: &HeaderMap, allow_x_api_key: bool) -> Option<&str> {
+    // A header value read as text is visible ASCII, spaces and tabs: ASCII trims suffice.
     if let Some(value) = headers.get(http::header::AUTHORIZATION) {
-        let value = value.to_str().ok()?.trim();
+        let value = value.to_str().ok()?.trim_ascii();
         let (scheme, token) = value.split_once(' ')?;
-        return (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty())
-            .then(|| token.trim());
+        let token = token.trim_ascii();
+        return (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token);
     }
     if allow_x_api_key {
-        let value = headers.get("x-api-key")?.to_str().ok()?.trim();
+        let value = headers.get(X_API_KEY)?.to_str().ok()?.trim_ascii();
         return (!value.is_empty()).then_some(value);
     }
     None

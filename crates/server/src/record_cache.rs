@@ -7,7 +7,7 @@
 //! task is equal to it; any change of the task (status, progress, an error) renders anew.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use store::Task;
@@ -19,25 +19,27 @@ const MAX: usize = 1024;
 /// Rendered records by task id, each with the task it was rendered from.
 #[derive(Default)]
 pub struct RecordCache {
-    records: Mutex<HashMap<String, (Task, Bytes)>>,
+    records: Mutex<HashMap<String, (Arc<Task>, Bytes)>>,
 }
 
 impl RecordCache {
-    /// The body rendered from a task equal to `task`, if one is kept.
-    pub fn get(&self, task: &Task) -> Option<Bytes> {
+    /// The body rendered from a task equal to `task`, if one is kept. The store hands out
+    /// the task it keeps decoded while its record is unchanged, so most polls find the very
+    /// task the body was rendered from and compare no further.
+    pub fn get(&self, task: &Arc<Task>) -> Option<Bytes> {
         let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         records
             .get(&task.id)
-            .filter(|(kept, _)| kept == task)
+            .filter(|(kept, _)| Arc::ptr_eq(kept, task) || **kept == **task)
             .map(|(_, body)| body.clone())
     }
 
     /// Keeps `body`, rendered from `task`.
-    pub fn put(&self, task: &Task, body: Bytes) {
+    pub fn put(&self, task: &Arc<Task>, body: Bytes) {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.len() >= MAX && !records.contains_key(&task.id) {
             records.clear();
         }
-        records.insert(task.id.clone(), (task.clone(), body));
+        records.insert(task.id.clone(), (Arc::clone(task), body));
     }
 }

@@ -49,8 +49,11 @@ fn request_id(req: &Request<Incoming>) -> RequestId {
 pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
     let started = Instant::now();
     let id = request_id(&req);
-    // The messages endpoints put the id into their error bodies.
-    req.extensions_mut().insert(id.clone());
+    // The messages endpoints put the id into their error bodies; only their paths read it
+    // (`messages::request_id`), so only they pay for the request's extensions map.
+    if is_messages_path(req.uri().path()) {
+        req.extensions_mut().insert(id.clone());
+    }
     let mut slot = crate::metrics::UNMATCHED;
     let mut res = dispatch(&app, req, &mut slot).await;
     app.metrics

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use channels::SimDirectives;
 use engine::now_ms;
 use error_codes::{ApiError, ErrorCode};
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use serde::Serialize;
 use store::{Key, Outputs, StoreError, Task, TaskKind, TaskStatus};
 
@@ -48,7 +48,7 @@ pub fn answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
 }
 
 /// The record of `task` as last rendered while the task is unchanged, else rendered now.
-fn kept_answer<F: TaskFormat>(app: &App, task: &Task) -> Answer {
+fn kept_answer<F: TaskFormat>(app: &App, task: &Arc<Task>) -> Answer {
     if let Some(body) = app.records.get(task) {
         return json_text(body);
     }
@@ -188,6 +188,18 @@ pub async fn create<F: TaskFormat>(
 /// The task `id` of kind `kind` when `key`'s owner owns it; otherwise `404 not found` (never
 /// telling whether it exists).
 pub async fn owned(app: &App, key: &Key, id: &str, kind: TaskKind) -> Result<Task, ApiError> {
+    owned_shared(app, key, id, kind)
+        .await
+        .map(Arc::unwrap_or_clone)
+}
+
+/// [`owned`] for a reader that only looks: the store's own decoded task, shared, not copied.
+async fn owned_shared(
+    app: &App,
+    key: &Key,
+    id: &str,
+    kind: TaskKind,
+) -> Result<Arc<Task>, ApiError> {
     let not_found = || ApiError::new(ErrorCode::NotFound, format!("no task {id}"));
     if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(not_found());
@@ -195,7 +207,7 @@ pub async fn owned(app: &App, key: &Key, id: &str, kind: TaskKind) -> Result<Tas
     // A point read served from the store's cache, like the key lookup: no thread hop.
     let task = app
         .store
-        .task(id)
+        .task_shared(id)
         .await
         .map_err(store_unavailable)?
         .ok_or_else(not_found)?;
@@ -207,7 +219,7 @@ pub async fn owned(app: &App, key: &Key, id: &str, kind: TaskKind) -> Result<Tas
 
 /// `GET` of one task: its record, with `openai-poll-after-ms` while it runs.
 pub async fn get<F: TaskFormat>(app: &App, key: &Key, id: &str) -> Answer {
-    match owned(app, key, id, F::KIND).await {
+    match owned_shared(app, key, id, F::KIND).await {
         Ok(task) => {
             let mut res = if F::STABLE {
                 kept_answer::<F>(app, &task)
@@ -310,10 +322,12 @@ pub async fn delete(app: &Arc<App>, key: &Key, id: &str, kind: TaskKind) -> Resu
     Ok(())
 }
 
+const POLL_AFTER: HeaderName = HeaderName::from_static("openai-poll-after-ms");
+
 /// `openai-poll-after-ms` on a successful answer about an unfinished task (CONTRACT §0.1a).
 pub fn poll_after_header(task: &Task, res: &mut Answer) {
     if !task.status.is_final() && res.status().is_success() {
         res.headers_mut()
-            .insert("openai-poll-after-ms", HeaderValue::from_static("5000"));
+            .insert(POLL_AFTER, HeaderValue::from_static("5000"));
     }
 }

@@ -56,6 +56,8 @@
 //! | `record`     | records as JSON, reads by id, sled's errors as the store's         |
 //! | `flush`      | group commit                                                       |
 
+use std::sync::Arc;
+
 use crate::steps::{AssetUpdate, KeyUpdate, TaskUpdate};
 use crate::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Character,
@@ -99,6 +101,10 @@ impl Store for SledStore {
     }
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
+        Ok(tasks::get_by_id(self, id)?.map(Arc::unwrap_or_clone))
+    }
+
+    async fn task_shared(&self, id: &str) -> Result<Option<Arc<Task>>, StoreError> {
         tasks::get_by_id(self, id)
     }
 

@@ -1,5 +1,7 @@
 //! The `Store` trait: the business steps of the relay's state, each one transaction.
 
+use std::sync::Arc;
+
 use crate::batch::{Batch, BatchItem, BatchResult};
 use crate::error::StoreError;
 use crate::idempotency::{IdemAnswer, IdemClaim, IdemTicket};
@@ -34,6 +36,12 @@ pub trait Store: Send + Sync + 'static {
     async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError>;
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError>;
+
+    /// [`Store::task`] for a reader that only looks: a backend that keeps the tasks it read
+    /// lately decoded hands out the one it keeps, unchanged, instead of a copy.
+    async fn task_shared(&self, id: &str) -> Result<Option<Arc<Task>>, StoreError> {
+        Ok(self.task(id).await?.map(Arc::new))
+    }
 
     /// [`Store::create_task`] for a request with an `Idempotency-Key`: in the same transaction
     /// the key's record (claimed by `ticket`) is completed with `answer`, so the task and the

@@ -96,6 +96,9 @@ pub(super) fn is_messages_path(path: &str) -> bool {
     })
 }
 
+/// One more than the segments of the longest route's path but a file's.
+const MAX_SEGMENTS: usize = 6;
+
 pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Miss> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(Miss::NotFound);
@@ -108,16 +111,21 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
             Err(Miss::Method("GET"))
         };
     }
-    let segments: Vec<&str> = rest.split('/').collect();
-    if segments
-        .iter()
-        .any(|s| s.is_empty() || *s == "." || *s == ".." || s.contains('%'))
-    {
-        return Err(Miss::NotFound);
+    // The first segments, on the stack: a path of more can only be a file's (`files/...`).
+    let mut segments = [""; MAX_SEGMENTS];
+    let mut count = 0;
+    for segment in rest.split('/') {
+        if segment.is_empty() || segment == "." || segment == ".." || segment.contains('%') {
+            return Err(Miss::NotFound);
+        }
+        if count < MAX_SEGMENTS {
+            segments[count] = segment;
+            count += 1;
+        }
     }
     let m = method;
     use Route::*;
-    match segments.as_slice() {
+    match &segments[..count] {
         ["files", _, ..] if m == Method::GET => Ok(File(&rest["files/".len()..])),
         ["callbacks", "ark", channel] if m == Method::POST => Ok(ArkCallback(channel)),
         ["callbacks", "ark", _] => Err(Miss::Method("POST")),
@@ -438,6 +446,23 @@ mod tests {
         assert_eq!(route(&Method::POST, "/console/"), Err(Miss::Method("GET")));
         assert_eq!(route(&Method::GET, "/console/a/b.js"), Err(Miss::NotFound));
         assert_eq!(route(&Method::GET, "/console//"), Err(Miss::NotFound));
+        // Paths longer than any route's: only a file's, every segment still checked.
+        assert_eq!(
+            route(&Method::GET, "/files/a/b/c/d/e/f/g"),
+            Ok(Route::File("a/b/c/d/e/f/g"))
+        );
+        assert_eq!(
+            route(&Method::GET, "/files/a/b/c/d/e/f/../g"),
+            Err(Miss::NotFound)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1/video/generations/x/cancel/y"),
+            Err(Miss::NotFound)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1/video/generations/x/cancel/y/z"),
+            Err(Miss::NotFound)
+        );
     }
 
     #[test]

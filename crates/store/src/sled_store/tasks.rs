@@ -3,6 +3,8 @@
 //! owner's pages, all tasks for operators, claiming due tasks and the unfinished ones from the
 //! `due` index.
 
+use std::sync::Arc;
+
 use super::index::{children, move_entry};
 use super::record::{backend, check_id, decode, encode, read};
 use super::task_index::{due_key, owner_key, owner_prefix, sort_key, split_due_key};
@@ -44,8 +46,9 @@ pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
     Ok(())
 }
 
-/// A task by id: from [`super::trees::RecentTasks`] when its record is what was decoded last.
-pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
+/// A task by id: from [`super::trees::RecentTasks`] when its record is what was decoded last
+/// (shared, not copied).
+pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Arc<Task>>, StoreError> {
     let Some(bytes) = store
         .trees
         .tasks
@@ -57,7 +60,7 @@ pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Task>, Sto
     if let Some(task) = store.recent.get(id, &bytes) {
         return Ok(Some(task));
     }
-    let task: Task = decode(TASKS, &bytes)?;
+    let task = Arc::new(decode::<Task>(TASKS, &bytes)?);
     store.recent.put(id, bytes, &task);
     Ok(Some(task))
 }

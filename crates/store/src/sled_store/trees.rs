@@ -95,25 +95,25 @@ const RECENT_TASKS: usize = 1024;
 /// record has other bytes, so nothing here can go stale.
 #[derive(Default)]
 pub(super) struct RecentTasks {
-    tasks: std::sync::Mutex<std::collections::HashMap<String, (sled::IVec, crate::Task)>>,
+    tasks: std::sync::Mutex<std::collections::HashMap<String, (sled::IVec, Arc<crate::Task>)>>,
 }
 
 impl RecentTasks {
     /// The task decoded from `bytes` when task `id` was last decoded from the same bytes.
-    pub(super) fn get(&self, id: &str, bytes: &sled::IVec) -> Option<crate::Task> {
+    pub(super) fn get(&self, id: &str, bytes: &sled::IVec) -> Option<Arc<crate::Task>> {
         let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks
             .get(id)
             .filter(|(seen, _)| seen == bytes)
-            .map(|(_, task)| task.clone())
+            .map(|(_, task)| Arc::clone(task))
     }
 
-    pub(super) fn put(&self, id: &str, bytes: sled::IVec, task: &crate::Task) {
+    pub(super) fn put(&self, id: &str, bytes: sled::IVec, task: &Arc<crate::Task>) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         if tasks.len() >= RECENT_TASKS && !tasks.contains_key(id) {
             tasks.clear();
         }
-        tasks.insert(id.to_owned(), (bytes, task.clone()));
+        tasks.insert(id.to_owned(), (bytes, Arc::clone(task)));
     }
 }
 
