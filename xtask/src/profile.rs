@@ -1,6 +1,8 @@
 //! `cargo xtask profile`: the instructions the relay executes per request, counted by
-//! callgrind, for a whole `/v1/messages` answer, a streamed one and a `GET /v1/videos/{id}`
-//! poll. Counts do not depend on the machine's load, so a regression shows without noise.
+//! callgrind, for a whole `/v1/messages` answer and a streamed one (from the simulator's chat
+//! model, and from an `anthropic` channel to the bench's fake upstream, the bench's path) and a
+//! `GET /v1/videos/{id}` poll. Counts do not depend on the machine's load, so a regression
+//! shows without noise.
 //!
 //! The release relay runs under `valgrind --tool=callgrind`, instrumented only once it has
 //! started; for each kind of request, after a warm-up, the counters are zeroed, N requests are
@@ -16,19 +18,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::bench::party::Party;
 use crate::cmd;
 
 pub const USAGE: &str = "usage: cargo xtask profile [--requests N] [--relay PATH]
 
   Runs the release relay under callgrind (installs valgrind from Debian's packages when it is
   missing) and prints the instructions it executes per request for a whole /v1/messages
-  answer, a streamed one (the simulator's chat model) and a GET /v1/videos/{id} poll, as a
-  Markdown table. N requests of each kind are counted (default 200) after a warm-up.
+  answer and a streamed one (the simulator's chat model, then an anthropic channel to the
+  bench's fake upstream, run by this xtask as a process of its own) and a GET /v1/videos/{id}
+  poll, as a Markdown table. N requests of each kind are counted (default 200) after a warm-up.
   --relay PATH profiles that relay binary instead of building this tree's (to compare builds).";
 
 const ADMIN: &str = "profile-admin-token";
 const MESSAGE: &str = r#"{"model":"sim-chat","max_tokens":64,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 const STREAM: &str = r#"{"model":"sim-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
+const NATIVE: &str = r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
+const NATIVE_STREAM: &str = r#"{"model":"bench-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut requests: u64 = 200;
@@ -68,10 +74,26 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let config = work.join("relay.toml");
+    // A file's models and channels replace the default's: the simulator's two are listed
+    // again beside the bench's fake native upstream, in a process of its own (not counted).
+    let xtask = std::env::current_exe().context("this xtask's path")?;
+    let fake = Party::start(&xtask, "fake-messages", &[])?;
     std::fs::write(
         &config,
-        "[limits]\nrps = 1000000\nburst = 1000000\npoll_rps_per_task = 1000000\n\
-         [simulator]\ntask_secs = 3600\n",
+        format!(
+            "[limits]\nrps = 1000000\nburst = 1000000\npoll_rps_per_task = 1000000\n\
+             [simulator]\ntask_secs = 3600\n\
+             [models.model_h3]\nkind = \"video\"\nprice_per_second = 10\n\
+             [models.sim-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
+             output_price_per_mtok = 3000\n\
+             [models.bench-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
+             output_price_per_mtok = 3000\n\
+             [[channels]]\nname = \"simulator\"\nkind = \"simulator\"\n\
+             models = [\"model_h3\", \"sim-chat\"]\n\
+             [[channels]]\nname = \"bench-upstream\"\nkind = \"anthropic\"\n\
+             models = [\"bench-chat\"]\nbase_url = \"http://{}\"\napi_key = \"upstream-key\"\n",
+            fake.addr
+        ),
     )?;
     let out = work.join("callgrind.out");
     let wrapper = [
@@ -117,6 +139,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     for (name, kind) in [
         ("whole answer (/v1/messages)", Kind::Message(MESSAGE)),
         ("stream (/v1/messages, stream: true)", Kind::Message(STREAM)),
+        ("whole answer, anthropic channel", Kind::Message(NATIVE)),
+        ("stream, anthropic channel", Kind::Message(NATIVE_STREAM)),
         ("poll (GET /v1/videos/{id})", Kind::Poll),
     ] {
         let send = |conn: &mut Conn| -> anyhow::Result<()> {
@@ -147,14 +171,15 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     }
     drop(conn);
     drop(relay);
+    drop(fake);
 
     println!("| request | instructions per request |\n|---|---:|");
     for (name, per) in rows {
         println!("| {name} | {} |", group(per));
     }
     println!(
-        "\n{requests} requests of each kind, release relay under callgrind (every thread, the \
-         charge writer included)."
+        "\n{requests} requests of each kind on one connection, release relay under callgrind \
+         (every thread, the charge writer included; the fake upstream not counted)."
     );
     Ok(())
 }
