@@ -214,7 +214,7 @@ pub async fn serve(
         cluster.leave().await;
     }
     workers.stop().await;
-    app.store.flush().await?;
+    app.store.close().await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -51,7 +51,7 @@
 //! | `batches`    | message batches: their requests, results with their charges        |
 //! | `characters` | characters of the first format                                     |
 //! | `index`      | index keys and ranges every index shares                           |
-//! | `counts`     | tasks by kind and status, kept after each step's commit            |
+//! | `counts`     | tasks by kind and status, kept after each step's commit; left by a clean stop for the next opening |
 //! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
 //! | `record`     | records as JSON, reads by id, sled's errors as the store's         |
 //! | `flush`      | group commit                                                       |
@@ -276,6 +276,11 @@ impl Store for SledStore {
 
     async fn flush(&self) -> Result<(), StoreError> {
         self.flush_after("flush").await
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        self.leave_counts()?;
+        self.flush_after("close").await
     }
 
     async fn create_character(&self, character: &Character) -> Result<(), StoreError> {

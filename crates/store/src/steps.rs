@@ -191,6 +191,13 @@ pub trait Store: Send + Sync + 'static {
     /// Makes everything written so far durable.
     async fn flush(&self) -> Result<(), StoreError>;
 
+    /// Ends this process's use of the store, after its last step: flushed, and what a backend
+    /// keeps in memory about the stored data (the embedded one's task counts) left for the
+    /// next opening, which otherwise works it out again.
+    async fn close(&self) -> Result<(), StoreError> {
+        self.flush().await
+    }
+
     /// Writes a new character, flushed. An id in use is refused ([`StoreError::Backend`]) and
     /// the one there is left as it was.
     async fn create_character(&self, character: &Character) -> Result<(), StoreError>;

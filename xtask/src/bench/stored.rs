@@ -152,7 +152,8 @@ async fn seed(dir: &Path, n: usize) -> anyhow::Result<(Seed, Duration)> {
                     .map_err(|_| anyhow::anyhow!("a seeding task panicked"))??,
             );
         }
-        store.flush().await?;
+        // A clean stop: the store leaves its task counts for the next opening.
+        store.close().await?;
         drop(store);
         std::fs::write(dir.join("ids"), ids.join("\n"))?;
         std::fs::write(dir.join("key"), &secret)?;

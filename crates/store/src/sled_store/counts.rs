@@ -1,12 +1,22 @@
 //! How many tasks of each kind are in each status, for [`crate::Store::task_counts`]: counted
 //! once when the store opens, then kept by the steps that create, move and delete tasks, after
 //! their transaction committed. Exact, because one process writes an embedded store.
+//!
+//! Counting reads every task (seconds over a million), so a clean stop
+//! ([`crate::Store::close`]) leaves the counts in a tree of their own, and the next opening
+//! takes them out of it, durably, before any step can change them: a stop that was not clean
+//! leaves nothing there, and the opening after it counts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
-use crate::{TaskCount, TaskKind, TaskStatus};
+use super::record::{backend, open_tree};
+use crate::{StoreError, TaskCount, TaskKind, TaskStatus};
+
+/// The tree a clean stop leaves the counts in, under [`LEFT`].
+const AT_STOP: &str = "task_counts_at_stop";
+const LEFT: &[u8] = b"counts";
 
 /// The counts, one per kind and status.
 #[derive(Debug, Default)]
@@ -22,6 +32,56 @@ struct Head {
 }
 
 impl TaskCounts {
+    /// The counts a clean stop left, taken out of the store (durably); else counted from
+    /// `tasks`.
+    pub(super) fn open(db: &sled::Db, tasks: &sled::Tree) -> Result<TaskCounts, StoreError> {
+        let left = open_tree(db, AT_STOP)?
+            .remove(LEFT)
+            .map_err(|e| backend("take the task counts", e))?;
+        if let Some(bytes) = left {
+            db.flush()
+                .map_err(|e| backend("take the task counts: flush", e))?;
+            if let Some(counts) = TaskCounts::decode(&bytes) {
+                return Ok(counts);
+            }
+        }
+        Ok(TaskCounts::of(tasks))
+    }
+
+    /// Leaves the counts for the next opening; for a clean stop, after the last step (the
+    /// caller flushes).
+    pub(super) fn leave(&self, db: &sled::Db) -> Result<(), StoreError> {
+        open_tree(db, AT_STOP)?
+            .insert(LEFT, self.encode())
+            .map_err(|e| backend("leave the task counts", e))?;
+        Ok(())
+    }
+
+    /// Every count, kind by kind and status by status, as big-endian `u64`s.
+    fn encode(&self) -> Vec<u8> {
+        self.all()
+            .iter()
+            .flat_map(|c| c.count.to_be_bytes())
+            .collect()
+    }
+
+    /// [`TaskCounts::encode`]'s bytes; `None` for any other length (another version's kinds
+    /// or statuses: counted again).
+    fn decode(bytes: &[u8]) -> Option<TaskCounts> {
+        let counts = TaskCounts::default();
+        let slots = TaskKind::ALL
+            .iter()
+            .flat_map(|&kind| TaskStatus::ALL.iter().map(move |&status| (kind, status)));
+        if bytes.len() != 8 * TaskKind::ALL.len() * TaskStatus::ALL.len() {
+            return None;
+        }
+        for ((kind, status), word) in slots.zip(bytes.chunks_exact(8)) {
+            let n = u64::from_be_bytes(word.try_into().ok()?);
+            counts.slot(kind, status).store(n, Ordering::Relaxed);
+        }
+        Some(counts)
+    }
+
     /// Counts the records of `tasks`; one that does not read as a task is left out (and said).
     pub(super) fn of(tasks: &sled::Tree) -> TaskCounts {
         let counts = TaskCounts::default();

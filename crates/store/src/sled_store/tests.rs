@@ -180,3 +180,54 @@ async fn the_usage_log_keeps_committed_charges_across_reopens() {
     assert_eq!(amounts(&store), all);
     assert_eq!(store.key("key_l").await.unwrap().unwrap().quota_used, 9);
 }
+
+/// The task counts survive a clean stop without a recount, and are counted again after a stop
+/// that was not clean, never taken stale.
+#[tokio::test]
+async fn task_counts_are_left_by_a_clean_stop_and_counted_after_any_other() {
+    let dir = TempDir::new();
+    let queued = |store: &SledStore| {
+        store
+            .counts
+            .all()
+            .iter()
+            .find(|c| c.kind == crate::TaskKind::Video && c.status == Queued)
+            .map_or(0, |c| c.count)
+    };
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        for n in 1..=3 {
+            let t = task(&tid("video", n), "k", Queued, Some(100));
+            store.create_task(&t, &[]).await.unwrap();
+        }
+        store.close().await.unwrap();
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(queued(&store), 3);
+    // Left by a clean stop, the counts are read as they were written, not counted: a record
+    // the counting would see is not counted.
+    store.close().await.unwrap();
+    store
+        .trees
+        .tasks
+        .insert(
+            tid("video", 9),
+            serde_json::to_vec(&task(&tid("video", 9), "k", Queued, None)).unwrap(),
+        )
+        .unwrap();
+    store.flush_after("test").await.unwrap();
+    drop(store);
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(queued(&store), 3);
+    // A stop that was not clean (no close) leaves nothing, what the last opening took is gone:
+    // the next opening counts (the stale counts left before would say 3).
+    for n in [1, 2] {
+        store
+            .transition(&tid("video", n), &[Queued], Running, &noop, &[])
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(queued(&store), 2, "3 and 9 queued, 1 and 2 running");
+}

@@ -186,7 +186,7 @@ impl SledStore {
             .open()
             .map_err(|e| StoreError::Backend(format!("open database in {}: {e}", dir.display())))?;
         let trees = Trees::open(&db)?;
-        let counts = Arc::new(TaskCounts::of(&trees.tasks));
+        let counts = Arc::new(TaskCounts::open(&db, &trees.tasks)?);
         let usage = open_tree(&db, USAGE)?;
         let committed = match usage.get(usage_log::END) {
             Ok(Some(end)) => <[u8; 8]>::try_from(end.as_ref()).map_or(0, u64::from_be_bytes),
@@ -238,6 +238,11 @@ impl SledStore {
     /// Makes everything written so far durable, sharing a flush with concurrent callers;
     /// `what` names the step in an error. The disk sync runs on a blocking thread, never on
     /// the caller's async worker.
+    /// Leaves the task counts for the next opening ([`TaskCounts::open`]); for a clean stop.
+    pub(super) fn leave_counts(&self) -> Result<(), StoreError> {
+        self.counts.leave(&self.db)
+    }
+
     pub(super) async fn flush_after(&self, what: &str) -> Result<(), StoreError> {
         let (db, flusher, log) = (
             self.db.clone(),
