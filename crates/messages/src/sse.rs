@@ -105,10 +105,18 @@ impl SseDecoder {
     }
 
     fn scan(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
-        while let Some(pos) = bytes.iter().position(|b| *b == b'\n' || *b == b'\r') {
+        while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
             let (head, rest) = bytes.split_at(pos);
-            self.push_line_bytes(head);
-            let line = std::mem::take(&mut self.line);
+            // A line that began in an earlier chunk is put together in `held`; one that lies
+            // whole in this chunk is read where it is. `held` keeps its buffer for the next.
+            let mut held = std::mem::take(&mut self.line);
+            let line: &[u8] = if held.is_empty() {
+                &head[..head.len().min(self.max_line)]
+            } else {
+                let room = self.max_line.saturating_sub(held.len());
+                held.extend_from_slice(&head[..head.len().min(room)]);
+                &held
+            };
             let ended_cr = rest[0] == b'\r';
             bytes = &rest[1..];
             if ended_cr {
@@ -123,8 +131,10 @@ impl SseDecoder {
                 // What follows this line end belongs to the next event.
                 self.pending = bytes.len();
             } else {
-                self.line_done(&line);
+                self.line_done(line);
             }
+            held.clear();
+            self.line = held;
         }
         self.push_line_bytes(bytes);
     }
@@ -138,7 +148,7 @@ impl SseDecoder {
         if line.first() == Some(&b':') {
             return;
         }
-        let (name, value) = match line.iter().position(|b| *b == b':') {
+        let (name, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let value = &line[i + 1..];
                 (&line[..i], value.strip_prefix(b" ").unwrap_or(value))

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use messages::openai::{ChatStream, ConvertError};
-use messages::{SseDecoder, StreamEvent, Usage};
+use messages::{SseDecoder, StreamEvent, Usage, scan};
 use serde_json::Value;
 
 use crate::upstream_http::{UpstreamBody, UpstreamError};
@@ -371,38 +371,72 @@ impl ChatEventStream {
 
 /// Reads usage, the end and errors out of one native event (its `data:` JSON).
 fn read_native_event(data: &str, usage: &mut Usage, finished: &mut bool, error: &mut bool) {
+    // The type and the usage found by a scan, without a tree of the rest (a `message_start`
+    // carries the whole message); an event the scan cannot read so is parsed whole.
+    let text = data.as_bytes();
+    let kind = scan::member(text, "type").and_then(|k| serde_json::from_slice::<&str>(k).ok());
+    let usage_at = match kind {
+        Some("message_start") => {
+            scan::member(text, "message").and_then(|m| scan::member(m, "usage"))
+        }
+        Some("message_delta") => scan::member(text, "usage"),
+        Some("message_stop") => {
+            *finished = true;
+            return;
+        }
+        Some("error") => {
+            *error = true;
+            return;
+        }
+        Some(_) => return,
+        None => None,
+    };
+    match usage_at {
+        Some(u) => {
+            if let Ok(u) = serde_json::from_slice::<Value>(u) {
+                apply_usage(&u, usage);
+            }
+        }
+        None => read_parsed_event(data, usage, finished, error),
+    }
+}
+
+/// [`read_native_event`] on the event parsed whole.
+fn read_parsed_event(data: &str, usage: &mut Usage, finished: &mut bool, error: &mut bool) {
     let Ok(value) = serde_json::from_str::<Value>(data) else {
         return;
-    };
-    let number = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64);
-    let apply = |u: &Value, usage: &mut Usage| {
-        if let Some(n) = number(u, "input_tokens") {
-            usage.input_tokens = n;
-        }
-        if let Some(n) = number(u, "output_tokens") {
-            usage.output_tokens = n;
-        }
-        if let Some(n) = number(u, "cache_creation_input_tokens") {
-            usage.cache_creation_input_tokens = n;
-        }
-        if let Some(n) = number(u, "cache_read_input_tokens") {
-            usage.cache_read_input_tokens = n;
-        }
     };
     match value.get("type").and_then(Value::as_str) {
         Some("message_start") => {
             if let Some(u) = value.pointer("/message/usage") {
-                apply(u, usage);
+                apply_usage(u, usage);
             }
         }
         Some("message_delta") => {
             if let Some(u) = value.get("usage") {
-                apply(u, usage);
+                apply_usage(u, usage);
             }
         }
         Some("message_stop") => *finished = true,
         Some("error") => *error = true,
         _ => {}
+    }
+}
+
+/// The counts a usage object gives (each one only where it is a whole number).
+fn apply_usage(u: &Value, usage: &mut Usage) {
+    let number = |key: &str| u.get(key).and_then(Value::as_u64);
+    if let Some(n) = number("input_tokens") {
+        usage.input_tokens = n;
+    }
+    if let Some(n) = number("output_tokens") {
+        usage.output_tokens = n;
+    }
+    if let Some(n) = number("cache_creation_input_tokens") {
+        usage.cache_creation_input_tokens = n;
+    }
+    if let Some(n) = number("cache_read_input_tokens") {
+        usage.cache_read_input_tokens = n;
     }
 }
 
@@ -423,6 +457,40 @@ mod tests {
 
     const TEXT: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"partial\"}}]}\n\n";
     const ERROR: &str = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
+
+    /// The scan of a native event reads what parsing it whole reads: its usage, its end, an
+    /// upstream error.
+    #[test]
+    fn native_events_read_by_a_scan_as_parsed_whole() {
+        let events = [
+            r#"{"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":12,"output_tokens":1,"cache_read_input_tokens":4}}}"#,
+            r#"{"message":{"usage":{"input_tokens":7}},"type":"message_start"}"#,
+            r#"{"type":"message_start","message":{"id":"m"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":-1,"input_tokens":2.5,"cache_creation_input_tokens":3}}"#,
+            r#"{"type":"message_delta","usage":null}"#,
+            r#"{"type":"message_stop"}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+            r#"{"type":"ping"}"#,
+            r#"{"type":"message_stop"}"#,
+            r#"{"type":7}"#,
+            r#"{}"#,
+            r#"not json"#,
+        ];
+        for event in events {
+            let read = |f: fn(&str, &mut Usage, &mut bool, &mut bool)| {
+                let (mut usage, mut finished, mut error) = (Usage::default(), false, false);
+                f(event, &mut usage, &mut finished, &mut error);
+                (usage, finished, error)
+            };
+            assert_eq!(read(read_native_event), read(read_parsed_event), "{event}");
+        }
+        let (mut usage, mut finished, mut error) = (Usage::default(), false, false);
+        read_native_event(events[0], &mut usage, &mut finished, &mut error);
+        assert_eq!((usage.input_tokens, usage.cache_read_input_tokens), (12, 4));
+        read_native_event(events[9], &mut usage, &mut finished, &mut error);
+        assert!(finished, "an escaped type is still read");
+    }
 
     /// A native stream is handed out at event boundaries only, wherever its chunks end (a
     /// `\r\n` split across chunks included).
