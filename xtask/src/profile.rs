@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::bench::party::Party;
+use crate::bench::relays::messages_config;
 use crate::cmd;
 
 pub const USAGE: &str = "usage: cargo xtask profile [--requests N] [--relay PATH]
@@ -74,25 +75,19 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let config = work.join("relay.toml");
-    // A file's models and channels replace the default's: the simulator's two are listed
-    // again beside the bench's fake native upstream, in a process of its own (not counted).
+    // The bench's relay (its fake native upstream in a process of its own, not counted); a
+    // file's models and channels replace the default's, so the simulator's are listed again.
     let xtask = std::env::current_exe().context("this xtask's path")?;
     let fake = Party::start(&xtask, "fake-messages", &[])?;
     std::fs::write(
         &config,
         format!(
-            "[limits]\nrps = 1000000\nburst = 1000000\npoll_rps_per_task = 1000000\n\
-             [simulator]\ntask_secs = 3600\n\
-             [models.model_h3]\nkind = \"video\"\nprice_per_second = 10\n\
+            "{}[simulator]\ntask_secs = 3600\n\
              [models.sim-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
              output_price_per_mtok = 3000\n\
-             [models.bench-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
-             output_price_per_mtok = 3000\n\
              [[channels]]\nname = \"simulator\"\nkind = \"simulator\"\n\
-             models = [\"model_h3\", \"sim-chat\"]\n\
-             [[channels]]\nname = \"bench-upstream\"\nkind = \"anthropic\"\n\
-             models = [\"bench-chat\"]\nbase_url = \"http://{}\"\napi_key = \"upstream-key\"\n",
-            fake.addr
+             models = [\"model_h3\", \"sim-chat\"]\n",
+            messages_config(fake.addr)
         ),
     )?;
     let out = work.join("callgrind.out");

@@ -112,26 +112,22 @@ fn no<E: de::Error>() -> E {
 }
 
 /// The fields of one object a visitor reads, and which of them it has seen.
-struct Fields {
-    names: &'static [&'static str],
+struct Fields<F: 'static> {
+    names: &'static [(&'static str, F)],
     seen: u32,
 }
 
-impl Fields {
-    fn of(names: &'static [&'static str]) -> Fields {
+impl<F: Copy + PartialEq> Fields<F> {
+    fn of(names: &'static [(&'static str, F)]) -> Fields<F> {
         Fields { names, seen: 0 }
     }
 
-    /// The key of the next entry whose field this reads (one of `names`, so a visitor's
-    /// `match` on it ends with an arm never taken), its value not yet taken; the values of
-    /// other fields are skipped. A field seen twice is left to the validator (the JSON tree
-    /// keeps the last; this would have read both).
-    fn next<'de, A: MapAccess<'de>>(
-        &mut self,
-        map: &mut A,
-    ) -> Result<Option<&'static str>, A::Error> {
+    /// The field of the next entry this reads, its value not yet taken; the values of other
+    /// fields are skipped. A field seen twice is left to the validator (the JSON tree keeps
+    /// the last; this would have read both).
+    fn next<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<Option<F>, A::Error> {
         while let Some(key) = map.next_key::<Str>()? {
-            let Some(i) = self.names.iter().position(|name| *name == key.0) else {
+            let Some(i) = self.names.iter().position(|(name, _)| *name == key.0) else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
@@ -140,14 +136,14 @@ impl Fields {
                 return Err(no());
             }
             self.seen |= bit;
-            return Ok(Some(self.names[i]));
+            return Ok(Some(self.names[i].1));
         }
         Ok(None)
     }
 
-    /// Whether the field `name` (one of those this reads) was seen.
-    fn has(&self, name: &str) -> bool {
-        let i = self.names.iter().position(|n| *n == name);
+    /// Whether `field` was seen.
+    fn has(&self, field: F) -> bool {
+        let i = self.names.iter().position(|(_, f)| *f == field);
         i.is_some_and(|i| self.seen & (1 << i) != 0)
     }
 }
@@ -228,6 +224,77 @@ fn count_json(value: &Value) -> u64 {
     count_text(&value.to_string())
 }
 
+/// The fields a visitor reads, as an enum with the field names in the body: `ALL` is the
+/// table [`Fields`] reads keys by.
+macro_rules! fields {
+    ($($name:ident { $($variant:ident = $text:literal),+ $(,)? })+) => {$(
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum $name { $($variant),+ }
+        impl $name {
+            const ALL: &'static [(&'static str, $name)] = &[$(($text, $name::$variant)),+];
+        }
+    )+};
+}
+
+fields! {
+    TopField {
+        Model = "model",
+        Messages = "messages",
+        System = "system",
+        MaxTokens = "max_tokens",
+        Temperature = "temperature",
+        TopP = "top_p",
+        TopK = "top_k",
+        Stream = "stream",
+        StopSequences = "stop_sequences",
+        Tools = "tools",
+        ToolChoice = "tool_choice",
+        Thinking = "thinking",
+        Metadata = "metadata",
+    }
+    MessageField {
+        Role = "role",
+        Content = "content",
+    }
+    BlockField {
+        Type = "type",
+        Text = "text",
+        Source = "source",
+        Id = "id",
+        Name = "name",
+        Input = "input",
+        ToolUseId = "tool_use_id",
+        Content = "content",
+        IsError = "is_error",
+        Thinking = "thinking",
+        Signature = "signature",
+    }
+    SourceField {
+        Type = "type",
+        MediaType = "media_type",
+        Data = "data",
+        Url = "url",
+    }
+    ToolField {
+        Name = "name",
+        Type = "type",
+        Description = "description",
+        InputSchema = "input_schema",
+    }
+    ChoiceField {
+        Type = "type",
+        Name = "name",
+        DisableParallelToolUse = "disable_parallel_tool_use",
+    }
+    ThinkingField {
+        Type = "type",
+        BudgetTokens = "budget_tokens",
+    }
+    MetadataField {
+        UserId = "user_id",
+    }
+}
+
 /// The body: an object.
 struct Top {
     endpoint: Endpoint,
@@ -241,21 +308,7 @@ impl<'de> Visitor<'de> for Top {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Summary, A::Error> {
-        let mut fields = Fields::of(&[
-            "model",
-            "messages",
-            "system",
-            "max_tokens",
-            "temperature",
-            "top_p",
-            "top_k",
-            "stream",
-            "stop_sequences",
-            "tools",
-            "tool_choice",
-            "thinking",
-            "metadata",
-        ]);
+        let mut fields = Fields::of(TopField::ALL);
         let mut model: Option<Str> = None;
         let mut messages: Option<u64> = None;
         let mut system = 0;
@@ -264,32 +317,31 @@ impl<'de> Visitor<'de> for Top {
         let mut tools = 0;
         while let Some(field) = fields.next(&mut map)? {
             match field {
-                "model" => model = map.next_value()?,
-                "messages" => messages = map.next_value::<Option<Messages>>()?.map(|m| m.0),
-                "system" => system = map.next_value::<Option<System>>()?.map_or(0, |s| s.0),
-                "max_tokens" => max_tokens = map.next_value()?,
-                "temperature" => {
+                TopField::Model => model = map.next_value()?,
+                TopField::Messages => messages = map.next_value::<Option<Messages>>()?.map(|m| m.0),
+                TopField::System => system = map.next_value::<Option<System>>()?.map_or(0, |s| s.0),
+                TopField::MaxTokens => max_tokens = map.next_value()?,
+                TopField::Temperature => {
                     if let Some(Number(t)) = map.next_value()?
                         && !(0.0..=1.0).contains(&t)
                     {
                         return Err(no());
                     }
                 }
-                "top_p" => shape::<Option<Number>, _>(&mut map)?,
-                "top_k" => shape::<Option<Count>, _>(&mut map)?,
-                "stream" => stream = map.next_value::<Option<bool>>()?,
-                "stop_sequences" => {
+                TopField::TopP => shape::<Option<Number>, _>(&mut map)?,
+                TopField::TopK => shape::<Option<Count>, _>(&mut map)?,
+                TopField::Stream => stream = map.next_value::<Option<bool>>()?,
+                TopField::StopSequences => {
                     for s in map.next_value::<Option<Vec<Str>>>()?.into_iter().flatten() {
                         if s.0.trim().is_empty() {
                             return Err(no());
                         }
                     }
                 }
-                "tools" => tools = map.next_value::<Option<Tools>>()?.map_or(0, |t| t.0),
-                "tool_choice" => shape::<Option<ToolChoice>, _>(&mut map)?,
-                "thinking" => shape::<Option<Thinking>, _>(&mut map)?,
-                "metadata" => shape::<Option<Metadata>, _>(&mut map)?,
-                _ => return Err(no()),
+                TopField::Tools => tools = map.next_value::<Option<Tools>>()?.map_or(0, |t| t.0),
+                TopField::ToolChoice => shape::<Option<ToolChoice>, _>(&mut map)?,
+                TopField::Thinking => shape::<Option<Thinking>, _>(&mut map)?,
+                TopField::Metadata => shape::<Option<Metadata>, _>(&mut map)?,
             }
         }
         let model = match model {
@@ -359,11 +411,11 @@ visited!(Messages, "an array of messages", seq, |seq| {
 struct Message(u64);
 
 visited!(Message, "a message", map, |map| {
-    let mut fields = Fields::of(&["role", "content"]);
+    let mut fields = Fields::of(MessageField::ALL);
     let mut role = false;
     let mut content = None;
     while let Some(field) = fields.next(&mut map)? {
-        if field == "role" {
+        if field == MessageField::Role {
             let r: Str = map.next_value()?;
             if !matches!(&*r.0, "user" | "assistant") {
                 return Err(no());
@@ -437,19 +489,7 @@ impl<'de> Visitor<'de> for Block {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-        let mut fields = Fields::of(&[
-            "type",
-            "text",
-            "source",
-            "id",
-            "name",
-            "input",
-            "tool_use_id",
-            "content",
-            "is_error",
-            "thinking",
-            "signature",
-        ]);
+        let mut fields = Fields::of(BlockField::ALL);
         let mut kind: Option<Str> = None;
         let mut text: Option<Str> = None;
         let mut name: Option<Str> = None;
@@ -458,21 +498,27 @@ impl<'de> Visitor<'de> for Block {
         let mut thinking: Option<Str> = None;
         while let Some(field) = fields.next(&mut map)? {
             match field {
-                "type" => kind = Some(map.next_value()?),
-                "text" => text = Some(map.next_value()?),
-                "source" => shape::<Source, _>(&mut map)?,
-                "id" | "tool_use_id" | "signature" => shape::<Str, _>(&mut map)?,
-                "name" => name = Some(map.next_value()?),
-                "input" => input = Some(map.next_value()?),
-                "content" => content = map.next_value::<Option<Content>>()?.map(|c| c.0),
-                "is_error" => shape::<Option<bool>, _>(&mut map)?,
-                "thinking" => thinking = Some(map.next_value()?),
-                _ => return Err(no()),
+                BlockField::Type => kind = Some(map.next_value()?),
+                BlockField::Text => text = Some(map.next_value()?),
+                BlockField::Source => shape::<Source, _>(&mut map)?,
+                BlockField::Id | BlockField::ToolUseId | BlockField::Signature => {
+                    shape::<Str, _>(&mut map)?
+                }
+                BlockField::Name => name = Some(map.next_value()?),
+                BlockField::Input => input = Some(map.next_value()?),
+                BlockField::Content => content = map.next_value::<Option<Content>>()?.map(|c| c.0),
+                BlockField::IsError => shape::<Option<bool>, _>(&mut map)?,
+                BlockField::Thinking => thinking = Some(map.next_value()?),
             }
         }
         // Each of these was read, and had its shape, if seen.
-        let [source, id, tool_use_id, signature] =
-            ["source", "id", "tool_use_id", "signature"].map(|f| fields.has(f));
+        let [source, id, tool_use_id, signature] = [
+            BlockField::Source,
+            BlockField::Id,
+            BlockField::ToolUseId,
+            BlockField::Signature,
+        ]
+        .map(|f| fields.has(f));
         let kind = kind.ok_or_else(no)?;
         if self.only_text && kind.0 != "text" {
             return Err(no());
@@ -495,10 +541,10 @@ impl<'de> Visitor<'de> for Block {
 struct Source;
 
 visited!(Source, "an image source", map, |map| {
-    let mut fields = Fields::of(&["type", "media_type", "data", "url"]);
+    let mut fields = Fields::of(SourceField::ALL);
     let mut kind: Option<Str> = None;
     while let Some(field) = fields.next(&mut map)? {
-        if field == "type" {
+        if field == SourceField::Type {
             kind = Some(map.next_value()?);
         } else {
             shape::<Str, _>(&mut map)?;
@@ -506,8 +552,8 @@ visited!(Source, "an image source", map, |map| {
     }
     let has = |field| fields.has(field);
     match kind.as_ref().map(|k| &*k.0) {
-        Some("base64") if has("media_type") && has("data") => Ok(Source),
-        Some("url") if has("url") => Ok(Source),
+        Some("base64") if has(SourceField::MediaType) && has(SourceField::Data) => Ok(Source),
+        Some("url") if has(SourceField::Url) => Ok(Source),
         Some("base64" | "url") | None => Err(no()),
         Some(_) => Ok(Source),
     }
@@ -529,18 +575,17 @@ visited!(Tools, "an array of tools", seq, |seq| {
 struct Tool(u64);
 
 visited!(Tool, "a tool", map, |map| {
-    let mut fields = Fields::of(&["name", "type", "description", "input_schema"]);
+    let mut fields = Fields::of(ToolField::ALL);
     let mut name: Option<Str> = None;
     let mut kind: Option<Str> = None;
     let mut description: Option<Str> = None;
     let mut schema: Option<Value> = None;
     while let Some(field) = fields.next(&mut map)? {
         match field {
-            "name" => name = Some(map.next_value()?),
-            "type" => kind = map.next_value()?,
-            "description" => description = map.next_value()?,
-            "input_schema" => schema = map.next_value()?,
-            _ => return Err(no()),
+            ToolField::Name => name = Some(map.next_value()?),
+            ToolField::Type => kind = map.next_value()?,
+            ToolField::Description => description = map.next_value()?,
+            ToolField::InputSchema => schema = map.next_value()?,
         }
     }
     let name = name.filter(|n| !n.0.is_empty()).ok_or_else(no)?;
@@ -559,15 +604,14 @@ visited!(Tool, "a tool", map, |map| {
 struct ToolChoice;
 
 visited!(ToolChoice, "a tool choice", map, |map| {
-    let mut fields = Fields::of(&["type", "name", "disable_parallel_tool_use"]);
+    let mut fields = Fields::of(ChoiceField::ALL);
     let mut kind: Option<Str> = None;
     let mut name = false;
     while let Some(field) = fields.next(&mut map)? {
         match field {
-            "type" => kind = Some(map.next_value()?),
-            "name" => name = map.next_value::<Option<Str>>()?.is_some(),
-            "disable_parallel_tool_use" => shape::<Option<bool>, _>(&mut map)?,
-            _ => return Err(no()),
+            ChoiceField::Type => kind = Some(map.next_value()?),
+            ChoiceField::Name => name = map.next_value::<Option<Str>>()?.is_some(),
+            ChoiceField::DisableParallelToolUse => shape::<Option<bool>, _>(&mut map)?,
         }
     }
     match kind.as_ref().map(|k| &*k.0) {
@@ -581,11 +625,11 @@ visited!(ToolChoice, "a tool choice", map, |map| {
 struct Thinking;
 
 visited!(Thinking, "a thinking setting", map, |map| {
-    let mut fields = Fields::of(&["type", "budget_tokens"]);
+    let mut fields = Fields::of(ThinkingField::ALL);
     let mut kind: Option<Str> = None;
     let mut budget: Option<Value> = None;
     while let Some(field) = fields.next(&mut map)? {
-        if field == "type" {
+        if field == ThinkingField::Type {
             kind = Some(map.next_value()?);
         } else {
             budget = Some(map.next_value()?);
@@ -602,7 +646,7 @@ visited!(Thinking, "a thinking setting", map, |map| {
 struct Metadata;
 
 visited!(Metadata, "metadata", map, |map| {
-    let mut fields = Fields::of(&["user_id"]);
+    let mut fields = Fields::of(MetadataField::ALL);
     while fields.next(&mut map)?.is_some() {
         map.next_value::<Option<Str>>()?;
     }

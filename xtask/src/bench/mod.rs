@@ -13,7 +13,7 @@ pub mod loadgen;
 mod measure;
 mod messages;
 pub mod party;
-mod relays;
+pub mod relays;
 mod report;
 mod shared;
 mod stored;

@@ -388,81 +388,73 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert_eq!(route(&Method::GET, "/healthz"), Ok(Route::Healthz));
-        assert_eq!(route(&Method::POST, "/v1/messages"), Ok(Route::Messages));
-        assert_eq!(
-            route(&Method::GET, "/v1/messages"),
-            Err(Miss::Method("POST"))
-        );
-        assert_eq!(
-            route(&Method::POST, "/v1/messages/count_tokens"),
-            Ok(Route::CountTokens)
-        );
-        assert_eq!(route(&Method::GET, "/v1/models"), Ok(Route::ListModels));
-        assert_eq!(
-            route(&Method::GET, "/v1/models/sim-chat"),
-            Ok(Route::GetModel("sim-chat"))
-        );
-        assert_eq!(route(&Method::POST, "/v1/videos"), Ok(Route::CreateVideo));
-        assert_eq!(
-            route(&Method::GET, "/v1/videos/v1"),
-            Ok(Route::GetVideo("v1"))
-        );
-        assert_eq!(
-            route(&Method::GET, "/v1/videos/v1/content"),
-            Ok(Route::VideoContent("v1"))
-        );
-        assert_eq!(
-            route(&Method::PUT, "/v1/videos"),
-            Err(Miss::Method("GET, POST"))
-        );
-        assert_eq!(route(&Method::GET, "/v1/videos/"), Err(Miss::NotFound));
-        assert_eq!(
-            route(&Method::POST, "/v1/videos/edits"),
-            Ok(Route::EditVideo)
-        );
-        assert_eq!(
-            route(&Method::GET, "/v1/videos/edits"),
-            Err(Miss::Method("POST"))
-        );
-        assert_eq!(
-            route(&Method::GET, "/v1/videos/characters/char_1"),
-            Ok(Route::GetCharacter("char_1"))
-        );
-        assert_eq!(route(&Method::GET, "/v1/videos/../x"), Err(Miss::NotFound));
-        assert_eq!(
-            route(&Method::GET, "/v1/videos/%2e%2e"),
-            Err(Miss::NotFound)
-        );
-        assert_eq!(route(&Method::GET, "/nope"), Err(Miss::NotFound));
-        assert_eq!(route(&Method::GET, "//v1/videos"), Err(Miss::NotFound));
-        assert_eq!(route(&Method::GET, "/openapi.yaml"), Ok(Route::OpenApi));
-        assert_eq!(route(&Method::GET, "/console"), Ok(Route::Console));
-        assert_eq!(route(&Method::GET, "/console/"), Ok(Route::Console));
-        assert_eq!(
-            route(&Method::GET, "/console/app.js"),
-            Ok(Route::ConsoleFile("app.js"))
-        );
-        assert_eq!(route(&Method::POST, "/console/"), Err(Miss::Method("GET")));
-        assert_eq!(route(&Method::GET, "/console/a/b.js"), Err(Miss::NotFound));
-        assert_eq!(route(&Method::GET, "/console//"), Err(Miss::NotFound));
-        // Paths longer than any route's: only a file's, every segment still checked.
-        assert_eq!(
-            route(&Method::GET, "/files/a/b/c/d/e/f/g"),
-            Ok(Route::File("a/b/c/d/e/f/g"))
-        );
-        assert_eq!(
-            route(&Method::GET, "/files/a/b/c/d/e/f/../g"),
-            Err(Miss::NotFound)
-        );
-        assert_eq!(
-            route(&Method::POST, "/v1/video/generations/x/cancel/y"),
-            Err(Miss::NotFound)
-        );
-        assert_eq!(
-            route(&Method::POST, "/v1/video/generations/x/cancel/y/z"),
-            Err(Miss::NotFound)
-        );
+        let cases = [
+            (Method::GET, "/healthz", Ok(Route::Healthz)),
+            (Method::POST, "/v1/messages", Ok(Route::Messages)),
+            (Method::GET, "/v1/messages", Err(Miss::Method("POST"))),
+            (
+                Method::POST,
+                "/v1/messages/count_tokens",
+                Ok(Route::CountTokens),
+            ),
+            (Method::GET, "/v1/models", Ok(Route::ListModels)),
+            (
+                Method::GET,
+                "/v1/models/sim-chat",
+                Ok(Route::GetModel("sim-chat")),
+            ),
+            (Method::POST, "/v1/videos", Ok(Route::CreateVideo)),
+            (Method::GET, "/v1/videos/v1", Ok(Route::GetVideo("v1"))),
+            (
+                Method::GET,
+                "/v1/videos/v1/content",
+                Ok(Route::VideoContent("v1")),
+            ),
+            (Method::PUT, "/v1/videos", Err(Miss::Method("GET, POST"))),
+            (Method::GET, "/v1/videos/", Err(Miss::NotFound)),
+            (Method::POST, "/v1/videos/edits", Ok(Route::EditVideo)),
+            (Method::GET, "/v1/videos/edits", Err(Miss::Method("POST"))),
+            (
+                Method::GET,
+                "/v1/videos/characters/char_1",
+                Ok(Route::GetCharacter("char_1")),
+            ),
+            (Method::GET, "/v1/videos/../x", Err(Miss::NotFound)),
+            (Method::GET, "/v1/videos/%2e%2e", Err(Miss::NotFound)),
+            (Method::GET, "/nope", Err(Miss::NotFound)),
+            (Method::GET, "//v1/videos", Err(Miss::NotFound)),
+            (Method::GET, "/openapi.yaml", Ok(Route::OpenApi)),
+            (Method::GET, "/console", Ok(Route::Console)),
+            (Method::GET, "/console/", Ok(Route::Console)),
+            (
+                Method::GET,
+                "/console/app.js",
+                Ok(Route::ConsoleFile("app.js")),
+            ),
+            (Method::POST, "/console/", Err(Miss::Method("GET"))),
+            (Method::GET, "/console/a/b.js", Err(Miss::NotFound)),
+            (Method::GET, "/console//", Err(Miss::NotFound)),
+            // Paths longer than any route's: only a file's, every segment still checked.
+            (
+                Method::GET,
+                "/files/a/b/c/d/e/f/g",
+                Ok(Route::File("a/b/c/d/e/f/g")),
+            ),
+            (Method::GET, "/files/a/b/c/d/e/f/../g", Err(Miss::NotFound)),
+            (
+                Method::POST,
+                "/v1/video/generations/x/cancel/y",
+                Err(Miss::NotFound),
+            ),
+            (
+                Method::POST,
+                "/v1/video/generations/x/cancel/y/z",
+                Err(Miss::NotFound),
+            ),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(route(&method, path), want, "{method} {path}");
+        }
     }
 
     #[test]
