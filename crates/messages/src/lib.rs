@@ -23,6 +23,6 @@ mod tests;
 pub use checked::{Checked, Summary};
 pub use events::{Delta, DeltaUsage, ErrorBody, MessageDeltaBody, StreamEvent};
 pub use openai::{ChatStream, ConvertError};
-pub use sse::{SseDecoder, SseEvent};
+pub use sse::{RawEvent, SseDecoder, SseEvent};
 pub use types::*;
 pub use validate::{Endpoint, validate};

@@ -8,6 +8,18 @@
 /// caller that must see those parses the whole text). The scan checks the shape, not every
 /// token: the value found is for a parser to read.
 pub fn member<'a>(text: &'a [u8], key: &str) -> Option<&'a [u8]> {
+    let [found] = members(text, [key])?;
+    found
+}
+
+/// The text of the values of several `keys` in the object `text`, in one pass: as
+/// [`member`] for each key, or `None` where [`member`] would find nothing for any key because
+/// `text` is not an object or the scan meets something that is not JSON.
+pub fn members<'a, const N: usize>(
+    text: &'a [u8],
+    keys: [&str; N],
+) -> Option<[Option<&'a [u8]>; N]> {
+    let mut found = [None; N];
     let mut at = skip_space(text, 0);
     if text.get(at) != Some(&b'{') {
         return None;
@@ -16,7 +28,6 @@ pub fn member<'a>(text: &'a [u8], key: &str) -> Option<&'a [u8]> {
     if text.get(at) == Some(&b'}') {
         return None;
     }
-    let mut found = None;
     loop {
         if text.get(at) != Some(&b'"') {
             return None;
@@ -32,16 +43,28 @@ pub fn member<'a>(text: &'a [u8], key: &str) -> Option<&'a [u8]> {
         }
         let start = skip_space(text, at + 1);
         let end = value_end(text, start)?;
-        if found.is_none() && name == key.as_bytes() {
-            found = Some(&text[start..end]);
+        if let Some(i) = keys.iter().position(|k| k.as_bytes() == name)
+            && found[i].is_none()
+        {
+            found[i] = Some(&text[start..end]);
         }
         at = skip_space(text, end);
         match text.get(at) {
             Some(b',') => at = skip_space(text, at + 1),
-            Some(b'}') if skip_space(text, at + 1) == text.len() => return found,
+            Some(b'}') if skip_space(text, at + 1) == text.len() => return Some(found),
             _ => return None,
         }
     }
+}
+
+/// The text of a JSON string without its quotes, where it has no escape (most names and
+/// kinds): read without a parser. `None` for anything else.
+pub fn plain_str(value: &[u8]) -> Option<&str> {
+    let inner = value.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.iter().any(|&b| b == b'\\' || b == b'"' || b < 0x20) {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
 }
 
 fn skip_space(text: &[u8], mut at: usize) -> usize {
@@ -54,6 +77,15 @@ fn skip_space(text: &[u8], mut at: usize) -> usize {
 /// Just past the closing quote of the string that opens at `at`.
 fn string_end(text: &[u8], at: usize) -> Option<usize> {
     let mut i = at + 1;
+    // Most strings (names, kinds, ids) are short: read them byte by byte, a long one by memchr.
+    let short = text.len().min(i + 16);
+    while i < short {
+        match text[i] {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
     loop {
         i += memchr::memchr2(b'"', b'\\', text.get(i..)?)?;
         if text[i] == b'"' {

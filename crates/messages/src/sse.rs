@@ -34,6 +34,30 @@ pub fn encode(event: Option<&str>, data: &str) -> String {
     out
 }
 
+/// An event as the decoder holds it when it completes, borrowed from the decoder: what
+/// [`SseDecoder::feed_with`] hands its callback, with no copy and no UTF-8 check of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawEvent<'a> {
+    /// The `event:` field's bytes; `None` when the event had none.
+    pub event: Option<&'a [u8]>,
+    /// The `data:` lines' bytes joined with `\n`.
+    pub data: &'a [u8],
+    pub id: Option<&'a str>,
+    pub retry: Option<u64>,
+}
+
+impl RawEvent<'_> {
+    /// The event with its text made UTF-8 (an invalid sequence becomes U+FFFD).
+    pub fn to_event(&self) -> SseEvent {
+        SseEvent {
+            event: self.event.map(|e| String::from_utf8_lossy(e).into_owned()),
+            data: String::from_utf8_lossy(self.data).into_owned(),
+            id: self.id.map(str::to_owned),
+            retry: self.retry,
+        }
+    }
+}
+
 /// An incremental decoder: feed it chunks as they arrive.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
@@ -43,8 +67,10 @@ pub struct SseDecoder {
     after_cr: bool,
     /// Whether the stream's first bytes (a possible BOM) were looked at.
     started: bool,
-    event: Option<String>,
-    data: String,
+    /// The `event:` field of the event being read; `has_event` tells an empty one from none.
+    event: Vec<u8>,
+    has_event: bool,
+    data: Vec<u8>,
     has_data: bool,
     id: Option<String>,
     retry: Option<u64>,
@@ -68,6 +94,13 @@ impl SseDecoder {
     /// Decodes `chunk`, returning the events it completed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
+        self.feed_with(chunk, |event| out.push(event.to_event()));
+        out
+    }
+
+    /// Decodes `chunk`, handing each event it completes to `emit` as the decoder holds it
+    /// (no allocation once the decoder's buffers have grown to the stream's events).
+    pub fn feed_with(&mut self, chunk: &[u8], mut emit: impl FnMut(RawEvent<'_>)) {
         let mut bytes = chunk;
         if !self.started && !bytes.is_empty() {
             // A BOM may itself be split; wait for three bytes before deciding.
@@ -76,7 +109,7 @@ impl SseDecoder {
             if probe.len() < 3 && b"\xEF\xBB\xBF".starts_with(&probe) {
                 self.pending += chunk.len();
                 self.line = probe;
-                return out;
+                return;
             }
             self.started = true;
             let probe = probe
@@ -84,8 +117,8 @@ impl SseDecoder {
                 .unwrap_or(&probe)
                 .to_vec();
             self.pending += chunk.len();
-            self.scan(&probe, &mut out);
-            return out;
+            self.scan(&probe, &mut emit);
+            return;
         }
         if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
@@ -100,11 +133,10 @@ impl SseDecoder {
             }
         }
         self.pending += bytes.len();
-        self.scan(bytes, &mut out);
-        out
+        self.scan(bytes, &mut emit);
     }
 
-    fn scan(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+    fn scan(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(RawEvent<'_>)) {
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
             let (head, rest) = bytes.split_at(pos);
             // A line that began in an earlier chunk is put together in `held`; one that lies
@@ -127,7 +159,7 @@ impl SseDecoder {
                 }
             }
             if line.is_empty() {
-                self.dispatch(out);
+                self.dispatch(emit);
                 // What follows this line end belongs to the next event.
                 self.pending = bytes.len();
             } else {
@@ -155,19 +187,24 @@ impl SseDecoder {
             }
             None => (line, &b""[..]),
         };
-        let value = String::from_utf8_lossy(value);
         match name {
-            b"event" => self.event = Some(value.into_owned()),
+            b"event" => {
+                self.event.clear();
+                self.event.extend_from_slice(value);
+                self.has_event = true;
+            }
             b"data" => {
                 if self.has_data {
-                    self.data.push('\n');
+                    self.data.push(b'\n');
                 }
-                self.data.push_str(&value);
+                self.data.extend_from_slice(value);
                 self.has_data = true;
             }
-            b"id" if !value.contains('\0') => self.id = Some(value.into_owned()),
+            b"id" if !value.contains(&0) => {
+                self.id = Some(String::from_utf8_lossy(value).into_owned());
+            }
             b"retry" => {
-                if let Ok(ms) = value.parse::<u64>() {
+                if let Some(ms) = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()) {
                     self.retry = Some(ms);
                 }
             }
@@ -175,20 +212,19 @@ impl SseDecoder {
         }
     }
 
-    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
-        let event = self.event.take();
+    fn dispatch(&mut self, emit: &mut impl FnMut(RawEvent<'_>)) {
+        let has_event = std::mem::take(&mut self.has_event);
         let retry = self.retry.take();
-        if !self.has_data {
-            self.data.clear();
-            return;
+        if std::mem::take(&mut self.has_data) {
+            emit(RawEvent {
+                event: has_event.then_some(&self.event[..]),
+                data: &self.data,
+                id: self.id.as_deref(),
+                retry,
+            });
         }
-        self.has_data = false;
-        out.push(SseEvent {
-            event,
-            data: std::mem::take(&mut self.data),
-            id: self.id.clone(),
-            retry,
-        });
+        self.event.clear();
+        self.data.clear();
     }
 
     /// Bytes fed since the last event boundary: the tail of the input that belongs to an event

@@ -102,25 +102,37 @@ impl NativeCut {
     }
 
     /// Takes the next upstream chunk; returns the bytes that now end at an event boundary
-    /// (none while an event is incomplete). Usage found on the way goes into `usage`.
-    pub fn push(&mut self, chunk: &[u8], usage: &mut Usage) -> Option<Bytes> {
-        self.held.extend_from_slice(chunk);
-        for event in self.decoder.feed(chunk) {
+    /// (none while an event is incomplete). Usage found on the way goes into `usage`. A chunk
+    /// that ends at a boundary with nothing held before it is handed out as it came.
+    pub fn push(&mut self, chunk: Bytes, usage: &mut Usage) -> Option<Bytes> {
+        let (finished, error) = (&mut self.finished, &mut self.upstream_error);
+        self.decoder.feed_with(&chunk, |event| {
             // Content events carry no usage and no end: most of a stream is not parsed.
             let content = matches!(
-                event.event.as_deref(),
-                Some("content_block_start" | "content_block_delta" | "content_block_stop" | "ping")
+                event.event,
+                Some(
+                    b"content_block_start"
+                        | b"content_block_delta"
+                        | b"content_block_stop"
+                        | b"ping"
+                )
             );
             if !content {
-                read_native_event(
-                    &event.data,
-                    usage,
-                    &mut self.finished,
-                    &mut self.upstream_error,
-                );
+                read_native_event(event.data, usage, finished, error);
             }
+        });
+        let pending = self.decoder.pending_bytes();
+        if self.held.is_empty() {
+            // Everything before this chunk was handed out: what is pending lies in it.
+            let ready = chunk.len().saturating_sub(pending);
+            if ready == chunk.len() {
+                return (ready > 0).then_some(chunk);
+            }
+            self.held.extend_from_slice(&chunk[ready..]);
+            return (ready > 0).then(|| chunk.slice(..ready));
         }
-        let ready = self.held.len().saturating_sub(self.decoder.pending_bytes());
+        self.held.extend_from_slice(&chunk);
+        let ready = self.held.len().saturating_sub(pending);
         (ready > 0).then(|| self.held.split_to(ready).freeze())
     }
 
@@ -319,7 +331,7 @@ impl ChatEventStream {
                     }
                     Err(e) => return Err(StreamFailure::transport(channel, &e)),
                 };
-                if let Some(ready) = cut.push(&chunk, &mut self.usage) {
+                if let Some(ready) = cut.push(chunk, &mut self.usage) {
                     return Ok(Some(ready));
                 }
             },
@@ -370,16 +382,14 @@ impl ChatEventStream {
 }
 
 /// Reads usage, the end and errors out of one native event (its `data:` JSON).
-fn read_native_event(data: &str, usage: &mut Usage, finished: &mut bool, error: &mut bool) {
-    // The type and the usage found by a scan, without a tree of the rest (a `message_start`
+fn read_native_event(text: &[u8], usage: &mut Usage, finished: &mut bool, error: &mut bool) {
+    // The type and the usage found by one scan, without a tree of the rest (a `message_start`
     // carries the whole message); an event the scan cannot read so is parsed whole.
-    let text = data.as_bytes();
-    let kind = scan::member(text, "type").and_then(|k| serde_json::from_slice::<&str>(k).ok());
-    let usage_at = match kind {
-        Some("message_start") => {
-            scan::member(text, "message").and_then(|m| scan::member(m, "usage"))
-        }
-        Some("message_delta") => scan::member(text, "usage"),
+    let [kind, message, usage_member] =
+        scan::members(text, ["type", "message", "usage"]).unwrap_or_default();
+    let usage_at = match kind.and_then(scan::plain_str) {
+        Some("message_start") => message.and_then(|m| scan::member(m, "usage")),
+        Some("message_delta") => usage_member,
         Some("message_stop") => {
             *finished = true;
             return;
@@ -392,18 +402,14 @@ fn read_native_event(data: &str, usage: &mut Usage, finished: &mut bool, error: 
         None => None,
     };
     match usage_at {
-        Some(u) => {
-            if let Ok(u) = serde_json::from_slice::<Value>(u) {
-                apply_usage(&u, usage);
-            }
-        }
-        None => read_parsed_event(data, usage, finished, error),
+        Some(u) => apply_usage_text(u, usage),
+        None => read_parsed_event(text, usage, finished, error),
     }
 }
 
 /// [`read_native_event`] on the event parsed whole.
-fn read_parsed_event(data: &str, usage: &mut Usage, finished: &mut bool, error: &mut bool) {
-    let Ok(value) = serde_json::from_str::<Value>(data) else {
+fn read_parsed_event(data: &[u8], usage: &mut Usage, finished: &mut bool, error: &mut bool) {
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
     match value.get("type").and_then(Value::as_str) {
@@ -423,20 +429,47 @@ fn read_parsed_event(data: &str, usage: &mut Usage, finished: &mut bool, error: 
     }
 }
 
+/// The counts a usage object can give, in the order [`set_count`] takes them.
+const COUNTS: [&str; 4] = [
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+];
+
+fn set_count(usage: &mut Usage, which: usize, n: u64) {
+    match which {
+        0 => usage.input_tokens = n,
+        1 => usage.output_tokens = n,
+        2 => usage.cache_creation_input_tokens = n,
+        _ => usage.cache_read_input_tokens = n,
+    }
+}
+
 /// The counts a usage object gives (each one only where it is a whole number).
 fn apply_usage(u: &Value, usage: &mut Usage) {
-    let number = |key: &str| u.get(key).and_then(Value::as_u64);
-    if let Some(n) = number("input_tokens") {
-        usage.input_tokens = n;
+    for (which, key) in COUNTS.iter().enumerate() {
+        if let Some(n) = u.get(key).and_then(Value::as_u64) {
+            set_count(usage, which, n);
+        }
     }
-    if let Some(n) = number("output_tokens") {
-        usage.output_tokens = n;
-    }
-    if let Some(n) = number("cache_creation_input_tokens") {
-        usage.cache_creation_input_tokens = n;
-    }
-    if let Some(n) = number("cache_read_input_tokens") {
-        usage.cache_read_input_tokens = n;
+}
+
+/// [`apply_usage`] on the usage object's text, read by a scan: a count is taken where its
+/// text is a whole number as JSON writes it (digits, no leading zero) that fits a `u64`. As
+/// the scan checks the object's shape and not every token, a malformed object may still give
+/// its well-formed counts, where a parse would give none.
+fn apply_usage_text(u: &[u8], usage: &mut Usage) {
+    let Some(found) = scan::members(u, COUNTS) else {
+        return;
+    };
+    for (which, text) in found.into_iter().enumerate() {
+        let whole = text.filter(|t| {
+            t.iter().all(u8::is_ascii_digit) && (t.len() == 1 || t.first() != Some(&b'0'))
+        });
+        if let Some(n) = whole.and_then(|t| std::str::from_utf8(t).ok()?.parse().ok()) {
+            set_count(usage, which, n);
+        }
     }
 }
 
@@ -472,23 +505,27 @@ mod tests {
             r#"{"type":"message_stop"}"#,
             r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
             r#"{"type":"ping"}"#,
-            r#"{"type":"message_stop"}"#,
+            r#"{"type":"message_\u0073top"}"#,
             r#"{"type":7}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":0,"input_tokens":1e2,"cache_read_input_tokens":12.0,"cache_creation_input_tokens":18446744073709551616}}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":{"a":1},"input_tokens":"3","cache_read_input_tokens":true,"cache_creation_input_tokens":[]}}"#,
+            r#"{"type":"message_start","message":{"usage":{"output_tokens":18446744073709551615}},"usage":{"output_tokens":2}}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":5},"message":{"usage":{"output_tokens":6}}}"#,
             r#"{}"#,
             r#"not json"#,
         ];
         for event in events {
-            let read = |f: fn(&str, &mut Usage, &mut bool, &mut bool)| {
+            let read = |f: fn(&[u8], &mut Usage, &mut bool, &mut bool)| {
                 let (mut usage, mut finished, mut error) = (Usage::default(), false, false);
-                f(event, &mut usage, &mut finished, &mut error);
+                f(event.as_bytes(), &mut usage, &mut finished, &mut error);
                 (usage, finished, error)
             };
             assert_eq!(read(read_native_event), read(read_parsed_event), "{event}");
         }
         let (mut usage, mut finished, mut error) = (Usage::default(), false, false);
-        read_native_event(events[0], &mut usage, &mut finished, &mut error);
+        read_native_event(events[0].as_bytes(), &mut usage, &mut finished, &mut error);
         assert_eq!((usage.input_tokens, usage.cache_read_input_tokens), (12, 4));
-        read_native_event(events[9], &mut usage, &mut finished, &mut error);
+        read_native_event(events[9].as_bytes(), &mut usage, &mut finished, &mut error);
         assert!(finished, "an escaped type is still read");
     }
 
@@ -498,18 +535,64 @@ mod tests {
     fn native_pieces_end_at_event_boundaries() {
         let mut cut = NativeCut::new();
         let mut usage = Usage::default();
-        assert_eq!(cut.push(b"event: ping\r", &mut usage), None);
-        assert_eq!(cut.push(b"\ndata: {}", &mut usage), None);
-        let piece = cut.push(b"\r\n\r", &mut usage);
+        let mut push = |chunk: &'static [u8]| cut.push(Bytes::from_static(chunk), &mut usage);
+        assert_eq!(push(b"event: ping\r"), None);
+        assert_eq!(push(b"\ndata: {}"), None);
+        let piece = push(b"\r\n\r");
         assert_eq!(
             piece.as_deref(),
             Some(&b"event: ping\r\ndata: {}\r\n\r"[..])
         );
+        assert_eq!(push(b"\nevent: x\r").as_deref(), Some(&b"\n"[..]));
+        assert_eq!(push(b"\n"), None);
         assert_eq!(
-            cut.push(b"\nevent: x\r", &mut usage).as_deref(),
-            Some(&b"\n"[..])
+            push(b"data: {}\n\nevent: y").as_deref(),
+            Some(&b"event: x\r\ndata: {}\n\n"[..])
         );
-        assert_eq!(cut.push(b"\n", &mut usage), None);
+        // Nothing held: a whole chunk goes out as it came, its start up to the last boundary.
+        let whole = Bytes::from_static(b"\ndata: {}\n\n");
+        let mut fresh = NativeCut::new();
+        let out = fresh.push(whole.clone(), &mut usage).unwrap();
+        assert_eq!(out.as_ptr(), whole.as_ptr(), "not copied");
+        let out = fresh.push(Bytes::from_static(b"data: 1\n\ndata: 2"), &mut usage);
+        assert_eq!(out.as_deref(), Some(&b"data: 1\n\n"[..]));
+        assert_eq!(
+            fresh
+                .push(Bytes::from_static(b"\n\n"), &mut usage)
+                .as_deref(),
+            Some(&b"data: 2\n\n"[..])
+        );
+    }
+
+    /// However a native stream is cut into chunks, the pieces handed out are the stream, and
+    /// its usage and end are read the same.
+    #[test]
+    fn native_stream_read_the_same_at_every_cut() {
+        let stream: &[u8] = b"event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\r\n\r\n\
+            event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"h\xc3\xa9\"}}\n\n\
+            event: message_delta\ndata: {\"type\":\"message_delta\",\n\
+            data: \"usage\":{\"output_tokens\":9}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let read = |cuts: &[usize]| {
+            let (mut cut, mut usage, mut out) = (NativeCut::new(), Usage::default(), Vec::new());
+            let mut start = 0;
+            for &end in cuts.iter().chain([&stream.len()]) {
+                let chunk = Bytes::copy_from_slice(&stream[start..end]);
+                if let Some(piece) = cut.push(chunk, &mut usage) {
+                    out.extend_from_slice(&piece);
+                }
+                start = end;
+            }
+            (out, usage, cut.finished())
+        };
+        let (out, usage, finished) = read(&[]);
+        assert_eq!(out, stream);
+        assert_eq!((usage.input_tokens, usage.output_tokens), (12, 9));
+        assert!(finished);
+        for a in 0..=stream.len() {
+            for b in (a..=stream.len()).step_by(7) {
+                assert_eq!(read(&[a, b]), (out.clone(), usage, true), "cuts {a} {b}");
+            }
+        }
     }
 
     /// What converted before a failure is handed out with it, whether it came in the same

@@ -111,3 +111,30 @@ fn the_scan_skips_every_kind_of_value() {
         assert!(usage_in(body.as_bytes()).is_some(), "{body}");
     }
 }
+
+/// `members` finds several keys in one pass, as `member` finds each; a string long enough
+/// for the scan's second way of reading it ends where it should.
+#[test]
+fn members_reads_as_member_does() {
+    let long = "x\\\"".repeat(20);
+    let bodies = [
+        format!(r#"{{"type": "message_start", "s": "{long}", "message": {{"usage": {{}}}}, "type": 2}}"#),
+        r#"{"usage": null}"#.to_owned(),
+        r#"{"a": 1,}"#.to_owned(),
+        "[1]".to_owned(),
+        "{}".to_owned(),
+    ];
+    let keys = ["type", "message", "usage", "s"];
+    for body in &bodies {
+        let text = body.as_bytes();
+        let one_by_one = keys.map(|k| crate::scan::member(text, k));
+        match crate::scan::members(text, keys) {
+            Some(found) => assert_eq!(found, one_by_one, "{body}"),
+            None => assert_eq!(one_by_one, [None; 4], "{body}"),
+        }
+    }
+    let [kind, _, _, s] = crate::scan::members(bodies[0].as_bytes(), keys).unwrap();
+    assert_eq!(kind.and_then(crate::scan::plain_str), Some("message_start"));
+    assert_eq!(s.map(<[u8]>::len), Some(long.len() + 2));
+    assert_eq!(crate::scan::plain_str(br#""a\u0062""#), None, "an escape is for a parser");
+}
