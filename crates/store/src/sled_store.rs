@@ -96,6 +96,7 @@ impl Store for SledStore {
             tasks::insert(tx, &task, &bytes)?;
             ledger::apply(&tx.ledger(), ledger, at)
         })?;
+        self.recent.written([task.id.as_str()]);
         self.counts.add(task.kind, task.status);
         self.flush_after(&what).await
     }
@@ -123,6 +124,7 @@ impl Store for SledStore {
             ledger::apply(&tx.ledger(), ledger, at)?;
             idempotency::complete(tx.idempotency, ticket, answer)
         })?;
+        self.recent.written([task.id.as_str()]);
         self.counts.add(task.kind, task.status);
         self.flush_after(&what).await
     }
@@ -172,6 +174,7 @@ impl Store for SledStore {
             ledger::apply(&tx.ledger(), ledger, at)?;
             Ok(moved)
         })?;
+        self.recent.written([id]);
         self.counts.moved(task.kind, was, task.status);
         self.flush_after(&what).await?;
         Ok(task)

@@ -49,6 +49,10 @@ pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
 /// A task by id: from [`super::trees::RecentTasks`] when its record is what was decoded last
 /// (shared, not copied).
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Arc<Task>>, StoreError> {
+    let writes = match store.recent.get(id) {
+        Ok(task) => return Ok(Some(task)),
+        Err(writes) => writes,
+    };
     let Some(bytes) = store
         .trees
         .tasks
@@ -57,11 +61,8 @@ pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Arc<Task>>
     else {
         return Ok(None);
     };
-    if let Some(task) = store.recent.get(id, &bytes) {
-        return Ok(Some(task));
-    }
     let task = Arc::new(decode::<Task>(TASKS, &bytes)?);
-    store.recent.put(id, bytes, &task);
+    store.recent.put(id, &task, writes);
     Ok(Some(task))
 }
 
@@ -213,6 +214,7 @@ pub(super) fn claim(
             put(tx.tasks, id.as_bytes(), "task", &new)?;
             Ok(old.next_poll_ms.map(|due_ms| Claim { task: new, due_ms }))
         })?;
+        store.recent.written([id.as_str()]);
         claimed.extend(task);
     }
     Ok(claimed)
@@ -231,7 +233,7 @@ pub(super) fn unfinished(store: &SledStore, limit: usize) -> Result<Vec<Task>, S
 
 /// [`crate::Store::delete_task`].
 pub(super) fn delete(store: &SledStore, id: &str) -> Result<Option<Task>, StoreError> {
-    store.trees.tx(&format!("delete task {id}"), |tx| {
+    let removed = store.trees.tx(&format!("delete task {id}"), |tx| {
         let Some(bytes) = tx.tasks.remove(id.as_bytes())? else {
             return Ok(None);
         };
@@ -242,7 +244,9 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<Option<Task>, StoreE
             tx.due.remove(k)?;
         }
         Ok(Some(task))
-    })
+    });
+    store.recent.written([id]);
+    removed
 }
 
 /// Tasks named by index keys, skipping (with a warning) entries whose task is gone (a

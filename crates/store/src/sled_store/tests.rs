@@ -80,8 +80,9 @@ async fn the_due_tree_holds_one_entry_per_unfinished_task() {
     assert_eq!(due(), [(300, c), (u64::MAX, b)]);
 }
 
-/// Reads by id are served decoded from the records read lately, and never stale: a record
-/// written since (by a step, or by hand under the store) is decoded again.
+/// Reads by id are served decoded from the tasks read lately, and never stale: a task that
+/// any step writes since (a move, a claim, a delete) is read again, and a read that a write
+/// overtook is not kept.
 #[tokio::test]
 async fn recent_tasks_follow_their_records() {
     let (_dir, store) = open_store();
@@ -90,8 +91,9 @@ async fn recent_tasks_follow_their_records() {
         .create_task(&task(&id, "key_a", Queued, Some(5)), &[])
         .await
         .unwrap();
-    let first = store.task(&id).await.unwrap().unwrap();
-    assert_eq!(store.task(&id).await.unwrap().unwrap(), first);
+    let first = store.task_shared(&id).await.unwrap().unwrap();
+    let again = store.task_shared(&id).await.unwrap().unwrap();
+    assert!(Arc::ptr_eq(&first, &again), "kept, not read again");
     let moved = store
         .transition(&id, &[Queued], Running, &|t| t.progress = 40, &[])
         .await
@@ -99,15 +101,20 @@ async fn recent_tasks_follow_their_records() {
     let read = store.task(&id).await.unwrap().unwrap();
     assert_eq!((read.status, read.progress), (Running, 40));
     assert_eq!(read, moved);
-    // Under the store's feet: other bytes, decoded again.
-    let mut edited = read.clone();
-    edited.progress = 77;
-    store
-        .trees
-        .tasks
-        .insert(id.as_bytes(), serde_json::to_vec(&edited).unwrap())
-        .unwrap();
-    assert_eq!(store.task(&id).await.unwrap().unwrap().progress, 77);
+    let claims = store.claim_due(10, 1_000, 10).await.unwrap();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(store.task(&id).await.unwrap().unwrap(), claims[0].task);
+    assert_eq!(
+        store.task(&id).await.unwrap().unwrap().next_poll_ms,
+        Some(1_010)
+    );
+    // A read that began before a write and ended after it keeps nothing.
+    let writes = store.recent.get("task_other").unwrap_err();
+    store.recent.written(["elsewhere"]);
+    store.recent.put("task_other", &first, writes);
+    assert!(store.recent.get("task_other").is_err());
+    assert!(store.delete_task(&id).await.unwrap().is_some());
+    assert_eq!(store.task(&id).await.unwrap(), None);
 }
 
 /// Charges live in the usage log's file; bytes past its committed end (a batch whose

@@ -90,30 +90,55 @@ pub struct SledStore {
 const RECENT_TASKS: usize = 1024;
 
 /// A task read by id is decoded from its JSON record, which costs more than the rest of a
-/// status poll: the tasks read lately are kept decoded beside the bytes they came from, and a
-/// read whose bytes are the same (compared whole) takes the decoded task instead. A changed
-/// record has other bytes, so nothing here can go stale.
+/// status poll: the tasks read lately are kept decoded and served again, without a read of
+/// the store, until a step writes them. Every step that writes a task says so
+/// ([`RecentTasks::written`]) once its transaction has committed; a task decoded from a read
+/// that a write may have overtaken is not kept.
 #[derive(Default)]
 pub(super) struct RecentTasks {
-    tasks: std::sync::Mutex<std::collections::HashMap<String, (sled::IVec, Arc<crate::Task>)>>,
+    state: std::sync::Mutex<Recent>,
+}
+
+#[derive(Default)]
+struct Recent {
+    tasks: std::collections::HashMap<String, Arc<crate::Task>>,
+    /// Steps that wrote tasks so far: a read keeps what it decoded only if none came between
+    /// its start and its end.
+    writes: u64,
 }
 
 impl RecentTasks {
-    /// The task decoded from `bytes` when task `id` was last decoded from the same bytes.
-    pub(super) fn get(&self, id: &str, bytes: &sled::IVec) -> Option<Arc<crate::Task>> {
-        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        tasks
-            .get(id)
-            .filter(|(seen, _)| seen == bytes)
-            .map(|(_, task)| Arc::clone(task))
+    fn state(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn put(&self, id: &str, bytes: sled::IVec, task: &Arc<crate::Task>) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        if tasks.len() >= RECENT_TASKS && !tasks.contains_key(id) {
-            tasks.clear();
+    /// Task `id` as kept, or (when it is not kept) the count of writes to give
+    /// [`RecentTasks::put`] after reading it.
+    pub(super) fn get(&self, id: &str) -> Result<Arc<crate::Task>, u64> {
+        let state = self.state();
+        state.tasks.get(id).map(Arc::clone).ok_or(state.writes)
+    }
+
+    /// Keeps `task`, read after [`RecentTasks::get`] gave `writes`, unless a step has written
+    /// tasks since.
+    pub(super) fn put(&self, id: &str, task: &Arc<crate::Task>, writes: u64) {
+        let mut state = self.state();
+        if state.writes != writes {
+            return;
         }
-        tasks.insert(id.to_owned(), (bytes, Arc::clone(task)));
+        if state.tasks.len() >= RECENT_TASKS && !state.tasks.contains_key(id) {
+            state.tasks.clear();
+        }
+        state.tasks.insert(id.to_owned(), Arc::clone(task));
+    }
+
+    /// A step's transaction that wrote the tasks `ids` has committed: they are read again.
+    pub(super) fn written<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        let mut state = self.state();
+        state.writes += 1;
+        for id in ids {
+            state.tasks.remove(id);
+        }
     }
 }
 
