@@ -44,7 +44,6 @@ pub mod webhooks;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
 use std::time::Duration;
 
 use hyper::service::service_fn;
@@ -159,30 +158,22 @@ pub async fn serve(
                     let conn = watcher.watch(conn.into_owned());
                     tokio::pin!(conn);
                     // hyper's header timeout covers HTTP/1 heads; this also covers a client
-                    // that sends nothing, or a partial HTTP/2 preface, on a new connection. It
-                    // is dropped once the first request has arrived, so that the requests
-                    // after it do not poll it too.
-                    let mut first = Some(Box::pin(tokio::time::sleep(head_timeout)));
-                    let done = std::future::poll_fn(|cx| {
-                        if let Poll::Ready(done) = conn.as_mut().poll(cx) {
-                            return Poll::Ready(Some(done));
-                        }
-                        if let Some(wait) = first.as_mut() {
-                            if started.load(Ordering::Relaxed) {
-                                first = None;
-                            } else if wait.as_mut().poll(cx).is_ready() {
-                                return Poll::Ready(None);
+                    // that sends nothing, or a partial HTTP/2 preface, on a new connection.
+                    tokio::select! {
+                        done = &mut conn => {
+                            if let Err(e) = done {
+                                tracing::debug!("connection from {peer}: {e}");
                             }
+                            return;
                         }
-                        Poll::Pending
-                    })
-                    .await;
-                    match done {
-                        Some(Err(e)) => tracing::debug!("connection from {peer}: {e}"),
-                        Some(Ok(())) => {}
-                        None => {
-                            tracing::debug!("connection from {peer}: no request within {head_timeout:?}");
-                        }
+                        () = tokio::time::sleep(head_timeout) => {}
+                    }
+                    if !started.load(Ordering::Relaxed) {
+                        tracing::debug!("connection from {peer}: no request within {head_timeout:?}");
+                        return;
+                    }
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection from {peer}: {e}");
                     }
                 });
             }
