@@ -118,7 +118,9 @@ fn the_scan_skips_every_kind_of_value() {
 fn members_reads_as_member_does() {
     let long = "x\\\"".repeat(20);
     let bodies = [
-        format!(r#"{{"type": "message_start", "s": "{long}", "message": {{"usage": {{}}}}, "type": 2}}"#),
+        format!(
+            r#"{{"type": "message_start", "s": "{long}", "message": {{"usage": {{}}}}, "type": 2}}"#
+        ),
         r#"{"usage": null}"#.to_owned(),
         r#"{"a": 1,}"#.to_owned(),
         "[1]".to_owned(),
@@ -136,5 +138,9 @@ fn members_reads_as_member_does() {
     let [kind, _, _, s] = crate::scan::members(bodies[0].as_bytes(), keys).unwrap();
     assert_eq!(kind.and_then(crate::scan::plain_str), Some("message_start"));
     assert_eq!(s.map(<[u8]>::len), Some(long.len() + 2));
-    assert_eq!(crate::scan::plain_str(br#""a\u0062""#), None, "an escape is for a parser");
+    assert_eq!(
+        crate::scan::plain_str(br#""a\u0062""#),
+        None,
+        "an escape is for a parser"
+    );
 }
