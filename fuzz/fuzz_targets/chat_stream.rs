@@ -121,7 +121,7 @@ fn native(chunks: &[&[u8]], data: &[u8], check_cuts: bool) -> (Vec<u8>, Usage, b
     let mut usage = Usage::default();
     let mut out = Vec::new();
     for chunk in chunks {
-        if let Some(ready) = cut.push(chunk, &mut usage) {
+        if let Some(ready) = cut.push(bytes::Bytes::copy_from_slice(chunk), &mut usage) {
             out.extend_from_slice(&ready);
             assert!(out.len() <= data.len());
             assert_eq!(out, &data[..out.len()], "pass-through changed the bytes");

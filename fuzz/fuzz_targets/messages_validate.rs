@@ -10,10 +10,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use messages::checked::summarize;
 use messages::openai::to_chat_request;
 use messages::tokens::count_request;
 use messages::types::{usage_in, usage_of};
-use messages::checked::summarize;
 use messages::{Endpoint, MessagesRequest, Summary, validate};
 use serde_json::Value;
 
@@ -23,7 +23,12 @@ fn quick_agrees(text: &[u8], endpoint: Endpoint, slow: Option<&MessagesRequest>)
         let request = slow.unwrap_or_else(|| {
             panic!("summarized, yet invalid: {}", String::from_utf8_lossy(text))
         });
-        assert_eq!(summary, Summary::of(request), "{}", String::from_utf8_lossy(text));
+        assert_eq!(
+            summary,
+            Summary::of(request),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
     }
 }
 
