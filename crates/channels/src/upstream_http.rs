@@ -119,16 +119,7 @@ impl UpstreamHttp {
     /// URLs an upstream hands over (result downloads), which are no more trusted than a
     /// client's.
     pub fn guarded(timeouts: UpstreamTimeouts, policy: fetch::GuardPolicy) -> UpstreamHttp {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            // Cannot fail: ring's default provider supports both default protocol versions.
-            .expect("the ring provider supports TLS 1.2 and 1.3")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = fetch::tls_config();
         let http = fetch::GuardedConnector::new(Arc::new(policy), timeouts.connect);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)

@@ -203,7 +203,7 @@ impl Fetcher {
 }
 
 /// rustls with the ring provider and the webpki roots.
-pub(crate) fn tls_config() -> rustls::ClientConfig {
+pub fn tls_config() -> rustls::ClientConfig {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),

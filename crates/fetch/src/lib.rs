@@ -26,7 +26,7 @@ mod sniff;
 
 pub use data_uri::{DataUriDecoder, decode_data_uri, is_data_uri};
 pub use error::FetchError;
-pub use fetch::{FETCH_USER_AGENT, FetchConfig, Fetcher};
+pub use fetch::{FETCH_USER_AGENT, FetchConfig, Fetcher, tls_config};
 pub use guard::{BlockedError, GuardedConnector, Policy as GuardPolicy, is_refused};
 pub use post::{POST_USER_AGENT, Poster};
 pub use sniff::{Format, MediaKind, SNIFF_LEN, image_dimensions, sniff};
