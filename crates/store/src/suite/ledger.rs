@@ -228,14 +228,14 @@ async fn charges_interleave_with_task_entries_in_order(store: Fixture) {
     store.create_key(&key("key_d", "hd", None)).await.unwrap();
     let first = tid("video", 1);
     prededuct(&*store, &first, "key_c", -100).await.unwrap();
-    // Two keys in one batch of more than two chunks.
-    let batch: Vec<crate::Charge> = (0..150)
+    // Two keys in one batch of more than two chunks (the embedded store's are 1,024 entries).
+    let batch: Vec<crate::Charge> = (0..2_100)
         .map(|n| {
             let owner = if n % 2 == 0 { "key_c" } else { "key_d" };
-            charge(owner, &format!("msg_{n:03}"), 1)
+            charge(owner, &format!("msg_{n:04}"), 1)
         })
         .collect();
-    assert_eq!(store.charges(&batch).await.unwrap(), vec![1; 150]);
+    assert_eq!(store.charges(&batch).await.unwrap(), vec![1; 2_100]);
     let second = tid("video", 2);
     prededuct(&*store, &second, "key_c", -100).await.unwrap();
     store
@@ -246,7 +246,7 @@ async fn charges_interleave_with_task_entries_in_order(store: Fixture) {
     let ledger = store.ledger("key_c").await.unwrap();
     let ids: Vec<&str> = ledger.iter().map(|e| e.task_id.as_str()).collect();
     let mut expected = vec![first.clone()];
-    expected.extend((0..150).step_by(2).map(|n| format!("msg_{n:03}")));
+    expected.extend((0..2_100).step_by(2).map(|n| format!("msg_{n:04}")));
     expected.push(second.clone());
     expected.push("msg_last".into());
     assert_eq!(ids, expected);
@@ -259,8 +259,8 @@ async fn charges_interleave_with_task_entries_in_order(store: Fixture) {
         want.push(balance);
     }
     assert_eq!(balances, want);
-    assert_eq!(balance, 10_000 - 100 - 75 - 100 - 5);
-    assert_eq!(store.ledger("key_d").await.unwrap().len(), 75);
+    assert_eq!(balance, 10_000 - 100 - 1_050 - 100 - 5);
+    assert_eq!(store.ledger("key_d").await.unwrap().len(), 1_050);
     // And it all survives reopening.
     let store = store.reopen().await;
     assert_eq!(store.ledger("key_c").await.unwrap(), ledger);
