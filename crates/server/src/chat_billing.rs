@@ -231,10 +231,12 @@ impl Bill {
         if cost <= 0 {
             return;
         }
+        // With the reservation taken, dropping the bill releases nothing and needs neither id:
+        // they move into the charge.
         let reserved = std::mem::take(&mut self.reserved);
         let charge = Charge {
-            key_id: self.key_id.clone(),
-            task_id: self.id.clone(),
+            key_id: std::mem::take(&mut self.key_id),
+            task_id: std::mem::take(&mut self.id),
             amount: cost,
         };
         if let Some((charge, reserved)) = self.app.charges.push(charge, reserved) {
