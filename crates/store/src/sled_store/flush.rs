@@ -1,20 +1,23 @@
 //! [`GroupFlush`]: callers that flush at the same moment share one disk sync.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use sled::Db;
+use tokio::sync::Notify;
 
 use super::usage_log::UsageLog;
 
 /// Group commit: callers that need their writes on disk share flushes.
 ///
 /// A caller takes a ticket after its write. A flush that starts after the ticket was taken
-/// covers the write; the caller either runs that flush itself (nobody is flushing) or waits
-/// for one to finish whose start came after its ticket.
+/// covers the write; the caller either starts that flush (nobody is flushing) or waits for one
+/// to finish whose start came after its ticket. Only the flush itself runs on a blocking
+/// thread: the callers wait as tasks, so a burst of durable steps holds one blocking thread,
+/// not one each.
 #[derive(Default)]
 pub(super) struct GroupFlush {
     state: Mutex<FlushState>,
-    done: Condvar,
+    done: Notify,
 }
 
 #[derive(Default)]
@@ -31,34 +34,83 @@ struct FlushState {
 
 impl GroupFlush {
     /// Puts the usage log's file and then the database on disk (the file first: the
-    /// database's committed end of the log never runs ahead of the file on disk).
-    pub(super) fn flush(&self, db: &Db, log: &UsageLog) -> Result<(), String> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.issued += 1;
-        let ticket = state.issued;
+    /// database's committed end of the log never runs ahead of the file on disk). The disk
+    /// sync runs on a blocking thread, never on the caller's async worker, and finishes even
+    /// if the caller stops waiting for it.
+    pub(super) async fn flush(
+        self: &Arc<Self>,
+        db: &Db,
+        log: &Arc<UsageLog>,
+    ) -> Result<(), String> {
+        let ticket = {
+            let mut state = self.lock();
+            state.issued += 1;
+            state.issued
+        };
         loop {
-            if state.flushed >= ticket {
-                return match &state.failed {
-                    Some((upto, e)) if *upto >= ticket => Err(e.clone()),
-                    _ => Ok(()),
-                };
+            // Registered before the state is read: a flush that ends in between still wakes it.
+            let notified = self.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.lock();
+                if state.flushed >= ticket {
+                    return match &state.failed {
+                        Some((upto, e)) if *upto >= ticket => Err(e.clone()),
+                        _ => Ok(()),
+                    };
+                }
+                if !state.running {
+                    state.running = true;
+                    let run = Running {
+                        group: self.clone(),
+                        upto: state.issued,
+                        result: None,
+                    };
+                    let (db, log) = (db.clone(), log.clone());
+                    drop(state);
+                    tokio::task::spawn_blocking(move || {
+                        let mut run = run;
+                        let result = log
+                            .sync()
+                            .map_err(|e| format!("usage log: {e}"))
+                            .and_then(|()| db.flush().map(drop).map_err(|e| e.to_string()));
+                        // Let go of the database before the callers hear of it: one of them
+                        // may close the store and open it again at once.
+                        drop((db, log));
+                        run.result = Some(result);
+                    });
+                }
             }
-            if !state.running {
-                state.running = true;
-                let upto = state.issued;
-                drop(state);
-                let result = log
-                    .sync()
-                    .map_err(|e| format!("usage log: {e}"))
-                    .and_then(|()| db.flush().map(drop).map_err(|e| e.to_string()));
-                state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                state.running = false;
-                state.flushed = upto;
-                state.failed = result.as_ref().err().map(|e| (upto, e.clone()));
-                self.done.notify_all();
-                continue;
-            }
-            state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+            notified.await;
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FlushState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The flush under way. Dropped when it ends, and also when it never ran (the runtime was
+/// shutting down) or panicked: either way the next caller may flush again and the callers it
+/// covered hear how it went.
+struct Running {
+    group: Arc<GroupFlush>,
+    upto: u64,
+    result: Option<Result<(), String>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let result = self
+            .result
+            .take()
+            .unwrap_or_else(|| Err("the flush stopped before it finished".to_owned()));
+        let mut state = self.group.lock();
+        state.running = false;
+        state.flushed = self.upto;
+        state.failed = result.err().map(|e| (self.upto, e));
+        drop(state);
+        self.group.done.notify_waiters();
     }
 }

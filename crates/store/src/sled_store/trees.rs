@@ -260,25 +260,18 @@ impl SledStore {
         )
     }
 
-    /// Makes everything written so far durable, sharing a flush with concurrent callers;
-    /// `what` names the step in an error. The disk sync runs on a blocking thread, never on
-    /// the caller's async worker.
     /// Leaves the task counts for the next opening ([`TaskCounts::open`]); for a clean stop.
     pub(super) fn leave_counts(&self) -> Result<(), StoreError> {
         self.counts.leave(&self.db)
     }
 
+    /// Makes everything written so far durable, sharing a flush with concurrent callers;
+    /// `what` names the step in an error. The disk sync runs on a blocking thread, never on
+    /// the caller's async worker.
     pub(super) async fn flush_after(&self, what: &str) -> Result<(), StoreError> {
-        let (db, flusher, log) = (
-            self.db.clone(),
-            self.flusher.clone(),
-            self.usage_log.clone(),
-        );
-        let flushed = tokio::task::spawn_blocking(move || flusher.flush(&db, &log)).await;
-        match flushed {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Backend(format!("{what}: flush: {e}"))),
-            Err(e) => Err(StoreError::Backend(format!("{what}: flush stopped: {e}"))),
-        }
+        self.flusher
+            .flush(&self.db, &self.usage_log)
+            .await
+            .map_err(|e| StoreError::Backend(format!("{what}: flush: {e}")))
     }
 }
