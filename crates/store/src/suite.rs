@@ -167,7 +167,7 @@ impl Drop for PgSchema {
 
 /// sled's background flusher lets go of the directory's lock a moment after the last handle
 /// is dropped: opening is tried again until it is free, within a deadline.
-async fn reopen_sled(dir: &TempDir) -> SledStore {
+pub(crate) async fn reopen_sled(dir: &TempDir) -> SledStore {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         match SledStore::open(dir.path()) {

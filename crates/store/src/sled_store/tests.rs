@@ -238,3 +238,47 @@ async fn task_counts_are_left_by_a_clean_stop_and_counted_after_any_other() {
     let store = SledStore::open(dir.path()).unwrap();
     assert_eq!(queued(&store), 2, "3 and 9 queued, 1 and 2 running");
 }
+
+/// Many durable steps at once share flushes and every one of them returns, its task on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creations_share_flushes_and_all_land() {
+    let dir = TempDir::new();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        let tasks: Vec<_> = (1..=64)
+            .map(|n| task(&tid("video", n), "k", Queued, Some(100)))
+            .collect();
+        let created =
+            futures_util::future::join_all(tasks.iter().map(|t| store.create_task(t, &[])));
+        let created = tokio::time::timeout(std::time::Duration::from_secs(30), created)
+            .await
+            .expect("every creation returns");
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
+        // Not closed: what is on disk is what the flushes wrote.
+    }
+    let store = crate::suite::reopen_sled(&dir).await;
+    for n in 1..=64 {
+        assert!(
+            store.task(&tid("video", n)).await.unwrap().is_some(),
+            "task {n}"
+        );
+    }
+}
+
+/// A caller that starts a flush and stops waiting for it leaves no flush half begun: the next
+/// caller's flush still returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_whose_caller_stopped_waiting_still_ends() {
+    let (_dir, store) = open_store();
+    for _ in 0..20 {
+        // Polled once (which starts the flush) and dropped.
+        let _ = tokio::time::timeout(std::time::Duration::ZERO, store.flush_after("dropped")).await;
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            store.flush_after("next"),
+        )
+        .await
+        .expect("the next flush returns")
+        .unwrap();
+    }
+}
