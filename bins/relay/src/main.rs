@@ -126,8 +126,8 @@ enum ConfigCommand {
     Check { path: PathBuf },
 }
 
-/// The allocator's purge delay, in milliseconds: how long mimalloc keeps the pages it freed
-/// before it returns them to the system. Under load hyper's read buffers free pages all the
+/// The variable that sets the allocator's purge delay, in milliseconds: how long mimalloc keeps
+/// the pages it freed before it returns them to the system. Under load hyper's read buffers free pages all the
 /// time, and with mimalloc's default (1 s) a serving relay's memory climbs by megabytes before
 /// they go back; returned at once, it stays flat, at no CPU cost measured (BENCHMARKS.md).
 const PURGE_DELAY_VAR: &str = "MIMALLOC_PURGE_DELAY";

@@ -75,6 +75,7 @@ mod idempotency;
 mod index;
 mod keys;
 mod ledger;
+mod locked;
 mod record;
 mod task_index;
 mod tasks;

@@ -43,7 +43,7 @@ impl GroupFlush {
         log: &Arc<UsageLog>,
     ) -> Result<(), String> {
         let ticket = {
-            let mut state = self.lock();
+            let mut state = super::locked::locked(&self.state);
             state.issued += 1;
             state.issued
         };
@@ -53,7 +53,7 @@ impl GroupFlush {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut state = self.lock();
+                let mut state = super::locked::locked(&self.state);
                 if state.flushed >= ticket {
                     return match &state.failed {
                         Some((upto, e)) if *upto >= ticket => Err(e.clone()),
@@ -85,10 +85,6 @@ impl GroupFlush {
             notified.await;
         }
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, FlushState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// The flush under way. Dropped when it ends, and also when it never ran (the runtime was
@@ -106,7 +102,7 @@ impl Drop for Running {
             .result
             .take()
             .unwrap_or_else(|| Err("the flush stopped before it finished".to_owned()));
-        let mut state = self.group.lock();
+        let mut state = super::locked::locked(&self.group.state);
         state.running = false;
         state.flushed = self.upto;
         state.failed = result.err().map(|e| (self.upto, e));

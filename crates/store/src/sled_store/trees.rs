@@ -109,7 +109,7 @@ struct Recent {
 
 impl RecentTasks {
     fn state(&self) -> std::sync::MutexGuard<'_, Recent> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        super::locked::locked(&self.state)
     }
 
     /// Task `id` as kept, or (when it is not kept) the count of writes to give

@@ -66,7 +66,7 @@ impl UsageLog {
     /// The committed end, held until the guard drops: the caller writes past it and moves it
     /// when its transaction commits.
     pub(super) fn end(&self) -> MutexGuard<'_, u64> {
-        self.end.lock().unwrap_or_else(|e| e.into_inner())
+        super::locked::locked(&self.end)
     }
 
     /// Writes `bytes` at `at`.
