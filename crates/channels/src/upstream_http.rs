@@ -4,17 +4,21 @@
 //! streamed body). Bodies are streamed, never buffered unless asked.
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
+use hyper::body::Body;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Idle connections kept per upstream host. Every connection a burst opened stays open for the
 /// next one (until the idle timeout closes it): a cap below the clients' concurrency closes and
@@ -186,11 +190,7 @@ impl UpstreamHttp {
         Ok(UpstreamResponse {
             status: parts.status,
             headers: parts.headers,
-            body: UpstreamBody {
-                body,
-                idle: self.timeouts.idle,
-                deadline: Instant::now() + self.timeouts.idle,
-            },
+            body: UpstreamBody::new(body, self.timeouts.idle),
         })
     }
 }
@@ -237,26 +237,63 @@ pub struct UpstreamResponse {
 pub struct UpstreamBody {
     body: Incoming,
     idle: Duration,
+    /// When the current silence becomes too long: `idle` after the last piece.
     deadline: Instant,
+    /// The idle timer: made the first time the body has to wait, then moved to the new
+    /// deadline when it waits again (a piece that arrives at once costs no timer at all).
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl UpstreamBody {
+    fn new(body: Incoming, idle: Duration) -> UpstreamBody {
+        UpstreamBody {
+            body,
+            idle,
+            deadline: Instant::now() + idle,
+            timer: None,
+        }
+    }
+
     /// The next piece of the body; `None` at its end. Fails when the upstream stays silent
     /// longer than the idle timeout. Cancel-safe: dropping the future loses nothing, and the
     /// silence keeps counting from the last piece.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
+    }
+
+    /// [`UpstreamBody::chunk`] as a poll, for a caller that is a future or a body itself.
+    pub fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, UpstreamError>> {
         loop {
-            let frame = match tokio::time::timeout_at(self.deadline, self.body.frame()).await {
-                Err(_) => return Err(UpstreamError::IdleTimeout(self.idle)),
-                Ok(None) => return Ok(None),
-                Ok(Some(Err(e))) => return Err(UpstreamError::Body(error_chain(&e))),
-                Ok(Some(Ok(frame))) => frame,
+            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(None) => return Poll::Ready(Ok(None)),
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Err(UpstreamError::Body(error_chain(&e))));
+                }
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Pending => {
+                    let timer = match &mut self.timer {
+                        Some(timer) => {
+                            if timer.deadline() != self.deadline {
+                                timer.as_mut().reset(self.deadline);
+                            }
+                            timer
+                        }
+                        None => self
+                            .timer
+                            .insert(Box::pin(tokio::time::sleep_until(self.deadline))),
+                    };
+                    std::task::ready!(timer.as_mut().poll(cx));
+                    return Poll::Ready(Err(UpstreamError::IdleTimeout(self.idle)));
+                }
             };
             self.deadline = Instant::now() + self.idle;
             if let Ok(data) = frame.into_data()
                 && !data.is_empty()
             {
-                return Ok(Some(data));
+                return Poll::Ready(Ok(Some(data)));
             }
         }
     }

@@ -279,6 +279,25 @@ mod tests {
     }
 
     #[test]
+    fn data_lines_around_an_event_line_decode_the_same() {
+        // Data lines before and after the event's name, joined; lone ones; any two cuts.
+        let input =
+            b"data: a\nevent: late\ndata: b\ndata: c\n\ndata: solo\n\nevent: e\ndata: x\n\n";
+        let whole = decode_in_pieces(input, &[]);
+        assert_eq!(whole.len(), 3, "{whole:?}");
+        assert_eq!(whole[0].event.as_deref(), Some("late"));
+        assert_eq!(whole[0].data, "a\nb\nc");
+        assert_eq!(whole[1].data, "solo");
+        assert_eq!(whole[2].event.as_deref(), Some("e"));
+        assert_eq!(whole[2].data, "x");
+        for a in 0..=input.len() {
+            for b in a..=input.len() {
+                assert_eq!(decode_in_pieces(input, &[a, b]), whole, "cuts {a} {b}");
+            }
+        }
+    }
+
+    #[test]
     fn an_unfinished_event_is_not_dispatched() {
         let mut d = SseDecoder::new();
         assert!(d.feed(b"event: a\ndata: 1\n").is_empty());

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use channels::{
-    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, FailureKind, SimDirectives, StreamFailure,
-    UpstreamFailure,
+    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, FailureKind, SimDirectives, UpstreamFailure,
 };
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
@@ -304,26 +303,6 @@ fn record_call(app: &App, channel: &str, ok: bool) {
     }
 }
 
-/// What the relayed body waits on: the upstream's next bytes, or a `ping` after
-/// `server.stream_ping_ms` of silence. The future owns the stream and hands it back with the outcome.
-type Next = Pin<
-    Box<
-        dyn std::future::Future<
-                Output = (
-                    Box<ChatEventStream>,
-                    Result<Result<Option<Bytes>, StreamFailure>, tokio::time::error::Elapsed>,
-                ),
-            > + Send,
-    >,
->;
-
-fn next_of(mut stream: Box<ChatEventStream>, ping: Duration) -> Next {
-    Box::pin(async move {
-        let next = tokio::time::timeout(ping, stream.next()).await;
-        (stream, next)
-    })
-}
-
 /// Answers `200 text/event-stream` at once; the body pulls the upstream's stream itself (no
 /// task or queue in between) and bills the message when the stream ends: charged when it
 /// completed or the client went away (from the usage seen so far), nothing when it failed.
@@ -335,8 +314,10 @@ fn stream_answer(
 ) -> Answer {
     let body = RelayedStream {
         usage: stream.usage(),
-        next: Some(next_of(stream, ping)),
+        stream: Some(stream),
         ping,
+        quiet: None,
+        moved: false,
         bill: Some(bill),
         rid,
     };
@@ -353,8 +334,8 @@ fn stream_answer(
 /// The body of a relayed stream. Dropped by hyper when the client goes away, which drops the
 /// upstream request with it and charges what was relayed.
 struct RelayedStream {
-    /// The pending read of the upstream; `None` once the stream ended.
-    next: Option<Next>,
+    /// The upstream's stream, polled by the body itself; `None` once it ended.
+    stream: Option<Box<ChatEventStream>>,
     /// The usage as of the last bytes read.
     usage: Usage,
     /// `None` once billed.
@@ -362,18 +343,45 @@ struct RelayedStream {
     rid: RequestId,
     /// Upstream silence after which a `ping` goes out.
     ping: Duration,
+    /// The ping timer: made the first time the stream has to wait, then moved on (not made
+    /// again) each time it waits after bytes went out.
+    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Bytes went out since the timer was last set.
+    moved: bool,
 }
 
 impl RelayedStream {
     /// Ends the stream: dropping the upstream first (closing its connection), then billing.
     fn end(&mut self, charge: bool) {
-        self.next = None;
+        self.stream = None;
+        self.quiet = None;
         // Taken either way: a bill dropped uncharged releases its reservation.
         if let Some(bill) = self.bill.take()
             && charge
         {
             bill.charge(self.usage);
         }
+    }
+
+    /// Whether the upstream has been silent for `ping` (the timer is set, or moved, to `ping`
+    /// from now when the stream begins to wait, or waits again after bytes went out).
+    fn poll_silence(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let ping = self.ping;
+        let timer = match &mut self.quiet {
+            Some(timer) => {
+                if std::mem::take(&mut self.moved) {
+                    timer.as_mut().reset(tokio::time::Instant::now() + ping);
+                }
+                timer
+            }
+            None => {
+                self.moved = false;
+                self.quiet.insert(Box::pin(tokio::time::sleep(ping)))
+            }
+        };
+        std::task::ready!(timer.as_mut().poll(cx));
+        timer.as_mut().reset(tokio::time::Instant::now() + ping);
+        Poll::Ready(())
     }
 }
 
@@ -389,44 +397,48 @@ impl hyper::body::Body for RelayedStream {
     type Error = std::io::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        loop {
-            let Some(next) = self.next.as_mut() else {
-                return Poll::Ready(None);
-            };
-            let (stream, outcome) = std::task::ready!(next.as_mut().poll(cx));
-            self.usage = stream.usage();
-            let bytes = match outcome {
-                Err(_silent) if stream.at_boundary() => Bytes::from(StreamEvent::Ping.to_sse()),
-                Err(_silent) => {
-                    self.next = Some(next_of(stream, self.ping));
-                    continue;
+        let this = self.get_mut();
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let outcome = match stream.poll_next(cx) {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => loop {
+                std::task::ready!(this.poll_silence(cx));
+                // Silent for `ping`: a `ping` event, if the bytes so far end at an event's end
+                // (else the timer, set again, is polled once more and waits).
+                if this.stream.as_ref().is_some_and(|s| s.at_boundary()) {
+                    let ping = Bytes::from(StreamEvent::Ping.to_sse());
+                    return Poll::Ready(Some(Ok(Frame::data(ping))));
                 }
-                Ok(Ok(Some(bytes))) => bytes,
-                Ok(Ok(None)) => {
-                    drop(stream);
-                    self.end(true);
+            },
+        };
+        this.usage = stream.usage();
+        match outcome {
+            Ok(Some(bytes)) => {
+                this.moved = true;
+                Poll::Ready(Some(Ok(Frame::data(bytes))))
+            }
+            Ok(None) => {
+                this.end(true);
+                Poll::Ready(None)
+            }
+            Err(failure) => {
+                tracing::warn!(
+                    "messages {}: stream failed: {}",
+                    this.rid.as_str(),
+                    failure.detail
+                );
+                this.end(false);
+                if failure.reported {
                     return Poll::Ready(None);
                 }
-                Ok(Err(failure)) => {
-                    tracing::warn!(
-                        "messages {}: stream failed: {}",
-                        self.rid.as_str(),
-                        failure.detail
-                    );
-                    drop(stream);
-                    self.end(false);
-                    if failure.reported {
-                        return Poll::Ready(None);
-                    }
-                    let event = StreamEvent::error(failure.kind, failure.message);
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(event.to_sse())))));
-                }
-            };
-            self.next = Some(next_of(stream, self.ping));
-            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                let event = StreamEvent::error(failure.kind, failure.message);
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(event.to_sse())))))
+            }
         }
     }
 }

@@ -1,12 +1,16 @@
 //! The stream of a streamed chat answer, as bytes ready for the client.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use messages::openai::{ChatStream, ConvertError};
 use messages::{SseDecoder, StreamEvent, Usage, scan};
 use serde_json::Value;
+use tokio::time::Sleep;
 
 use crate::upstream_http::{UpstreamBody, UpstreamError};
 
@@ -57,6 +61,8 @@ enum Inner {
     Prepared {
         events: VecDeque<Bytes>,
         pause: Duration,
+        /// The pause before the next event, once it began.
+        pausing: Option<Pin<Box<Sleep>>>,
         /// Fails after this many events (the simulator's `fail` directive).
         fail_after: Option<usize>,
         sent: usize,
@@ -241,6 +247,7 @@ impl ChatEventStream {
             inner: Inner::Prepared {
                 events: events.iter().map(|e| Bytes::from(e.to_sse())).collect(),
                 pause,
+                pausing: None,
                 fail_after,
                 sent: 0,
             },
@@ -290,49 +297,61 @@ impl ChatEventStream {
     /// The next bytes for the client; `Ok(None)` when the stream ended as it should.
     /// Cancel-safe: dropping the future loses nothing.
     pub async fn next(&mut self) -> Result<Option<Bytes>, StreamFailure> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// [`ChatEventStream::next`] as a poll, for a caller that is a body itself: a stream
+    /// relayed this way needs no future, and no allocation, per piece.
+    pub fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, StreamFailure>> {
         let channel = self.channel.as_str();
         match &mut self.inner {
             Inner::Prepared {
                 events,
                 pause,
+                pausing,
                 fail_after,
                 sent,
             } => {
                 if events.is_empty() {
-                    return Ok(None);
+                    return Poll::Ready(Ok(None));
                 }
                 if *sent > 0 && !pause.is_zero() {
-                    tokio::time::sleep(*pause).await;
+                    let timer = pausing.get_or_insert_with(|| Box::pin(tokio::time::sleep(*pause)));
+                    std::task::ready!(timer.as_mut().poll(cx));
+                    *pausing = None;
                 }
                 if fail_after.is_some_and(|n| *sent >= n) {
                     events.clear();
-                    return Err(StreamFailure::broken(channel, "simulated failure"));
+                    return Poll::Ready(Err(StreamFailure::broken(channel, "simulated failure")));
                 }
                 *sent += 1;
-                Ok(events.pop_front())
+                Poll::Ready(Ok(events.pop_front()))
             }
             Inner::Native { body, cut } => loop {
-                let chunk = match body.chunk().await {
+                let chunk = match std::task::ready!(body.poll_chunk(cx)) {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => {
                         if cut.upstream_error() {
                             let mut failure =
                                 StreamFailure::broken(channel, "the upstream sent an error event");
                             failure.reported = true;
-                            return Err(failure);
+                            return Poll::Ready(Err(failure));
                         }
                         if !cut.finished() {
-                            return Err(StreamFailure::broken(
+                            return Poll::Ready(Err(StreamFailure::broken(
                                 channel,
                                 "the upstream stream ended before message_stop",
-                            ));
+                            )));
                         }
-                        return Ok(None);
+                        return Poll::Ready(Ok(None));
                     }
-                    Err(e) => return Err(StreamFailure::transport(channel, &e)),
+                    Err(e) => return Poll::Ready(Err(StreamFailure::transport(channel, &e))),
                 };
                 if let Some(ready) = cut.push(chunk, &mut self.usage) {
-                    return Ok(Some(ready));
+                    return Poll::Ready(Ok(Some(ready)));
                 }
             },
             Inner::Converted {
@@ -343,21 +362,22 @@ impl ChatEventStream {
                 failed,
             } => loop {
                 if let Some(bytes) = queue.pop_front() {
-                    return Ok(Some(bytes));
+                    return Poll::Ready(Ok(Some(bytes)));
                 }
                 if let Some(failure) = failed.take() {
                     *ended = true;
-                    return Err(failure);
+                    return Poll::Ready(Err(failure));
                 }
                 if *ended {
-                    return Ok(None);
+                    return Poll::Ready(Ok(None));
                 }
-                let chunk = match body.chunk().await {
+                let chunk = match std::task::ready!(body.poll_chunk(cx)) {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => {
-                        let closing = convert
-                            .end()
-                            .map_err(|e| StreamFailure::broken(channel, e))?;
+                        let closing = match convert.end() {
+                            Ok(closing) => closing,
+                            Err(e) => return Poll::Ready(Err(StreamFailure::broken(channel, e))),
+                        };
                         self.usage = convert.usage();
                         if !closing.is_empty() {
                             queue.push_back(Bytes::from(closing));
@@ -365,7 +385,7 @@ impl ChatEventStream {
                         *ended = true;
                         continue;
                     }
-                    Err(e) => return Err(StreamFailure::transport(channel, &e)),
+                    Err(e) => return Poll::Ready(Err(StreamFailure::transport(channel, &e))),
                 };
                 let (out, outcome) = convert.push(&chunk);
                 self.usage = convert.usage();
