@@ -18,6 +18,9 @@ use super::usage_log::UsageLog;
 pub(super) struct GroupFlush {
     state: Mutex<FlushState>,
     done: Notify,
+    /// Flushes started so far, for the tests that check that callers share them.
+    #[cfg(test)]
+    started: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -33,6 +36,12 @@ struct FlushState {
 }
 
 impl GroupFlush {
+    /// Flushes started so far.
+    #[cfg(test)]
+    pub(super) fn started(&self) -> u64 {
+        self.started.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Puts the usage log's file and then the database on disk (the file first: the
     /// database's committed end of the log never runs ahead of the file on disk). The disk
     /// sync runs on a blocking thread, never on the caller's async worker, and finishes even
@@ -62,6 +71,9 @@ impl GroupFlush {
                 }
                 if !state.running {
                     state.running = true;
+                    #[cfg(test)]
+                    self.started
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let run = Running {
                         group: self.clone(),
                         upto: state.issued,

@@ -239,9 +239,9 @@ async fn task_counts_are_left_by_a_clean_stop_and_counted_after_any_other() {
     assert_eq!(queued(&store), 2, "3 and 9 queued, 1 and 2 running");
 }
 
-/// Many durable steps at once share flushes and every one of them returns, its task on disk.
+/// Many durable steps at once all return, every task on disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_creations_share_flushes_and_all_land() {
+async fn concurrent_creations_all_land() {
     let dir = TempDir::new();
     {
         let store = SledStore::open(dir.path()).unwrap();
@@ -263,6 +263,28 @@ async fn concurrent_creations_share_flushes_and_all_land() {
             "task {n}"
         );
     }
+}
+
+/// Callers that flush at the same moment share disk syncs: 64 of them, all waiting before the
+/// first flush ends, take a few flushes, not 64.
+#[tokio::test]
+async fn concurrent_flushes_share_disk_syncs() {
+    let (_dir, store) = open_store();
+    store
+        .create_task(&task(&tid("video", 1), "k", Queued, Some(100)), &[])
+        .await
+        .unwrap();
+    let before = store.flushes_started();
+    let flushes = (0..64).map(|_| store.flush_after("shared"));
+    let done = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        futures_util::future::join_all(flushes),
+    )
+    .await
+    .expect("every flush returns");
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    let took = store.flushes_started() - before;
+    assert!((1..=8).contains(&took), "64 callers took {took} flushes");
 }
 
 /// A caller that starts a flush and stops waiting for it leaves no flush half begun: the next

@@ -260,6 +260,12 @@ impl SledStore {
         )
     }
 
+    /// Flushes started since the store was opened.
+    #[cfg(test)]
+    pub(super) fn flushes_started(&self) -> u64 {
+        self.flusher.started()
+    }
+
     /// Leaves the task counts for the next opening ([`TaskCounts::open`]); for a clean stop.
     pub(super) fn leave_counts(&self) -> Result<(), StoreError> {
         self.counts.leave(&self.db)

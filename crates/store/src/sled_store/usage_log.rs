@@ -16,6 +16,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::StoreError;
@@ -32,6 +33,10 @@ pub(super) struct UsageLog {
     file: File,
     /// The committed end; held by the one batch of charges being written.
     end: Mutex<u64>,
+    /// Writes made so far, and as many as the last sync covered: a flush with no charge
+    /// written since the last one skips the file's sync (most flushes are of task steps).
+    writes: AtomicU64,
+    synced: AtomicU64,
 }
 
 impl UsageLog {
@@ -60,6 +65,8 @@ impl UsageLog {
         Ok(UsageLog {
             file,
             end: Mutex::new(committed),
+            writes: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
         })
     }
 
@@ -71,9 +78,10 @@ impl UsageLog {
 
     /// Writes `bytes` at `at`.
     pub(super) fn write_at(&self, bytes: &[u8], at: u64) -> Result<(), StoreError> {
-        self.file
-            .write_all_at(bytes, at)
-            .map_err(|e| StoreError::Backend(format!("write usage log: {e}")))
+        let written = self.file.write_all_at(bytes, at);
+        // Counted even when it failed: part of it may have reached the file.
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        written.map_err(|e| StoreError::Backend(format!("write usage log: {e}")))
     }
 
     /// Reads the chunk of `len` bytes at `at`.
@@ -87,9 +95,17 @@ impl UsageLog {
         Ok(bytes)
     }
 
-    /// Puts what was written on disk.
+    /// Puts what was written on disk (nothing to do when nothing was written since the last
+    /// sync).
     pub(super) fn sync(&self) -> std::io::Result<()> {
-        self.file.sync_data()
+        let seen = self.writes.load(Ordering::Acquire);
+        if seen == self.synced.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.file.sync_data()?;
+        // A write that came during the sync is not counted as covered: the next sync runs.
+        self.synced.fetch_max(seen, Ordering::AcqRel);
+        Ok(())
     }
 }
 
