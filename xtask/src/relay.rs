@@ -95,6 +95,11 @@ pub fn start_relay_under(
             command.env(name, value);
         }
     }
+    // Named, so the relay does not run itself again (`exec`): a wrapper such as valgrind
+    // would lose the new image.
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        command.env("MIMALLOC_PURGE_DELAY", "0");
+    }
     spawn_started(command, None, Stdio::inherit())
 }
 
