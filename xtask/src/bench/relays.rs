@@ -83,6 +83,9 @@ pub fn messages_config(upstream: SocketAddr) -> String {
     )
 }
 
+/// The body of every durable submission the bench sends.
+pub(super) const SUBMISSION: &str = r#"{"model":"model_h3","prompt":"bench","size":"64x64"}"#;
+
 /// A relay whose `model_h3` runs on an `openai-videos` channel to the fake video upstream at
 /// `upstream` (tasks run there for an hour: nothing is rendered or downloaded), polled no more
 /// than once a minute, so that the poller stays out of what is measured.

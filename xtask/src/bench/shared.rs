@@ -18,11 +18,9 @@ use super::load::{Call, TICKS_PER_SEC, call_once, proc_stats};
 use super::loadgen::Outcome;
 use super::measure::{Run, machine_ticks};
 use super::party::Party;
-use super::relays::{ADMIN, Ctx, RelayProc, relay_proc, videos_config};
+use super::relays::{ADMIN, Ctx, RelayProc, SUBMISSION, relay_proc, videos_config};
 use super::report::{Report, thousands};
 use crate::cluster::Database;
-
-const SUBMISSION: &str = r#"{"model":"model_h3","prompt":"bench","size":"64x64"}"#;
 
 /// Ticks of every process named `postgres` (the server and its backends).
 fn postgres_ticks() -> u64 {

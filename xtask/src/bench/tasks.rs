@@ -9,10 +9,8 @@ use super::generator::{Gen, Load};
 use super::load::{Call, call_once};
 use super::measure::{ATTEMPTS, Watch, measured};
 use super::party::Party;
-use super::relays::{Ctx, start_in_temp, videos_config};
+use super::relays::{Ctx, SUBMISSION, start_in_temp, videos_config};
 use super::report::{Report, thousands};
-
-const SUBMISSION: &str = r#"{"model":"model_h3","prompt":"bench","size":"64x64"}"#;
 
 fn submit_load(relay: &super::relays::RelayProc, secs: u64) -> Load {
     Load {
