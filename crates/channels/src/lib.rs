@@ -5,6 +5,7 @@
 
 pub mod ark;
 pub mod chat;
+mod deadline;
 mod job;
 pub mod mp4probe;
 pub mod openai_videos;
@@ -19,6 +20,7 @@ pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
     UpstreamFailure,
 };
+pub use deadline::Deadline;
 pub use job::{
     PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };

@@ -4,7 +4,6 @@
 //! streamed body). Bodies are streamed, never buffered unless asked.
 
 use std::cell::Cell;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -18,7 +17,9 @@ use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+
+use crate::deadline::Deadline;
 
 /// Idle connections kept per upstream host. Every connection a burst opened stays open for the
 /// next one (until the idle timeout closes it): a cap below the clients' concurrency closes and
@@ -239,9 +240,8 @@ pub struct UpstreamBody {
     idle: Duration,
     /// When the current silence becomes too long: `idle` after the last piece.
     deadline: Instant,
-    /// The idle timer: made the first time the body has to wait, then moved to the new
-    /// deadline when it waits again (a piece that arrives at once costs no timer at all).
-    timer: Option<Pin<Box<Sleep>>>,
+    /// The idle timer, for the waits between pieces.
+    timer: Deadline,
 }
 
 impl UpstreamBody {
@@ -250,7 +250,7 @@ impl UpstreamBody {
             body,
             idle,
             deadline: Instant::now() + idle,
-            timer: None,
+            timer: Deadline::default(),
         }
     }
 
@@ -274,18 +274,7 @@ impl UpstreamBody {
                 }
                 Poll::Ready(Some(Ok(frame))) => frame,
                 Poll::Pending => {
-                    let timer = match &mut self.timer {
-                        Some(timer) => {
-                            if timer.deadline() != self.deadline {
-                                timer.as_mut().reset(self.deadline);
-                            }
-                            timer
-                        }
-                        None => self
-                            .timer
-                            .insert(Box::pin(tokio::time::sleep_until(self.deadline))),
-                    };
-                    std::task::ready!(timer.as_mut().poll(cx));
+                    std::task::ready!(self.timer.poll_until(self.deadline, cx));
                     return Poll::Ready(Err(UpstreamError::IdleTimeout(self.idle)));
                 }
             };

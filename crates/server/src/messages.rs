@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use channels::{
-    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, FailureKind, SimDirectives, UpstreamFailure,
+    ChatAnswer, ChatCall, ChatChannel, ChatEventStream, Deadline, FailureKind, SimDirectives,
+    UpstreamFailure,
 };
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
@@ -316,8 +317,8 @@ fn stream_answer(
         usage: stream.usage(),
         stream: Some(stream),
         ping,
-        quiet: None,
-        moved: false,
+        quiet: Deadline::default(),
+        quiet_until: None,
         bill: Some(bill),
         rid,
     };
@@ -343,18 +344,17 @@ struct RelayedStream {
     rid: RequestId,
     /// Upstream silence after which a `ping` goes out.
     ping: Duration,
-    /// The ping timer: made the first time the stream has to wait, then moved on (not made
-    /// again) each time it waits after bytes went out.
-    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Bytes went out since the timer was last set.
-    moved: bool,
+    /// The ping timer, and when it rings: `ping` after the stream began to wait; `None` until
+    /// it waits again after bytes (or a ping) went out.
+    quiet: Deadline,
+    quiet_until: Option<tokio::time::Instant>,
 }
 
 impl RelayedStream {
     /// Ends the stream: dropping the upstream first (closing its connection), then billing.
     fn end(&mut self, charge: bool) {
         self.stream = None;
-        self.quiet = None;
+        self.quiet = Deadline::default();
         // Taken either way: a bill dropped uncharged releases its reservation.
         if let Some(bill) = self.bill.take()
             && charge
@@ -363,24 +363,15 @@ impl RelayedStream {
         }
     }
 
-    /// Whether the upstream has been silent for `ping` (the timer is set, or moved, to `ping`
-    /// from now when the stream begins to wait, or waits again after bytes went out).
+    /// Whether the upstream has been silent for `ping` since the stream began to wait (after
+    /// the last bytes or ping that went out).
     fn poll_silence(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let ping = self.ping;
-        let timer = match &mut self.quiet {
-            Some(timer) => {
-                if std::mem::take(&mut self.moved) {
-                    timer.as_mut().reset(tokio::time::Instant::now() + ping);
-                }
-                timer
-            }
-            None => {
-                self.moved = false;
-                self.quiet.insert(Box::pin(tokio::time::sleep(ping)))
-            }
-        };
-        std::task::ready!(timer.as_mut().poll(cx));
-        timer.as_mut().reset(tokio::time::Instant::now() + ping);
+        let until = *self
+            .quiet_until
+            .get_or_insert_with(|| tokio::time::Instant::now() + ping);
+        std::task::ready!(self.quiet.poll_until(until, cx));
+        self.quiet_until = None;
         Poll::Ready(())
     }
 }
@@ -419,7 +410,7 @@ impl hyper::body::Body for RelayedStream {
         this.usage = stream.usage();
         match outcome {
             Ok(Some(bytes)) => {
-                this.moved = true;
+                this.quiet_until = None;
                 Poll::Ready(Some(Ok(Frame::data(bytes))))
             }
             Ok(None) => {

@@ -1,8 +1,6 @@
 //! The stream of a streamed chat answer, as bytes ready for the client.
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -10,8 +8,9 @@ use bytes::{Bytes, BytesMut};
 use messages::openai::{ChatStream, ConvertError};
 use messages::{SseDecoder, StreamEvent, Usage, scan};
 use serde_json::Value;
-use tokio::time::Sleep;
+use tokio::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::upstream_http::{UpstreamBody, UpstreamError};
 
 /// A stream that failed after it began.
@@ -61,8 +60,9 @@ enum Inner {
     Prepared {
         events: VecDeque<Bytes>,
         pause: Duration,
-        /// The pause before the next event, once it began.
-        pausing: Option<Pin<Box<Sleep>>>,
+        /// When the pause before the next event ends, once it began, and its timer.
+        pause_until: Option<Instant>,
+        pausing: Deadline,
         /// Fails after this many events (the simulator's `fail` directive).
         fail_after: Option<usize>,
         sent: usize,
@@ -247,7 +247,8 @@ impl ChatEventStream {
             inner: Inner::Prepared {
                 events: events.iter().map(|e| Bytes::from(e.to_sse())).collect(),
                 pause,
-                pausing: None,
+                pause_until: None,
+                pausing: Deadline::default(),
                 fail_after,
                 sent: 0,
             },
@@ -311,6 +312,7 @@ impl ChatEventStream {
             Inner::Prepared {
                 events,
                 pause,
+                pause_until,
                 pausing,
                 fail_after,
                 sent,
@@ -319,9 +321,9 @@ impl ChatEventStream {
                     return Poll::Ready(Ok(None));
                 }
                 if *sent > 0 && !pause.is_zero() {
-                    let timer = pausing.get_or_insert_with(|| Box::pin(tokio::time::sleep(*pause)));
-                    std::task::ready!(timer.as_mut().poll(cx));
-                    *pausing = None;
+                    let until = *pause_until.get_or_insert_with(|| Instant::now() + *pause);
+                    std::task::ready!(pausing.poll_until(until, cx));
+                    *pause_until = None;
                 }
                 if fail_after.is_some_and(|n| *sent >= n) {
                     events.clear();

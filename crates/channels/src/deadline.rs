@@ -1,0 +1,31 @@
+//! [`Deadline`]: one timer for waits that come again and again (an upstream body's silence, a
+//! stream's ping, a pause between events): made the first time it is waited on, then moved to
+//! the next deadline, never made again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::time::{Instant, Sleep};
+
+/// A timer made when first polled and moved (not made again) when its deadline changes.
+#[derive(Debug, Default)]
+pub struct Deadline {
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Deadline {
+    /// Ready once `at` has passed. A wait that ends before `at` costs no timer at all.
+    pub fn poll_until(&mut self, at: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                if sleep.deadline() != at {
+                    sleep.as_mut().reset(at);
+                }
+                sleep
+            }
+            None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
+        };
+        sleep.as_mut().poll(cx)
+    }
+}
