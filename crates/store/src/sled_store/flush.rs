@@ -21,6 +21,35 @@ pub(super) struct GroupFlush {
     /// Flushes started so far, for the tests that check that callers share them.
     #[cfg(test)]
     started: std::sync::atomic::AtomicU64,
+    /// Holds flushes before they begin while a test wants every caller waiting.
+    #[cfg(test)]
+    pub(super) gate: Gate,
+}
+
+/// A gate a flush waits at before it begins (tests only).
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct Gate {
+    closed: Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+#[cfg(test)]
+impl Gate {
+    pub(super) fn set(&self, closed: bool) {
+        *super::locked::locked(&self.closed) = closed;
+        self.opened.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut closed = super::locked::locked(&self.closed);
+        while *closed {
+            closed = self
+                .opened
+                .wait(closed)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -40,6 +69,12 @@ impl GroupFlush {
     #[cfg(test)]
     pub(super) fn started(&self) -> u64 {
         self.started.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Tickets handed out so far: callers that have asked for a flush.
+    #[cfg(test)]
+    pub(super) fn issued(&self) -> u64 {
+        super::locked::locked(&self.state).issued
     }
 
     /// Puts the usage log's file and then the database on disk (the file first: the
@@ -83,6 +118,8 @@ impl GroupFlush {
                     drop(state);
                     tokio::task::spawn_blocking(move || {
                         let mut run = run;
+                        #[cfg(test)]
+                        run.group.gate.pass();
                         let result = log
                             .sync()
                             .map_err(|e| format!("usage log: {e}"))

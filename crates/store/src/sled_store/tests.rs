@@ -265,26 +265,36 @@ async fn concurrent_creations_all_land() {
     }
 }
 
-/// Callers that flush at the same moment share disk syncs: 64 of them, all waiting before the
-/// first flush ends, take a few flushes, not 64.
+/// Callers that flush at the same moment share disk syncs: 64 callers that all came while a
+/// flush was under way take one more flush between them, not one each.
 #[tokio::test]
 async fn concurrent_flushes_share_disk_syncs() {
     let (_dir, store) = open_store();
-    store
-        .create_task(&task(&tid("video", 1), "k", Queued, Some(100)), &[])
+    let group = store.flusher();
+    let (started, issued) = (group.started(), group.issued());
+    // The first caller's flush waits at the gate until every caller has asked.
+    group.gate.set(true);
+    let all = futures_util::future::join_all((0..64).map(|_| store.flush_after("shared")));
+    let mut all = std::pin::pin!(all);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while group.issued() < issued + 64 {
+        assert!(futures_util::poll!(all.as_mut()).is_pending());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "64 callers never all asked"
+        );
+        tokio::task::yield_now().await;
+    }
+    group.gate.set(false);
+    let done = tokio::time::timeout(std::time::Duration::from_secs(30), all)
         .await
-        .unwrap();
-    let before = store.flushes_started();
-    let flushes = (0..64).map(|_| store.flush_after("shared"));
-    let done = tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        futures_util::future::join_all(flushes),
-    )
-    .await
-    .expect("every flush returns");
+        .expect("every flush returns");
     assert!(done.iter().all(Result::is_ok), "{done:?}");
-    let took = store.flushes_started() - before;
-    assert!((1..=8).contains(&took), "64 callers took {took} flushes");
+    let took = group.started() - started;
+    assert_eq!(
+        took, 2,
+        "the first caller's flush, then one for the other 63"
+    );
 }
 
 /// A caller that starts a flush and stops waiting for it leaves no flush half begun: the next

@@ -260,10 +260,10 @@ impl SledStore {
         )
     }
 
-    /// Flushes started since the store was opened.
+    /// The store's group commit, for tests that look inside it.
     #[cfg(test)]
-    pub(super) fn flushes_started(&self) -> u64 {
-        self.flusher.started()
+    pub(super) fn flusher(&self) -> &GroupFlush {
+        &self.flusher
     }
 
     /// Leaves the task counts for the next opening ([`TaskCounts::open`]); for a clean stop.
