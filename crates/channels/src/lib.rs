@@ -14,6 +14,7 @@ pub mod sim;
 mod sim_directives;
 mod simulator;
 pub mod upstream_http;
+mod upstream_pool;
 mod video;
 
 pub use chat::{

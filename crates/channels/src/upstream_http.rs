@@ -3,9 +3,8 @@
 //! timeout (until the answer's head arrives) and an idle timeout (the longest silence inside a
 //! streamed body). Bodies are streamed, never buffered unless asked.
 
-use std::cell::Cell;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -14,17 +13,11 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::Full;
 use hyper::body::Body;
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 
 use crate::deadline::Deadline;
-
-/// Idle connections kept per upstream host. Every connection a burst opened stays open for the
-/// next one (until the idle timeout closes it): a cap below the clients' concurrency closes and
-/// reopens upstream connections on every request past it.
-const IDLE_PER_HOST: usize = 1024;
+use crate::upstream_pool::{Connector, ExchangeError, Lease, Pool};
+pub use crate::upstream_pool::{LANES, set_lane};
 
 /// The time limits of one channel's upstream calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,30 +71,11 @@ impl UpstreamError {
     }
 }
 
-type Connector = HttpsConnector<fetch::GuardedConnector>;
-type Inner = Client<Connector, Full<Bytes>>;
-
-/// How many pools a client keeps: one per lane (see [`set_lane`]).
-pub const LANES: usize = 64;
-
-thread_local! {
-    static LANE: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Puts this thread's upstream calls into pool `lane` (0, the default, is every thread not
-/// given one; lanes past the last share it). A server that runs a single-threaded runtime on
-/// each of its threads gives each its own lane: a connection is then opened, driven and
-/// reused on one thread, and an upstream call wakes no other thread.
-pub fn set_lane(lane: usize) {
-    LANE.with(|l| l.set(lane.min(LANES - 1)));
-}
-
-/// One pooled client with one set of timeouts: a pool per lane. Cheap to clone (the clones
-/// share the pools).
+/// One pooled client with one set of timeouts: a pool per lane (see [`set_lane`]). Cheap to
+/// clone (the clones share the pools).
 #[derive(Clone)]
 pub struct UpstreamHttp {
-    lanes: Arc<[OnceLock<Inner>; LANES]>,
-    connector: Connector,
+    pool: Arc<Pool>,
     timeouts: UpstreamTimeouts,
 }
 
@@ -126,30 +100,16 @@ impl UpstreamHttp {
     pub fn guarded(timeouts: UpstreamTimeouts, policy: fetch::GuardPolicy) -> UpstreamHttp {
         let tls = fetch::tls_config();
         let http = fetch::GuardedConnector::new(Arc::new(policy), timeouts.connect);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        let connector: Connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
         UpstreamHttp {
-            lanes: Arc::new([const { OnceLock::new() }; LANES]),
-            connector,
+            pool: Arc::new(Pool::new(connector)),
             timeouts,
         }
-    }
-
-    /// The pool of this thread's lane, made on its first call.
-    fn client(&self) -> &Inner {
-        let lane = LANE.with(Cell::get);
-        self.lanes[lane].get_or_init(|| {
-            Client::builder(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(Duration::from_secs(60))
-                .pool_max_idle_per_host(IDLE_PER_HOST)
-                .build(self.connector.clone())
-        })
     }
 
     pub fn timeouts(&self) -> UpstreamTimeouts {
@@ -162,19 +122,23 @@ impl UpstreamHttp {
         let uri = req.uri().clone();
         let url = || redact(&uri.to_string());
         let req = req.map(Full::new);
-        let answer =
-            tokio::time::timeout(self.timeouts.first_byte, self.client().request(req)).await;
-        let res = match answer {
+        let answer = tokio::time::timeout(self.timeouts.first_byte, self.pool.exchange(req)).await;
+        let (res, lease) = match answer {
             Err(_) => {
-                let url = url();
                 return Err(UpstreamError::FirstByteTimeout {
-                    url,
+                    url: url(),
                     after: self.timeouts.first_byte,
                 });
             }
-            Ok(Err(e)) => {
+            Ok(Err(ExchangeError::Uri)) => {
+                return Err(UpstreamError::Build(format!(
+                    "{}: not an absolute URL",
+                    url()
+                )));
+            }
+            Ok(Err(ExchangeError::Connect(e))) => {
                 let url = url();
-                if let Some(blocked) = find_blocked(&e) {
+                if let Some(blocked) = find_blocked(&*e) {
                     return Err(UpstreamError::Blocked {
                         url,
                         host: blocked.host.clone(),
@@ -182,16 +146,22 @@ impl UpstreamHttp {
                 }
                 return Err(UpstreamError::Send {
                     url,
+                    message: format!("connecting: {}", error_chain(&*e)),
+                });
+            }
+            Ok(Err(ExchangeError::Http(e))) => {
+                return Err(UpstreamError::Send {
+                    url: url(),
                     message: error_chain(&e),
                 });
             }
-            Ok(Ok(res)) => res,
+            Ok(Ok(answer)) => answer,
         };
         let (parts, body) = res.into_parts();
         Ok(UpstreamResponse {
             status: parts.status,
             headers: parts.headers,
-            body: UpstreamBody::new(body, self.timeouts.idle),
+            body: UpstreamBody::new(body, self.timeouts.idle, lease),
         })
     }
 }
@@ -242,15 +212,18 @@ pub struct UpstreamBody {
     deadline: Instant,
     /// The idle timer, for the waits between pieces.
     timer: Deadline,
+    /// The connection, back to its pool at the body's end.
+    lease: Option<Lease>,
 }
 
 impl UpstreamBody {
-    fn new(body: Incoming, idle: Duration) -> UpstreamBody {
+    fn new(body: Incoming, idle: Duration, lease: Option<Lease>) -> UpstreamBody {
         UpstreamBody {
             body,
             idle,
             deadline: Instant::now() + idle,
             timer: Deadline::default(),
+            lease,
         }
     }
 
@@ -268,7 +241,12 @@ impl UpstreamBody {
     ) -> Poll<Result<Option<Bytes>, UpstreamError>> {
         loop {
             let frame = match Pin::new(&mut self.body).poll_frame(cx) {
-                Poll::Ready(None) => return Poll::Ready(Ok(None)),
+                Poll::Ready(None) => {
+                    if let Some(lease) = self.lease.take() {
+                        lease.release();
+                    }
+                    return Poll::Ready(Ok(None));
+                }
                 Poll::Ready(Some(Err(e))) => {
                     return Poll::Ready(Err(UpstreamError::Body(error_chain(&e))));
                 }
