@@ -7,6 +7,9 @@
 //! [`Lease`]), and one whose body was dropped half-read is closed. Nothing runs per request
 //! besides the exchange itself: no task waits for a connection to become ready again, no
 //! hash of the origin is taken; a lane's origins are few and compared as they are.
+//!
+//! An idle connection is let go when a request or a return to its origin finds it idle for
+//! longer than [`IDLE_TIMEOUT`], or when the upstream closes it; no timer sweeps the pool.
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -205,6 +208,14 @@ impl Pool {
         self.lane(lane).entry(origin).shared = Some(conn);
     }
 
+    /// Stops offering the origin's shared connection, which failed (at worst a newer one put
+    /// in its place meanwhile goes too: the next request opens another).
+    fn unshare(&self, lane: usize, origin: &Origin) {
+        if let Some(conns) = self.lane(lane).find(origin) {
+            conns.shared = None;
+        }
+    }
+
     /// Sends `req` on a pooled connection or a new one and waits for the answer's head. An
     /// HTTP/1.1 connection comes back to the pool through the returned [`Lease`] once the
     /// body has been read; a request that a reused connection closed under before sending
@@ -239,12 +250,17 @@ impl Pool {
                 Some(Taken::Shared(mut conn)) => {
                     *req.uri_mut() = uri.clone();
                     if conn.ready().await.is_err() {
+                        self.unshare(lane, &origin);
                         continue;
                     }
                     match conn.try_send_request(req).await {
                         Ok(res) => return Ok((res, None)),
                         Err(mut e) => match e.take_message() {
-                            Some(back) => req = back,
+                            // The connection is going away: not offered again.
+                            Some(back) => {
+                                self.unshare(lane, &origin);
+                                req = back;
+                            }
                             None => return Err(ExchangeError::Http(e.into_error())),
                         },
                     }
