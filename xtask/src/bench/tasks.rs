@@ -9,7 +9,7 @@ use super::generator::{Gen, Load};
 use super::load::{Call, call_once};
 use super::measure::{ATTEMPTS, Watch, measured};
 use super::party::Party;
-use super::relays::{Ctx, SUBMISSION, start_in_temp, videos_config};
+use super::relays::{Ctx, RelayProc, SUBMISSION, start_in_temp, videos_config};
 use super::report::{Report, thousands};
 
 fn submit_load(relay: &super::relays::RelayProc, secs: u64) -> Load {
@@ -63,12 +63,8 @@ pub fn submissions(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Polling one task vs the bare hyper hello server, 32 connections.
-pub fn polling(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
-    let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
-    let hello = Party::start(&ctx.xtask, "hello", &[])?;
-    let relay = start_in_temp(&ctx.relay, &videos_config(fake.addr))?;
-    let own = [fake.pid(), hello.pid(), relay.pid()];
+/// Submits one task to `relay`; its id.
+fn one_task(ctx: &Ctx, relay: &RelayProc) -> anyhow::Result<String> {
     let submit = Call {
         method: "POST",
         path: "/v1/videos".into(),
@@ -80,9 +76,19 @@ pub fn polling(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     };
     let (status, body) = ctx.runtime.block_on(call_once(relay.addr, &submit))?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let Some(id) = v["id"].as_str().filter(|_| status == 200) else {
-        bail!("POST /v1/videos answered {status}: {v}");
-    };
+    match v["id"].as_str().filter(|_| status == 200) {
+        Some(id) => Ok(id.to_owned()),
+        None => bail!("POST /v1/videos answered {status}: {v}"),
+    }
+}
+
+/// Polling one task vs the bare hyper hello server, 32 connections.
+pub fn polling(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
+    let hello = Party::start(&ctx.xtask, "hello", &[])?;
+    let relay = start_in_temp(&ctx.relay, &videos_config(fake.addr))?;
+    let own = [fake.pid(), hello.pid(), relay.pid()];
+    let id = one_task(ctx, &relay)?;
     let poll = Load {
         addr: relay.addr,
         conns: 32,
@@ -130,5 +136,40 @@ pub fn polling(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             thousands(h.rps())
         ),
     );
+    // The same relay with one connection thread, as the hello server has: the shape of the
+    // runtime, apart from the request path (the target above is the default's).
+    drop(relay);
+    let one = start_in_temp(
+        &ctx.relay,
+        &format!("[server]\nworkers = 1\n{}", videos_config(fake.addr)),
+    )?;
+    let own = [fake.pid(), hello.pid(), one.pid()];
+    let id = one_task(ctx, &one)?;
+    let poll = Load {
+        addr: one.addr,
+        path: format!("/v1/videos/{id}"),
+        headers: vec![("authorization", format!("Bearer {}", one.key))],
+        ..poll
+    };
+    let o = measured(
+        &ctx.gens,
+        Gen::Wrk,
+        &poll,
+        &Watch {
+            server: one.pid(),
+            own: &own,
+        },
+        ATTEMPTS,
+        "GET /v1/videos/{id}, one connection thread, 32 conns, wrk",
+    )?;
+    report.run("`GET /v1/videos/{id}`: relay, `workers = 1`", &o);
+    report.ratio(format!(
+        "GET /v1/videos/{{id}}, 32 conns, the relay on one connection thread (`[server] workers = 1`): relay ÷ hello = {:.2} ({} ÷ {} req/s; CPU per request {:.1} vs {:.1} µs)",
+        o.rps() / h.rps(),
+        thousands(o.rps()),
+        thousands(h.rps()),
+        o.cpu_us,
+        h.cpu_us
+    ));
     Ok(())
 }
