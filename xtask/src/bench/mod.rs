@@ -49,7 +49,8 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
 
   sections: messages (whole answers and streams: relay, floor proxy, direct; 32 conns and 1),
   rss (the relay's memory over 60 s of messages), submissions (durable POST /v1/videos),
-  polling (GET /v1/videos/{id} against a hello server), downloads, poller, stored,
+  polling (GET /v1/videos/{id} against a hello server; the relay as configured by default and
+  with one connection thread), downloads, poller, stored,
   postgres (durable submissions and polls with the store on PostgreSQL at 127.0.0.1:5432: one
   relay, then three sharing it)
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
