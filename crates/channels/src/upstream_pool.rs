@@ -40,8 +40,9 @@ pub const LANES: usize = 64;
 /// concurrency would close and reopen upstream connections on every request past it.
 const IDLE_PER_ORIGIN: usize = 1024;
 
-/// Origins a lane keeps connections for; past it the one used longest ago is let go. A client
-/// that fetches result files meets a new host now and then; a channel's own client, one.
+/// Origins a lane keeps connections for; past it, origins with nothing kept are forgotten,
+/// then the one met first. A client that fetches result files meets a new host now and then;
+/// a channel's own client, one.
 const ORIGINS_PER_LANE: usize = 64;
 
 /// An idle connection older than this is closed rather than reused.
@@ -106,7 +107,7 @@ struct OriginConns {
 
 #[derive(Default)]
 struct Lane {
-    /// Used longest ago first.
+    /// In the order they were first met.
     origins: Vec<OriginConns>,
 }
 
