@@ -12,7 +12,7 @@ use super::party::Party;
 use super::relays::{Ctx, RelayProc, SUBMISSION, start_in_temp, videos_config};
 use super::report::{Report, thousands};
 
-fn submit_load(relay: &super::relays::RelayProc, secs: u64) -> Load {
+fn submit_load(relay: &RelayProc, secs: u64) -> Load {
     Load {
         addr: relay.addr,
         conns: 16,
