@@ -191,3 +191,17 @@ async fn a_refused_connection_is_an_error_that_names_the_url() {
     assert!(!err.contains("secret"), "{err}");
     assert!(err.contains("connecting"), "{err}");
 }
+
+#[tokio::test]
+async fn tls_to_a_plain_upstream_fails_in_the_connect() {
+    // The TLS branch of the connector: the upstream answers a ClientHello with plain HTTP.
+    let (addr, seen) = upstream(true).await;
+    let req = Request::get(format!("https://{addr}/v1/x"))
+        .body(Bytes::new())
+        .unwrap();
+    let err = client().send(req).await.unwrap_err();
+    assert!(matches!(err, crate::UpstreamError::Send { .. }), "{err:?}");
+    assert!(err.to_string().contains("connecting"), "{err}");
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    assert!(seen.heads.lock().unwrap().is_empty());
+}
