@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
@@ -12,6 +13,8 @@ use tokio::time::{Instant, Sleep};
 #[derive(Debug, Default)]
 pub struct Deadline {
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The end of the wait [`Deadline::poll_for`] is in, from its first poll until it is over.
+    waiting_until: Option<Instant>,
 }
 
 impl Deadline {
@@ -27,5 +30,21 @@ impl Deadline {
             None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
         };
         sleep.as_mut().poll(cx)
+    }
+
+    /// Ready once `after` has passed since this wait's first poll. A wait ends when it is
+    /// ready or [`Deadline::restart`]ed; the next poll begins another.
+    pub fn poll_for(&mut self, after: Duration, cx: &mut Context<'_>) -> Poll<()> {
+        let at = *self
+            .waiting_until
+            .get_or_insert_with(|| Instant::now() + after);
+        std::task::ready!(self.poll_until(at, cx));
+        self.waiting_until = None;
+        Poll::Ready(())
+    }
+
+    /// Ends the wait [`Deadline::poll_for`] is in: the next poll counts `after` from then.
+    pub fn restart(&mut self) {
+        self.waiting_until = None;
     }
 }

@@ -118,11 +118,12 @@ impl UpstreamHttp {
 
     /// Sends `req` and waits (at most the first-byte timeout) for the answer's head.
     pub async fn send(&self, req: Request<Bytes>) -> Result<UpstreamResponse, UpstreamError> {
-        // Kept for an error's message only: written out when there is one.
+        // Where the pool sends it, and what an error's message names (written only for one).
         let uri = req.uri().clone();
         let url = || redact(&uri.to_string());
         let req = req.map(Full::new);
-        let answer = tokio::time::timeout(self.timeouts.first_byte, self.pool.exchange(req)).await;
+        let answer =
+            tokio::time::timeout(self.timeouts.first_byte, self.pool.exchange(req, &uri)).await;
         let (res, lease) = match answer {
             Err(_) => {
                 return Err(UpstreamError::FirstByteTimeout {

@@ -217,16 +217,17 @@ impl Pool {
         }
     }
 
-    /// Sends `req` on a pooled connection or a new one and waits for the answer's head. An
+    /// Sends `req` (to `uri`, its URI) on a pooled connection or a new one and waits for the
+    /// answer's head. An
     /// HTTP/1.1 connection comes back to the pool through the returned [`Lease`] once the
     /// body has been read; a request that a reused connection closed under before sending
     /// it goes out again.
     pub(crate) async fn exchange(
         self: &Arc<Self>,
         mut req: Request<Body>,
+        uri: &Uri,
     ) -> Result<(Response<Incoming>, Option<Lease>), ExchangeError> {
-        let uri = req.uri().clone();
-        let origin = Origin::of(&uri).ok_or(ExchangeError::Uri)?;
+        let origin = Origin::of(uri).ok_or(ExchangeError::Uri)?;
         let lane = LANE.with(Cell::get);
         let path = uri
             .path_and_query()
@@ -266,7 +267,7 @@ impl Pool {
                         },
                     }
                 }
-                None => return self.fresh(req, lane, origin, &uri, &path).await,
+                None => return self.fresh(req, lane, origin, uri, &path).await,
             }
         }
     }
@@ -294,11 +295,7 @@ impl Pool {
                 .handshake(io)
                 .await
                 .map_err(ExchangeError::Http)?;
-            tokio::spawn(async move {
-                if let Err(e) = driver.await {
-                    tracing::debug!("upstream HTTP/2 connection: {e}");
-                }
-            });
+            drive(driver, "upstream HTTP/2 connection");
             self.share(lane, &origin, conn.clone());
             *req.uri_mut() = uri.clone();
             let res = conn.send_request(req).await.map_err(ExchangeError::Http)?;
@@ -308,11 +305,7 @@ impl Pool {
             .handshake(io)
             .await
             .map_err(ExchangeError::Http)?;
-        tokio::spawn(async move {
-            if let Err(e) = driver.await {
-                tracing::debug!("upstream connection: {e}");
-            }
-        });
+        drive(driver, "upstream connection");
         let host = host_value(&origin);
         one_form(&mut req, host.as_ref(), path);
         let res = conn.send_request(req).await.map_err(ExchangeError::Http)?;
@@ -341,6 +334,18 @@ impl Pool {
         };
         (res, Some(lease))
     }
+}
+
+/// Runs a new connection's I/O on this thread's runtime until it closes.
+fn drive(
+    driver: impl Future<Output = Result<(), hyper::Error>> + Send + 'static,
+    what: &'static str,
+) {
+    tokio::spawn(async move {
+        if let Err(e) = driver.await {
+            tracing::debug!("{what}: {e}");
+        }
+    });
 }
 
 /// An HTTP/1.1 request as it goes on its connection: the path alone on the request line, the

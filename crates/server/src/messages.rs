@@ -318,7 +318,6 @@ fn stream_answer(
         stream: Some(stream),
         ping,
         quiet: Deadline::default(),
-        quiet_until: None,
         bill: Some(bill),
         rid,
     };
@@ -344,10 +343,9 @@ struct RelayedStream {
     rid: RequestId,
     /// Upstream silence after which a `ping` goes out.
     ping: Duration,
-    /// The ping timer, and when it rings: `ping` after the stream began to wait; `None` until
-    /// it waits again after bytes (or a ping) went out.
+    /// The ping timer: rings `ping` after the stream began to wait, restarted when bytes go
+    /// out (a ping ends its wait).
     quiet: Deadline,
-    quiet_until: Option<tokio::time::Instant>,
 }
 
 impl RelayedStream {
@@ -366,13 +364,7 @@ impl RelayedStream {
     /// Whether the upstream has been silent for `ping` since the stream began to wait (after
     /// the last bytes or ping that went out).
     fn poll_silence(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let ping = self.ping;
-        let until = *self
-            .quiet_until
-            .get_or_insert_with(|| tokio::time::Instant::now() + ping);
-        std::task::ready!(self.quiet.poll_until(until, cx));
-        self.quiet_until = None;
-        Poll::Ready(())
+        self.quiet.poll_for(self.ping, cx)
     }
 }
 
@@ -410,7 +402,7 @@ impl hyper::body::Body for RelayedStream {
         this.usage = stream.usage();
         match outcome {
             Ok(Some(bytes)) => {
-                this.quiet_until = None;
+                this.quiet.restart();
                 Poll::Ready(Some(Ok(Frame::data(bytes))))
             }
             Ok(None) => {

@@ -8,7 +8,6 @@ use bytes::{Bytes, BytesMut};
 use messages::openai::{ChatStream, ConvertError};
 use messages::{SseDecoder, StreamEvent, Usage, scan};
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::deadline::Deadline;
 use crate::upstream_http::{UpstreamBody, UpstreamError};
@@ -60,8 +59,7 @@ enum Inner {
     Prepared {
         events: VecDeque<Bytes>,
         pause: Duration,
-        /// When the pause before the next event ends, once it began, and its timer.
-        pause_until: Option<Instant>,
+        /// The pause before the next event, once it began.
         pausing: Deadline,
         /// Fails after this many events (the simulator's `fail` directive).
         fail_after: Option<usize>,
@@ -247,7 +245,6 @@ impl ChatEventStream {
             inner: Inner::Prepared {
                 events: events.iter().map(|e| Bytes::from(e.to_sse())).collect(),
                 pause,
-                pause_until: None,
                 pausing: Deadline::default(),
                 fail_after,
                 sent: 0,
@@ -312,7 +309,6 @@ impl ChatEventStream {
             Inner::Prepared {
                 events,
                 pause,
-                pause_until,
                 pausing,
                 fail_after,
                 sent,
@@ -321,9 +317,7 @@ impl ChatEventStream {
                     return Poll::Ready(Ok(None));
                 }
                 if *sent > 0 && !pause.is_zero() {
-                    let until = *pause_until.get_or_insert_with(|| Instant::now() + *pause);
-                    std::task::ready!(pausing.poll_until(until, cx));
-                    *pause_until = None;
+                    std::task::ready!(pausing.poll_for(*pause, cx));
                 }
                 if fail_after.is_some_and(|n| *sent >= n) {
                     events.clear();
