@@ -333,3 +333,40 @@ async fn past_the_total_cap_new_connections_are_refused_and_open_ones_served() {
     .await;
     assert!(res.is_some(), "no room after a connection closed");
 }
+
+/// The open connections the relay's metrics count.
+async fn open_connections(relay: &Relay) -> usize {
+    let res = relay
+        .admin(http::Method::GET, "/metrics", crate::harness::Body::Empty)
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.text()
+        .lines()
+        .find_map(|l| l.strip_prefix("relay_open_connections "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("relay_open_connections in the metrics") as usize
+}
+
+#[tokio::test]
+async fn a_connection_that_sent_nothing_does_not_hold_a_stop() {
+    // The default head timeout (20 s): only the stop may close the silent connection in time.
+    let relay = Relay::start("").await;
+    let mut silent = TcpStream::connect(addr(&relay)).await.expect("connect");
+    // Accepted (counted beside the connection the metrics are read on) before the stop.
+    crate::harness::poll_until(Duration::from_secs(5), || async {
+        (open_connections(&relay).await >= 2).then_some(())
+    })
+    .await
+    .expect("the silent connection accepted");
+    let stopping = Instant::now();
+    relay.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the stop waited {:?} for a connection that sent nothing",
+        stopping.elapsed()
+    );
+    let got = read_until_closed(&mut silent, Instant::now() + Duration::from_secs(5))
+        .await
+        .expect("closed by the stop");
+    assert_eq!(got, "");
+}

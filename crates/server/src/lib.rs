@@ -18,6 +18,7 @@ pub mod characters;
 pub mod chat_billing;
 pub mod chat_ledger;
 pub mod cluster;
+pub mod coarse_timer;
 pub mod config;
 pub mod conns;
 pub mod console;
@@ -41,17 +42,23 @@ pub mod video_models;
 pub mod videos;
 pub mod webhooks;
 
+use std::fmt::Display;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use crate::coarse_timer::{CoarseSleep, CoarseTimer};
 
 pub use app::{App, Bootstrap};
 pub use config::Config;
@@ -87,14 +94,18 @@ pub async fn serve(
     });
     let server = &app.config.server;
     let head_timeout = Duration::from_secs(server.header_read_timeout_secs);
+    // HTTP/1.1 is served by hyper's own connection; a connection that opens with HTTP/2's
+    // preface (or too few bytes yet to tell) by hyper-util's, which reads the preface itself.
+    let mut http1 = http1::Builder::new();
+    http1.timer(CoarseTimer).header_read_timeout(head_timeout);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
+        .timer(CoarseTimer)
         .header_read_timeout(head_timeout);
     builder
         .http2()
-        .timer(TokioTimer::new())
+        .timer(CoarseTimer)
         .keep_alive_interval(head_timeout)
         .keep_alive_timeout(head_timeout);
     let gate = Arc::new(conns::Gate::new(server));
@@ -106,6 +117,9 @@ pub async fn serve(
     );
     tracing::info!("serving connections on {} threads", workers.handles.len());
     let graceful = GracefulShutdown::new();
+    // Told to connections that have not sent their first bytes yet (hyper's are told by
+    // `graceful`): they are closed at once when the relay stops.
+    let (stop_fresh, fresh_stop) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -137,7 +151,9 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let (app, builder, watcher) = (app.clone(), builder.clone(), graceful.watcher());
+                let (app, http1, builder, watcher) =
+                    (app.clone(), http1.clone(), builder.clone(), graceful.watcher());
+                let mut stopping = fresh_stop.clone();
                 workers.next().spawn(async move {
                     let _slot = slot;
                     let stream = match tokio::net::TcpStream::from_std(stream) {
@@ -147,33 +163,42 @@ pub async fn serve(
                             return;
                         }
                     };
-                    // Set once the connection's first request has arrived (see below).
+                    // hyper's header timeout covers HTTP/1 heads; `head` also covers a client
+                    // that sends nothing, or a partial HTTP/2 preface, on a new connection.
+                    let mut head = CoarseSleep::until(Instant::now() + head_timeout);
+                    // The first bytes, read without taking them: HTTP/2's preface or not.
+                    let mut first = [0u8; H2_PREFACE.len()];
+                    let peeked = tokio::select! {
+                        peeked = stream.peek(&mut first) => peeked,
+                        () = &mut head => {
+                            tracing::debug!("connection from {peer}: no request within {head_timeout:?}");
+                            return;
+                        }
+                        _ = stopping.wait_for(|stop| *stop) => return,
+                    };
+                    let n = match peeked {
+                        Ok(0) => return,
+                        Ok(n) => n,
+                        Err(e) => {
+                            tracing::debug!("connection from {peer}: {e}");
+                            return;
+                        }
+                    };
+                    // Set once the connection's first request has arrived.
                     let started = Arc::new(AtomicBool::new(false));
                     let seen = started.clone();
                     let service = service_fn(move |req| {
                         seen.store(true, Ordering::Relaxed);
                         router::handle(app.clone(), req)
                     });
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    let conn = watcher.watch(conn.into_owned());
-                    tokio::pin!(conn);
-                    // hyper's header timeout covers HTTP/1 heads; this also covers a client
-                    // that sends nothing, or a partial HTTP/2 preface, on a new connection.
-                    tokio::select! {
-                        done = &mut conn => {
-                            if let Err(e) = done {
-                                tracing::debug!("connection from {peer}: {e}");
-                            }
-                            return;
-                        }
-                        () = tokio::time::sleep(head_timeout) => {}
-                    }
-                    if !started.load(Ordering::Relaxed) {
-                        tracing::debug!("connection from {peer}: no request within {head_timeout:?}");
-                        return;
-                    }
-                    if let Err(e) = conn.await {
-                        tracing::debug!("connection from {peer}: {e}");
+                    let io = TokioIo::new(stream);
+                    let first_request = FirstRequest { head, started: &started, timeout: head_timeout };
+                    if first[..n] != H2_PREFACE[..n] {
+                        let conn = watcher.watch(http1.serve_connection(io, service));
+                        first_request.drive(conn, peer).await;
+                    } else {
+                        let conn = watcher.watch(builder.serve_connection(io, service).into_owned());
+                        first_request.drive(conn, peer).await;
                     }
                 });
             }
@@ -182,6 +207,7 @@ pub async fn serve(
     }
     drop(listener);
     app.shutting_down.store(true, Ordering::Relaxed);
+    let _ = stop_fresh.send(true);
     // Deliveries under way are dropped: their leases run out and a later claim (this relay's
     // next start, or another instance) delivers them.
     let _ = stop_webhooks.send(true);
@@ -219,6 +245,53 @@ pub async fn serve(
     Ok(())
 }
 
+/// What an HTTP/2 connection opens with.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A new connection's deadline for its first request.
+struct FirstRequest<'a> {
+    head: CoarseSleep,
+    started: &'a AtomicBool,
+    timeout: Duration,
+}
+
+impl FirstRequest<'_> {
+    /// Drives `conn` to its end, closing it at the deadline if no request has arrived by then.
+    /// The deadline is let go once one has: it is no longer polled with each request.
+    async fn drive<E: Display>(
+        self,
+        conn: impl Future<Output = Result<(), E>>,
+        peer: std::net::SocketAddr,
+    ) {
+        let FirstRequest {
+            head,
+            started,
+            timeout,
+        } = self;
+        let mut head = Some(head);
+        tokio::pin!(conn);
+        let done = std::future::poll_fn(|cx| {
+            if let Poll::Ready(done) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Some(done));
+            }
+            if let Some(sleep) = &mut head {
+                if started.load(Ordering::Relaxed) {
+                    head = None;
+                } else if Pin::new(sleep).poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match done {
+            Some(Ok(())) => {}
+            Some(Err(e)) => tracing::debug!("connection from {peer}: {e}"),
+            None => tracing::debug!("connection from {peer}: no request within {timeout:?}"),
+        }
+    }
+}
+
 /// The threads that serve connections, each running a single-threaded runtime of its own: a
 /// connection is handed to one of them when accepted and stays there, with its requests, the
 /// work they spawn and (through the thread's lane of the upstream pools) the upstream
@@ -252,7 +325,9 @@ impl Workers {
                 .spawn(move || {
                     channels::upstream_http::set_lane(i + 1);
                     runtime.block_on(async {
+                        let ticker = tokio::spawn(coarse_timer::tick());
                         let _ = stopped.await;
+                        ticker.abort();
                     });
                     // What is left (idle connections past the grace period) is dropped.
                     runtime.shutdown_timeout(Duration::from_secs(1));

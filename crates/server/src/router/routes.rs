@@ -114,14 +114,24 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
     // The first segments, on the stack: a path of more can only be a file's (`files/...`).
     let mut segments = [""; MAX_SEGMENTS];
     let mut count = 0;
-    for segment in rest.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." || segment.contains('%') {
+    // One pass over the bytes; `/` is ASCII, so every cut is at a character's boundary.
+    let bytes = rest.as_bytes();
+    let mut start = 0;
+    for end in 0..=bytes.len() {
+        match bytes.get(end) {
+            Some(b'%') => return Err(Miss::NotFound),
+            Some(b'/') | None => {}
+            Some(_) => continue,
+        }
+        let segment = &rest[start..end];
+        if segment.is_empty() || segment == "." || segment == ".." {
             return Err(Miss::NotFound);
         }
         if count < MAX_SEGMENTS {
             segments[count] = segment;
             count += 1;
         }
+        start = end + 1;
     }
     let m = method;
     use Route::*;
