@@ -171,7 +171,9 @@ pub async fn serve(
                     let peeked = tokio::select! {
                         peeked = stream.peek(&mut first) => peeked,
                         () = &mut head => {
-                            tracing::debug!("connection from {peer}: no request within {head_timeout:?}");
+                            tracing::debug!(
+                                "connection from {peer}: no request within {head_timeout:?}"
+                            );
                             return;
                         }
                         _ = stopping.wait_for(|stop| *stop) => return,
@@ -192,13 +194,17 @@ pub async fn serve(
                         router::handle(app.clone(), req)
                     });
                     let io = TokioIo::new(stream);
-                    let first_request = FirstRequest { head, started: &started, timeout: head_timeout };
+                    let first_request = FirstRequest {
+                        head,
+                        started: &started,
+                        timeout: head_timeout,
+                    };
                     if first[..n] != H2_PREFACE[..n] {
                         let conn = watcher.watch(http1.serve_connection(io, service));
                         first_request.drive(conn, peer).await;
                     } else {
-                        let conn = watcher.watch(builder.serve_connection(io, service).into_owned());
-                        first_request.drive(conn, peer).await;
+                        let conn = builder.serve_connection(io, service).into_owned();
+                        first_request.drive(watcher.watch(conn), peer).await;
                     }
                 });
             }
