@@ -25,9 +25,9 @@ struct Wheel {
     ticking: bool,
     /// When the ticker last looked: never ahead of the real clock.
     now: Option<Instant>,
+    /// Every slot is either free (listed here) or holds a waiting deadline.
     slots: Vec<Slot>,
     free: Vec<u32>,
-    waiting: usize,
     /// The ticker, while it waits for a first deadline.
     ticker: Option<Waker>,
 }
@@ -45,7 +45,6 @@ thread_local! {
             now: None,
             slots: Vec::new(),
             free: Vec::new(),
-            waiting: 0,
             ticker: None,
         })
     };
@@ -56,13 +55,30 @@ impl Wheel {
         self.now.is_some_and(|now| now >= deadline)
     }
 
+    /// How many deadlines are waited for.
+    fn waiting(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// The deadline and waker in `place`'s slot, if the slot is still that sleep's.
+    fn ours(&mut self, (index, generation): (u32, u32)) -> Option<&mut (Instant, Waker)> {
+        let slot = self.slots.get_mut(index as usize)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.entry.as_mut()
+    }
+
+    /// Lets go of slot `index` (its entry already taken).
+    fn free_slot(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+    }
+
     /// Waits for `deadline` in `place` (taking a new slot unless the one held is still ours).
     fn wait(&mut self, place: &mut Option<(u32, u32)>, deadline: Instant, waker: &Waker) {
-        if let Some((index, generation)) = *place
-            && let Some(slot) = self.slots.get_mut(index as usize)
-            && slot.generation == generation
-            && let Some((at, held)) = &mut slot.entry
-        {
+        if let Some((at, held)) = place.and_then(|p| self.ours(p)) {
             *at = deadline;
             if !held.will_wake(waker) {
                 *held = waker.clone();
@@ -82,47 +98,35 @@ impl Wheel {
         let slot = &mut self.slots[index as usize];
         slot.entry = Some((deadline, waker.clone()));
         *place = Some((index, slot.generation));
-        self.waiting += 1;
         if let Some(ticker) = self.ticker.take() {
             ticker.wake();
         }
     }
 
     /// Moves the deadline waited for in `place`'s slot, if the slot is still ours.
-    fn move_to(&mut self, (index, generation): (u32, u32), deadline: Instant) {
-        if let Some(slot) = self.slots.get_mut(index as usize)
-            && slot.generation == generation
-            && let Some((at, _)) = &mut slot.entry
-        {
+    fn move_to(&mut self, place: (u32, u32), deadline: Instant) {
+        if let Some((at, _)) = self.ours(place) {
             *at = deadline;
         }
     }
 
     /// Lets go of `place`'s slot if it is still ours.
-    fn cancel(&mut self, (index, generation): (u32, u32)) {
-        if let Some(slot) = self.slots.get_mut(index as usize)
-            && slot.generation == generation
-            && slot.entry.take().is_some()
-        {
-            slot.generation = slot.generation.wrapping_add(1);
-            self.free.push(index);
-            self.waiting -= 1;
+    fn cancel(&mut self, place: (u32, u32)) {
+        if self.ours(place).is_some() {
+            self.slots[place.0 as usize].entry = None;
+            self.free_slot(place.0);
         }
     }
 
     /// Takes the wakers of every deadline passed by `now`.
     fn expire(&mut self, now: Instant, woken: &mut Vec<Waker>) {
         self.now = Some(now);
-        if self.waiting == 0 {
-            return;
-        }
-        for (index, slot) in self.slots.iter_mut().enumerate() {
-            if slot.entry.as_ref().is_some_and(|(at, _)| *at <= now)
-                && let Some((_, waker)) = slot.entry.take()
+        for index in 0..self.slots.len() as u32 {
+            let entry = &mut self.slots[index as usize].entry;
+            if entry.as_ref().is_some_and(|(at, _)| *at <= now)
+                && let Some((_, waker)) = entry.take()
             {
-                slot.generation = slot.generation.wrapping_add(1);
-                self.free.push(index as u32);
-                self.waiting -= 1;
+                self.free_slot(index);
                 woken.push(waker);
             }
         }
@@ -138,7 +142,7 @@ pub async fn tick() {
         std::future::poll_fn(|cx| {
             WHEEL.with(|w| {
                 let mut w = w.borrow_mut();
-                if w.waiting == 0 {
+                if w.waiting() == 0 {
                     w.ticker = Some(cx.waker().clone());
                     Poll::Pending
                 } else {

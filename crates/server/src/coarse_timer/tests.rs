@@ -26,7 +26,7 @@ async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
 }
 
 fn waiting() -> usize {
-    WHEEL.with(|w| w.borrow().waiting)
+    WHEEL.with(|w| w.borrow().waiting())
 }
 
 /// The most a test waits for a deadline to be reached.
