@@ -1,5 +1,5 @@
 //! [`Store`] on sled 0.34: one tree per record type and one per secondary index, every business
-//! step one multi-tree transaction.
+//! step in one multi-tree transaction (the task creations and moves of one flush share one).
 //!
 //! Trees:
 //!
@@ -26,7 +26,12 @@
 //! entry's `(task_id, kind)` unique.
 //!
 //! Flushes are shared: a caller that must flush waits for a flush that began after its write
-//! (`flush.rs`), so concurrent acknowledgements cost one disk sync, not one each.
+//! (`flush.rs`), so concurrent acknowledgements cost one disk sync, not one each. A task's
+//! creation and move are not written by their callers: they are handed to that group commit,
+//! whose flush writes every one handed to it since the last in one transaction, just before
+//! it syncs (sled writes out its log buffer for each transaction, on its IO threads). A move
+//! is computed from the task's record as read and written only while that record is still
+//! the task's; otherwise its caller reads the task again and computes it anew.
 //!
 //! Asset libraries and assets have trees of their own, described in `sled_store/assets.rs`;
 //! so have message batches, in `sled_store/batches.rs`.
@@ -54,7 +59,7 @@
 //! | `counts`     | tasks by kind and status, kept after each step's commit; left by a clean stop for the next opening |
 //! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
 //! | `record`     | records as JSON, reads by id, sled's errors as the store's         |
-//! | `flush`      | group commit                                                       |
+//! | `flush`      | group commit; each flush writes the steps handed to it first      |
 
 use std::sync::Arc;
 
@@ -86,20 +91,47 @@ mod usage_log;
 mod webhooks;
 
 pub use trees::SledStore;
+use trees::{Creation, DEFAULT_CACHE_BYTES, Write};
+
+/// How often [`Store::transition`] computes its move again when other steps keep writing the
+/// task before it is written.
+const MOVE_ATTEMPTS: usize = 64;
+
+impl SledStore {
+    /// Opens (or creates) the database in `dir`.
+    ///
+    /// A database sled cannot open (for instance after an abrupt stop) is an error, never a
+    /// panic: the caller decides what to do with it.
+    pub fn open(dir: &std::path::Path) -> Result<SledStore, StoreError> {
+        SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database in `dir`, caching at most about `cache_bytes` of its
+    /// pages in memory.
+    pub fn open_with_cache(
+        dir: &std::path::Path,
+        cache_bytes: u64,
+    ) -> Result<SledStore, StoreError> {
+        SledStore::open_with(dir, cache_bytes, tasks::commit)
+    }
+}
 
 #[async_trait::async_trait]
 impl Store for SledStore {
+    /// Handed to the group commit: the task steps of one flush share a transaction.
     async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
         let (task, bytes) = tasks::new_record(task)?;
-        let at = ledger::unix_secs();
         let what = format!("create task {}", task.id);
-        self.trees.tx(&what, |tx| {
-            tasks::insert(tx, &task, &bytes)?;
-            ledger::apply(&tx.ledger(), ledger, at)
-        })?;
-        self.recent.written([task.id.as_str()]);
-        self.counts.add(task.kind, task.status);
-        self.flush_after(&what).await
+        let creation = Creation {
+            task: Box::new(task),
+            bytes,
+            ledger: ledger.to_vec(),
+            at: ledger::unix_secs(),
+        };
+        self.flusher
+            .commit(self, Write::Create(creation), &what)
+            .await
+            .map(drop)
     }
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
@@ -168,17 +200,19 @@ impl Store for SledStore {
         update: TaskUpdate<'_>,
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError> {
-        let at = ledger::unix_secs();
         let what = format!("transition task {id}");
-        let (was, task) = self.trees.tx(&what, |tx| {
-            let moved = tasks::transition(tx, id, from, to, update)?;
-            ledger::apply(&tx.ledger(), ledger, at)?;
-            Ok(moved)
-        })?;
-        self.recent.written([id]);
-        self.counts.moved(task.kind, was, task.status);
-        self.flush_after(&what).await?;
-        Ok(task)
+        // Computed from the record as read, written only while it is still the task's: a step
+        // that wrote the task in between makes this one read it again and compare anew.
+        for _ in 0..MOVE_ATTEMPTS {
+            let (step, task) = tasks::prepare_move(self, id, from, to, update, ledger)?;
+            let written = self.flusher.commit(self, Write::Move(step), &what).await?;
+            if written {
+                return Ok(task);
+            }
+        }
+        Err(StoreError::Backend(format!(
+            "{what}: the task changed under each of {MOVE_ATTEMPTS} attempts"
+        )))
     }
 
     async fn claim_due(
@@ -283,6 +317,8 @@ impl Store for SledStore {
     }
 
     async fn close(&self) -> Result<(), StoreError> {
+        // Creations still handed to the group commit are counted before the counts are left.
+        self.flush_after("close").await?;
         self.leave_counts()?;
         self.flush_after("close").await
     }

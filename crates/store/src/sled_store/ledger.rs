@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sled::transaction::ConflictableTransactionError;
 use ulid::Ulid;
 
-use super::record::{backend, check_id, decode};
+use super::record::{backend, check_id, decode, encode};
 use super::trees::{KEYS, LEDGER, LedgerTx, SledStore};
 use super::txn::{TxResult, abort, get, or_abort, put};
 use super::usage_chunk::{self, Charged};
@@ -17,19 +17,48 @@ use super::usage_log;
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 
 /// Applies ledger drafts inside a transaction: checks `(task_id, kind)` uniqueness, moves the
-/// key's quota, writes the entries.
+/// key's quota, writes the entries. Everything is checked before anything is written, so an
+/// abort leaves the transaction as it found it ([`prepare`], then [`write`]).
 pub(super) fn apply(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<()> {
+    let prepared = prepare(tx, drafts, at)?;
+    write(tx, prepared)
+}
+
+/// Ledger drafts checked and encoded, ready to be written: each entry, its `ledger_by_task`
+/// key, and its key's record after it.
+pub(super) struct Prepared {
+    entries: Vec<(Vec<u8>, LedgerEntry, Vec<u8>)>,
+    keys: Vec<(String, Vec<u8>)>,
+}
+
+/// Checks `drafts` against the transaction's view (each `(task_id, kind)` new, its key there,
+/// the quota enough for what it takes) and encodes what [`write`] writes; reads only, so an
+/// abort here leaves nothing of the drafts written.
+pub(super) fn prepare(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<Prepared> {
+    let mut keys: Vec<(&str, Key)> = Vec::new();
+    let mut entries = Vec::with_capacity(drafts.len());
     for draft in drafts {
         let by_task = by_task_key(&draft.task_id, draft.kind);
-        if tx.ledger_by_task.get(by_task.as_slice())?.is_some() {
+        let twice = entries
+            .iter()
+            .any(|(seen, _, _): &(Vec<u8>, LedgerEntry, Vec<u8>)| *seen == by_task);
+        if twice || tx.ledger_by_task.get(by_task.as_slice())?.is_some() {
             return abort(StoreError::DuplicateLedger {
                 task_id: draft.task_id.clone(),
                 kind: draft.kind,
             });
         }
-        let Some(mut key): Option<Key> = get(tx.keys, KEYS, draft.key_id.as_bytes())? else {
-            return abort(StoreError::KeyNotFound(draft.key_id.clone()));
+        let at_key = match keys.iter().position(|(id, _)| *id == draft.key_id) {
+            Some(i) => i,
+            None => {
+                let Some(key): Option<Key> = get(tx.keys, KEYS, draft.key_id.as_bytes())? else {
+                    return abort(StoreError::KeyNotFound(draft.key_id.clone()));
+                };
+                keys.push((&draft.key_id, key));
+                keys.len() - 1
+            }
         };
+        let key = &mut keys[at_key].1;
         let overflow = || {
             ConflictableTransactionError::Abort(StoreError::Backend(format!(
                 "ledger {} on key {}: amount {} overflows the quota",
@@ -57,9 +86,39 @@ pub(super) fn apply(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxRes
             .quota_used
             .checked_sub(draft.amount)
             .ok_or_else(overflow)?;
-        put(tx.keys, draft.key_id.as_bytes(), "key", &key)?;
+        let entry = LedgerEntry {
+            id: format!("led_{}", Ulid::new()),
+            key_id: draft.key_id.clone(),
+            task_id: draft.task_id.clone(),
+            kind: draft.kind,
+            amount: draft.amount,
+            balance_after,
+            at,
+        };
+        let bytes = or_abort(encode("ledger entry", &entry))?;
+        entries.push((by_task, entry, bytes));
+    }
+    let mut encoded = Vec::with_capacity(keys.len());
+    for (id, key) in keys {
+        encoded.push((id.to_owned(), or_abort(encode("key", &key))?));
+    }
+    Ok(Prepared {
+        entries,
+        keys: encoded,
+    })
+}
 
-        write_entry(tx, draft, by_task, balance_after, at)?;
+/// Writes what [`prepare`] checked: each entry under the next sequence number of its key, its
+/// `ledger_by_task` index entry, and the keys. Only sled itself can fail here.
+pub(super) fn write(tx: &LedgerTx<'_>, prepared: Prepared) -> TxResult<()> {
+    for (by_task, entry, bytes) in prepared.entries {
+        let seq = tx.ledger.generate_id()?;
+        let ledger_key = [entry.key_id.as_bytes(), &[0], seq.to_be_bytes().as_slice()].concat();
+        tx.ledger.insert(ledger_key, bytes)?;
+        tx.ledger_by_task.insert(by_task, entry.id.as_bytes())?;
+    }
+    for (id, bytes) in prepared.keys {
+        tx.keys.insert(id.as_bytes(), bytes)?;
     }
     Ok(())
 }
@@ -192,31 +251,6 @@ pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry
 /// The `ledger_by_task` key of a task's entry of one kind.
 fn by_task_key(task_id: &str, kind: LedgerKind) -> Vec<u8> {
     [task_id.as_bytes(), &[0], kind.as_str().as_bytes()].concat()
-}
-
-/// Writes one ledger entry and its `ledger_by_task` index entry (the key record is the
-/// caller's).
-fn write_entry(
-    tx: &LedgerTx<'_>,
-    draft: &LedgerDraft,
-    by_task: Vec<u8>,
-    balance_after: Option<i64>,
-    at: u64,
-) -> TxResult<()> {
-    let entry = LedgerEntry {
-        id: format!("led_{}", ulid::Ulid::new()),
-        key_id: draft.key_id.clone(),
-        task_id: draft.task_id.clone(),
-        kind: draft.kind,
-        amount: draft.amount,
-        balance_after,
-        at,
-    };
-    let seq = tx.ledger.generate_id()?;
-    let ledger_key = [draft.key_id.as_bytes(), &[0], seq.to_be_bytes().as_slice()].concat();
-    put(tx.ledger, &ledger_key, "ledger entry", &entry)?;
-    tx.ledger_by_task.insert(by_task, entry.id.as_bytes())?;
-    Ok(())
 }
 
 /// The time of a ledger entry, in seconds since the epoch.

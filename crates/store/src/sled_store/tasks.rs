@@ -5,11 +5,15 @@
 
 use std::sync::Arc;
 
+use sled::transaction::ConflictableTransactionError;
+
+use super::flush::Handed;
 use super::index::{children, move_entry};
+use super::ledger;
 use super::record::{backend, check_id, decode, encode, read};
 use super::task_index::{due_key, owner_key, owner_prefix, sort_key, split_due_key};
-use super::trees::{DUE, SledStore, TASKS, TASKS_BY_OWNER, Tx};
-use super::txn::{TxResult, abort, ensure_new, get, or_abort, put};
+use super::trees::{Creation, DUE, Move, SledStore, TASKS, TASKS_BY_OWNER, Tx, Write};
+use super::txn::{TxResult, ensure_new, get, or_abort, put};
 use super::webhooks;
 use crate::steps::TaskUpdate;
 use crate::{
@@ -37,6 +41,11 @@ pub(super) fn new_record(task: &Task) -> Result<(Task, Vec<u8>), StoreError> {
 /// Writes a new task (`bytes` is its record) and its index entries; an id in use aborts.
 pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
     ensure_new(tx.tasks, "task", &task.id)?;
+    write_new(tx, task, bytes)
+}
+
+/// Writes a new task and its index entries, its id checked unused; only sled can fail here.
+fn write_new(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
     tx.tasks.insert(task.id.as_bytes(), bytes)?;
     tx.tasks_by_owner
         .insert(owner_key(&task.owner, task.kind, &task.id), &[][..])?;
@@ -46,6 +55,95 @@ pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
     Ok(())
 }
 
+/// The task steps handed to the group commit for one flush:
+/// creations and moves, in one transaction. Each one is checked before any of it is written
+/// (a creation's id unused, a move's record unchanged since it was computed, the ledger drafts
+/// covered), so one that fails (a quota too small, say) is answered with its error and leaves
+/// nothing behind while the others are written; a failure of sled itself fails them all.
+pub(super) fn commit(store: &SledStore, writes: Vec<Handed<Write>>) {
+    let outcomes = store.trees.tx("write tasks", |tx| {
+        let mut outcomes = Vec::with_capacity(writes.len());
+        for handed in &writes {
+            let outcome = match &handed.write {
+                Write::Create(creation) => create(tx, creation)?,
+                Write::Move(step) => move_to(tx, step)?,
+            };
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    });
+    let outcomes = match outcomes {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            let text = match e {
+                StoreError::Backend(text) => text,
+                other => other.to_string(),
+            };
+            for handed in writes {
+                handed.answer(Err(StoreError::Backend(text.clone())));
+            }
+            return;
+        }
+    };
+    store.recent.written(writes.iter().map(|h| match &h.write {
+        Write::Create(c) => c.task.id.as_str(),
+        Write::Move(m) => m.id.as_str(),
+    }));
+    for (handed, outcome) in writes.into_iter().zip(outcomes) {
+        if let Ok(true) = outcome {
+            match &handed.write {
+                Write::Create(Creation { task, .. }) => store.counts.add(task.kind, task.status),
+                Write::Move(m) => store.counts.moved(m.kind, m.was, m.to),
+            }
+        }
+        handed.answer(outcome);
+    }
+}
+
+/// One creation of [`commit`]: its failure (an id in use, a ledger draft not covered) as its
+/// outcome, with nothing of it written.
+fn create(tx: &Tx<'_>, creation: &Creation) -> TxResult<Result<bool, StoreError>> {
+    let checked = ensure_new(tx.tasks, "task", &creation.task.id)
+        .and_then(|()| ledger::prepare(&tx.ledger(), &creation.ledger, creation.at));
+    let prepared = match alone(checked)? {
+        Ok(prepared) => prepared,
+        Err(e) => return Ok(Err(e)),
+    };
+    write_new(tx, &creation.task, &creation.bytes)?;
+    ledger::write(&tx.ledger(), prepared)?;
+    Ok(Ok(true))
+}
+
+/// A step's own abort as its outcome (the transaction goes on without it); sled's failure
+/// as the transaction's.
+fn alone<T>(checked: TxResult<T>) -> TxResult<Result<T, StoreError>> {
+    match checked {
+        Ok(value) => Ok(Ok(value)),
+        Err(ConflictableTransactionError::Abort(e)) => Ok(Err(e)),
+        Err(e) => Err(e),
+    }
+}
+
+/// One move of [`commit`]: not written (`false`) when the task's record is no longer the one
+/// it was computed from; a ledger draft's failure as its outcome, with nothing written.
+fn move_to(tx: &Tx<'_>, step: &Move) -> TxResult<Result<bool, StoreError>> {
+    if tx.tasks.get(step.id.as_bytes())?.as_ref() != Some(&step.from) {
+        return Ok(Ok(false));
+    }
+    let prepared = match alone(ledger::prepare(&tx.ledger(), &step.ledger, step.at))? {
+        Ok(prepared) => prepared,
+        Err(e) => return Ok(Err(e)),
+    };
+    let (old_due, new_due) = &step.due;
+    move_entry(tx.due, old_due.clone(), new_due.clone())?;
+    tx.tasks.insert(step.id.as_bytes(), step.bytes.as_slice())?;
+    if let Some(webhook) = &step.webhook {
+        webhooks::insert(tx, webhook)?;
+    }
+    ledger::write(&tx.ledger(), prepared)?;
+    Ok(Ok(true))
+}
+
 /// A task by id: from [`super::trees::RecentTasks`] when its record is what was decoded last
 /// (shared, not copied).
 pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Arc<Task>>, StoreError> {
@@ -53,17 +151,21 @@ pub(super) fn get_by_id(store: &SledStore, id: &str) -> Result<Option<Arc<Task>>
         Ok(task) => return Ok(Some(task)),
         Err(writes) => writes,
     };
-    let Some(bytes) = store
-        .trees
-        .tasks
-        .get(id.as_bytes())
-        .map_err(|e| backend("read task", e))?
-    else {
+    let Some(bytes) = record(store, id)? else {
         return Ok(None);
     };
     let task = Arc::new(decode::<Task>(TASKS, &bytes)?);
     store.recent.put(id, &task, writes);
     Ok(Some(task))
+}
+
+/// Task `id`'s record as stored.
+fn record(store: &SledStore, id: &str) -> Result<Option<sled::IVec>, StoreError> {
+    store
+        .trees
+        .tasks
+        .get(id.as_bytes())
+        .map_err(|e| backend("read task", e))
 }
 
 /// [`crate::Store::list_tasks`].
@@ -143,20 +245,24 @@ fn admin_matches(query: &AdminTaskQuery, task: &Task) -> bool {
         && query.owner.as_deref().is_none_or(|o| task.owner == o)
 }
 
-/// The compare-and-swap of [`crate::Store::transition`] on the task alone, keeping the due
-/// index in step; returns the task as written.
-pub(super) fn transition(
-    tx: &Tx<'_>,
+/// [`crate::Store::transition`]'s move of task `id`, computed from its record as stored now:
+/// the compare (`from`), the update, the identity fields kept, the new `due` entry and the
+/// webhook of a task's end; and the task after the move. Written by [`commit`] only while the
+/// record is still the one read here.
+pub(super) fn prepare_move(
+    store: &SledStore,
     id: &str,
     from: &[TaskStatus],
     to: TaskStatus,
     update: TaskUpdate<'_>,
-) -> TxResult<(TaskStatus, Task)> {
-    let Some(old): Option<Task> = get(tx.tasks, TASKS, id.as_bytes())? else {
-        return abort(StoreError::TaskNotFound(id.to_owned()));
+    ledger: &[crate::LedgerDraft],
+) -> Result<(Move, Task), StoreError> {
+    let Some(bytes) = record(store, id)? else {
+        return Err(StoreError::TaskNotFound(id.to_owned()));
     };
+    let old: Task = decode(TASKS, &bytes)?;
     if old.status.is_final() || !from.contains(&old.status) {
-        return abort(StoreError::WrongStatus {
+        return Err(StoreError::WrongStatus {
             task_id: id.to_owned(),
             expected: from.to_vec(),
             actual: old.status,
@@ -173,12 +279,19 @@ pub(super) fn transition(
     if to.is_final() {
         new.next_poll_ms = None;
     }
-    move_entry(tx.due, due_key(&old), due_key(&new))?;
-    put(tx.tasks, id.as_bytes(), "task", &new)?;
-    if let Some(webhook) = crate::Webhook::for_final(&new, webhooks::now_ms()) {
-        webhooks::insert(tx, &webhook)?;
-    }
-    Ok((old.status, new))
+    let step = Move {
+        id: id.to_owned(),
+        from: bytes,
+        bytes: encode("task", &new)?,
+        kind: new.kind,
+        was: old.status,
+        to,
+        due: (due_key(&old), due_key(&new)),
+        webhook: crate::Webhook::for_final(&new, webhooks::now_ms()).map(Box::new),
+        ledger: ledger.to_vec(),
+        at: super::ledger::unix_secs(),
+    };
+    Ok((step, new))
 }
 
 /// [`crate::Store::claim_due`]: the due entries up to `limit`, each task's lease written in one

@@ -265,32 +265,43 @@ async fn concurrent_creations_all_land() {
     }
 }
 
+/// Runs `callers` (futures that each ask the group commit for one flush) while their flushes
+/// are held at the gate: once all `n` have asked, the gate opens and they are awaited.
+async fn held_at_the_gate<F: std::future::Future>(
+    store: &SledStore,
+    n: u64,
+    callers: F,
+) -> F::Output {
+    let group = &store.flusher;
+    let issued = group.issued();
+    // The first caller's flush waits at the gate until every caller has asked.
+    group.gate.set(true);
+    let mut callers = std::pin::pin!(callers);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while group.issued() < issued + n {
+        assert!(futures_util::poll!(callers.as_mut()).is_pending());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the {n} callers never all asked"
+        );
+        tokio::task::yield_now().await;
+    }
+    group.gate.set(false);
+    tokio::time::timeout(std::time::Duration::from_secs(30), callers)
+        .await
+        .expect("every caller returns")
+}
+
 /// Callers that flush at the same moment share disk syncs: 64 callers that all came while a
 /// flush was under way take one more flush between them, not one each.
 #[tokio::test]
 async fn concurrent_flushes_share_disk_syncs() {
     let (_dir, store) = open_store();
-    let group = store.flusher();
-    let (started, issued) = (group.started(), group.issued());
-    // The first caller's flush waits at the gate until every caller has asked.
-    group.gate.set(true);
+    let started = store.flusher.started();
     let all = futures_util::future::join_all((0..64).map(|_| store.flush_after("shared")));
-    let mut all = std::pin::pin!(all);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while group.issued() < issued + 64 {
-        assert!(futures_util::poll!(all.as_mut()).is_pending());
-        assert!(
-            std::time::Instant::now() < deadline,
-            "64 callers never all asked"
-        );
-        tokio::task::yield_now().await;
-    }
-    group.gate.set(false);
-    let done = tokio::time::timeout(std::time::Duration::from_secs(30), all)
-        .await
-        .expect("every flush returns");
+    let done = held_at_the_gate(&store, 64, all).await;
     assert!(done.iter().all(Result::is_ok), "{done:?}");
-    let took = group.started() - started;
+    let took = store.flusher.started() - started;
     assert_eq!(
         took, 2,
         "the first caller's flush, then one for the other 63"
@@ -313,4 +324,117 @@ async fn a_flush_whose_caller_stopped_waiting_still_ends() {
         .expect("the next flush returns")
         .unwrap();
     }
+}
+
+/// Creations handed to the group commit while a flush is under way share the next flush's
+/// transaction, and one whose quota falls short fails alone: it leaves no task and no ledger
+/// entry, the others are written with theirs, and the quota is exact.
+#[tokio::test]
+async fn creations_of_one_flush_share_a_transaction_and_fail_alone() {
+    use crate::LedgerKind::Prededuct;
+    use crate::suite::{draft, key};
+    let (_dir, store) = open_store();
+    store
+        .create_key(&key("key_a", "ha", Some(100)))
+        .await
+        .unwrap();
+    let started = store.flusher.started();
+    let first = store.flush_after("first");
+    let tasks: Vec<_> = (1..=8)
+        .map(|n| task(&tid("video", n), "key_a", Queued, Some(100)))
+        .collect();
+    // 30 each: the first three fit in 100, the rest do not.
+    let drafts: Vec<_> = tasks
+        .iter()
+        .map(|t| [draft("key_a", &t.id, Prededuct, -30)])
+        .collect();
+    let creations = futures_util::future::join_all(
+        tasks
+            .iter()
+            .zip(&drafts)
+            .map(|(t, d)| store.create_task(t, d)),
+    );
+    let all = futures_util::future::join(first, creations);
+    let (first, created) = held_at_the_gate(&store, 9, all).await;
+    first.unwrap();
+    assert_eq!(
+        store.flusher.started() - started,
+        2,
+        "the first caller's flush, then one for every creation"
+    );
+    for (n, outcome) in (1..=8).zip(&created) {
+        let stored = store.task(&tid("video", n)).await.unwrap();
+        if n <= 3 {
+            assert!(outcome.is_ok(), "creation {n}: {outcome:?}");
+            assert!(stored.is_some(), "task {n} written");
+        } else {
+            assert!(
+                matches!(
+                    outcome,
+                    Err(StoreError::InsufficientQuota {
+                        needed: 30,
+                        remaining: 10,
+                        ..
+                    })
+                ),
+                "creation {n}: {outcome:?}"
+            );
+            assert!(stored.is_none(), "task {n} not written");
+        }
+    }
+    let quota = store.key("key_a").await.unwrap().and_then(|k| k.quota);
+    assert_eq!(quota, Some(10));
+    let entries = store.ledger("key_a").await.unwrap();
+    let charged: Vec<_> = entries.iter().map(|e| e.task_id.as_str()).collect();
+    assert_eq!(
+        charged,
+        [tid("video", 1), tid("video", 2), tid("video", 3)],
+        "one pre-deduction per task written, none for the others"
+    );
+    assert_eq!(
+        store
+            .task_counts()
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.count)
+            .sum::<u64>(),
+        3
+    );
+}
+
+/// A move is computed from the task as read and written only while that record is still the
+/// task's: two moves of one task handed to the same flush both take effect, the second read
+/// again after the first was written, never computed from what the first replaced.
+#[tokio::test]
+async fn moves_of_one_task_in_one_flush_each_see_the_other() {
+    let (_dir, store) = open_store();
+    let id = tid("video", 1);
+    store
+        .create_task(&task(&id, "k", Queued, Some(100)), &[])
+        .await
+        .unwrap();
+    let started = store.flusher.started();
+    let first = store.flush_after("first");
+    let one = store.transition(&id, &[Queued, Running], Running, &|t| t.attempts += 1, &[]);
+    let ten = store.transition(&id, &[Queued, Running], Running, &|t| t.attempts += 10, &[]);
+    let all = futures_util::future::join3(first, one, ten);
+    let (first, one, ten) = held_at_the_gate(&store, 3, all).await;
+    first.unwrap();
+    let (one, ten) = (one.unwrap(), ten.unwrap());
+    assert_eq!(
+        (
+            one.attempts.min(ten.attempts),
+            one.attempts.max(ten.attempts)
+        ),
+        (1, 11),
+        "each move saw the other's"
+    );
+    let stored = store.task(&id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempts), (Running, 11));
+    assert_eq!(
+        store.flusher.started() - started,
+        3,
+        "the first caller's flush, one for both moves, one for the move read again"
+    );
 }

@@ -10,7 +10,7 @@ use sled::{Db, Tree};
 
 use super::assets::AssetTrees;
 use super::counts::TaskCounts;
-use super::flush::GroupFlush;
+use super::flush::{GroupFlush, Handed};
 use super::record::open_tree;
 use super::txn::{TxResult, run, tree_set};
 use super::usage_log::{self, UsageLog};
@@ -59,7 +59,42 @@ impl BatchTrees {
 }
 
 /// The page cache [`SledStore::open`] asks for (sled's own default is 1 GiB).
-const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+pub(super) const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+
+/// A task step handed to the group commit, which writes it with the others of its flush in
+/// one transaction.
+pub(super) enum Write {
+    Create(Creation),
+    Move(Move),
+}
+
+/// A task's creation: the task as written, its record and its ledger drafts (the
+/// pre-deduction), stamped `at`.
+pub(super) struct Creation {
+    pub(super) task: Box<crate::Task>,
+    pub(super) bytes: Vec<u8>,
+    pub(super) ledger: Vec<crate::LedgerDraft>,
+    pub(super) at: u64,
+}
+
+/// A task's move, computed from its record as it was read (`from`): written only while that
+/// record is still the task's, else not at all (the caller reads it again and computes the
+/// move anew).
+pub(super) struct Move {
+    pub(super) id: String,
+    pub(super) from: sled::IVec,
+    /// The new record.
+    pub(super) bytes: Vec<u8>,
+    pub(super) kind: crate::TaskKind,
+    pub(super) was: crate::TaskStatus,
+    pub(super) to: crate::TaskStatus,
+    /// The `due` entries before and after.
+    pub(super) due: (Option<Vec<u8>>, Option<Vec<u8>>),
+    /// The webhook of a task's end.
+    pub(super) webhook: Option<Box<crate::Webhook>>,
+    pub(super) ledger: Vec<crate::LedgerDraft>,
+    pub(super) at: u64,
+}
 
 /// The embedded store: a sled database in one directory.
 #[derive(Clone)]
@@ -79,7 +114,8 @@ pub struct SledStore {
     pub(super) usage_log: Arc<UsageLog>,
     pub(super) assets: AssetTrees,
     pub(super) batches: BatchTrees,
-    flusher: Arc<GroupFlush>,
+    /// The group commit; task creations and moves are handed to it ([`Write`]).
+    pub(super) flusher: Arc<GroupFlush<Write, SledStore>>,
     /// Tasks read by id lately, decoded, with the bytes they were decoded from.
     pub(super) recent: Arc<RecentTasks>,
     /// Tasks by kind and status.
@@ -194,17 +230,13 @@ impl<'a> Tx<'a> {
 }
 
 impl SledStore {
-    /// Opens (or creates) the database in `dir`.
-    ///
-    /// A database sled cannot open (for instance after an abrupt stop) is an error, never a
-    /// panic: the caller decides what to do with it.
-    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
-        SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
-    }
-
     /// Opens (or creates) the database in `dir`, caching at most about `cache_bytes` of its
-    /// pages in memory.
-    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
+    /// pages in memory; the group commit writes the steps handed to it with `commit`.
+    pub(super) fn open_with(
+        dir: &Path,
+        cache_bytes: u64,
+        commit: fn(&SledStore, Vec<Handed<Write>>),
+    ) -> Result<SledStore, StoreError> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_bytes.max(1 << 20))
@@ -219,6 +251,8 @@ impl SledStore {
             Err(e) => return Err(StoreError::Backend(format!("read usage log end: {e}"))),
         };
         let usage_log = Arc::new(UsageLog::open(dir, committed)?);
+        let recent = Arc::new(RecentTasks::default());
+        let flusher = Arc::new(GroupFlush::new(commit, SledStore::sync));
         let store = SledStore {
             trees,
             counts,
@@ -229,8 +263,8 @@ impl SledStore {
             usage_log,
             assets: AssetTrees::open(&db)?,
             batches: BatchTrees::open(&db)?,
-            flusher: Arc::default(),
-            recent: Arc::default(),
+            flusher,
+            recent,
             db,
         };
         tracing::debug!(
@@ -260,12 +294,6 @@ impl SledStore {
         )
     }
 
-    /// The store's group commit, for tests that look inside it.
-    #[cfg(test)]
-    pub(super) fn flusher(&self) -> &GroupFlush {
-        &self.flusher
-    }
-
     /// Leaves the task counts for the next opening ([`TaskCounts::open`]); for a clean stop.
     pub(super) fn leave_counts(&self) -> Result<(), StoreError> {
         self.counts.leave(&self.db)
@@ -276,8 +304,18 @@ impl SledStore {
     /// the caller's async worker.
     pub(super) async fn flush_after(&self, what: &str) -> Result<(), StoreError> {
         self.flusher
-            .flush(&self.db, &self.usage_log)
+            .flush(self)
             .await
             .map_err(|e| StoreError::Backend(format!("{what}: flush: {e}")))
+    }
+
+    /// Puts the usage log's file and then the database on disk (the file first: the
+    /// database's committed end of the log never runs ahead of the file on disk); the group
+    /// commit's sync, on its blocking thread.
+    fn sync(&self) -> Result<(), String> {
+        self.usage_log
+            .sync()
+            .map_err(|e| format!("usage log: {e}"))?;
+        self.db.flush().map(drop).map_err(|e| e.to_string())
     }
 }
