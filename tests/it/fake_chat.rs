@@ -187,9 +187,12 @@ async fn serve(
     Ok(res)
 }
 
-/// A body fed by a channel; an `Err` item aborts the connection mid-body.
+/// A body fed by a channel; an `Err` item aborts the connection mid-body, after the bytes
+/// sent before it went out.
 struct ChannelBody {
     rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    /// The error to end with, held back for one poll.
+    failing: Option<std::io::Error>,
 }
 
 impl hyper::body::Body for ChannelBody {
@@ -200,40 +203,76 @@ impl hyper::body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|item| item.map(|r| r.map(Frame::data)))
+        if let Some(e) = self.failing.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        match std::task::ready!(self.rx.poll_recv(cx)) {
+            Some(Ok(bytes)) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+            // hyper writes out what it holds when the body is pending, and drops it when the
+            // body fails: pending once first, the events before the disconnect reach the relay
+            // however far the sender ran ahead.
+            Some(Err(e)) => {
+                self.failing = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            None => Poll::Ready(None),
+        }
     }
 }
 
-/// Streams `events` (whole SSE events) with the switches applied.
+/// Streams `events` (whole SSE events) with the switches applied. Without a pause every
+/// piece (and the disconnect) is queued before hyper reads the first: the upstream running
+/// ahead of its connection, as a fast one does.
 fn streamed(shared: Arc<Shared>, switches: Switches, events: Vec<String>) -> Response<FakeBody> {
-    let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(async move {
-        for (i, event) in events.iter().enumerate() {
-            if switches.disconnect_after == Some(i) {
-                let _ = tx.send(Err(std::io::Error::other("fake disconnect"))).await;
-                return;
-            }
-            if i > 0 && !switches.event_pause.is_zero() {
-                tokio::time::sleep(switches.event_pause).await;
-            }
-            let bytes = event.as_bytes();
-            let pieces: Vec<&[u8]> = if switches.piece == 0 {
-                vec![bytes]
-            } else {
-                bytes.chunks(switches.piece).collect()
-            };
-            for piece in pieces {
-                if tx.send(Ok(Bytes::copy_from_slice(piece))).await.is_err() {
-                    shared.cancelled.store(true, Ordering::SeqCst);
+    let sent = switches.disconnect_after.unwrap_or(events.len());
+    let pieces = move |event: &String| -> Vec<Bytes> {
+        let bytes = event.as_bytes();
+        if switches.piece == 0 {
+            vec![Bytes::copy_from_slice(bytes)]
+        } else {
+            bytes
+                .chunks(switches.piece)
+                .map(Bytes::copy_from_slice)
+                .collect()
+        }
+    };
+    let disconnect = || Err(std::io::Error::other("fake disconnect"));
+    let rx = if switches.event_pause.is_zero() {
+        let mut items: Vec<_> = events.iter().take(sent).flat_map(pieces).map(Ok).collect();
+        if sent < events.len() {
+            items.push(disconnect());
+        } else {
+            shared.streams_finished.fetch_add(1, Ordering::SeqCst);
+        }
+        let (tx, rx) = mpsc::channel(items.len().max(1));
+        for item in items {
+            tx.try_send(item).expect("room for every piece");
+        }
+        rx
+    } else {
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            for (i, event) in events.iter().enumerate() {
+                if i == sent {
+                    let _ = tx.send(disconnect()).await;
                     return;
                 }
+                if i > 0 {
+                    tokio::time::sleep(switches.event_pause).await;
+                }
+                for piece in pieces(event) {
+                    if tx.send(Ok(piece)).await.is_err() {
+                        shared.cancelled.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
             }
-        }
-        shared.streams_finished.fetch_add(1, Ordering::SeqCst);
-    });
-    let mut res = Response::new(ChannelBody { rx }.boxed());
+            shared.streams_finished.fetch_add(1, Ordering::SeqCst);
+        });
+        rx
+    };
+    let mut res = Response::new(ChannelBody { rx, failing: None }.boxed());
     res.headers_mut()
         .insert("content-type", "text/event-stream".parse().expect("header"));
     res
