@@ -235,8 +235,8 @@ impl<W: Send + 'static, T: Clone + Send + 'static> Running<W, T> {
     /// Commits `writes` and flushes, round after round, until no ticket was taken during a
     /// round.
     fn rounds(mut self, mut writes: Vec<Handed<W>>, target: T) {
-        let group = self.group.clone();
         loop {
+            let group = &self.group;
             #[cfg(test)]
             {
                 group.gate.pass();

@@ -36,12 +36,10 @@ pub(super) struct Prepared {
 /// abort here leaves nothing of the drafts written.
 pub(super) fn prepare(tx: &LedgerTx<'_>, drafts: &[LedgerDraft], at: u64) -> TxResult<Prepared> {
     let mut keys: Vec<(&str, Key)> = Vec::new();
-    let mut entries = Vec::with_capacity(drafts.len());
+    let mut entries: Vec<(Vec<u8>, LedgerEntry, Vec<u8>)> = Vec::with_capacity(drafts.len());
     for draft in drafts {
         let by_task = by_task_key(&draft.task_id, draft.kind);
-        let twice = entries
-            .iter()
-            .any(|(seen, _, _): &(Vec<u8>, LedgerEntry, Vec<u8>)| *seen == by_task);
+        let twice = entries.iter().any(|(seen, ..)| *seen == by_task);
         if twice || tx.ledger_by_task.get(by_task.as_slice())?.is_some() {
             return abort(StoreError::DuplicateLedger {
                 task_id: draft.task_id.clone(),

@@ -251,7 +251,6 @@ impl SledStore {
             Err(e) => return Err(StoreError::Backend(format!("read usage log end: {e}"))),
         };
         let usage_log = Arc::new(UsageLog::open(dir, committed)?);
-        let recent = Arc::new(RecentTasks::default());
         let flusher = Arc::new(GroupFlush::new(commit, SledStore::sync));
         let store = SledStore {
             trees,
@@ -264,7 +263,7 @@ impl SledStore {
             assets: AssetTrees::open(&db)?,
             batches: BatchTrees::open(&db)?,
             flusher,
-            recent,
+            recent: Arc::default(),
             db,
         };
         tracing::debug!(
