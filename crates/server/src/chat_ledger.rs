@@ -25,7 +25,7 @@ pub struct Reservations {
 
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    pub(crate) by_key: HashMap<String, i64>,
+    pub(crate) by_key: HashMap<String, i64, foldhash::fast::RandomState>,
     /// Releases of written charges so far.
     pub(crate) releases: u64,
 }
@@ -36,7 +36,11 @@ impl Reservations {
     }
 }
 
-pub(crate) fn release(held: &mut HashMap<String, i64>, key_id: &str, amount: i64) {
+pub(crate) fn release(
+    held: &mut HashMap<String, i64, foldhash::fast::RandomState>,
+    key_id: &str,
+    amount: i64,
+) {
     if amount == 0 {
         return;
     }

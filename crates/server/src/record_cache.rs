@@ -19,7 +19,8 @@ const MAX: usize = 1024;
 /// Rendered records by task id, each with the task it was rendered from.
 #[derive(Default)]
 pub struct RecordCache {
-    records: Mutex<HashMap<String, (Arc<Task>, Bytes)>>,
+    /// Keyed by ids the relay made: a fast hash (keyed per process) is enough.
+    records: Mutex<HashMap<String, (Arc<Task>, Bytes), foldhash::fast::RandomState>>,
 }
 
 impl RecordCache {

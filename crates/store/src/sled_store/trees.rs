@@ -137,7 +137,8 @@ pub(super) struct RecentTasks {
 
 #[derive(Default)]
 struct Recent {
-    tasks: std::collections::HashMap<String, Arc<crate::Task>>,
+    /// Keyed by ids the relay made: a fast hash (keyed per process) is enough.
+    tasks: std::collections::HashMap<String, Arc<crate::Task>, foldhash::fast::RandomState>,
     /// Steps that wrote tasks so far: a read keeps what it decoded only if none came between
     /// its start and its end.
     writes: u64,
