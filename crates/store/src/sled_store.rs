@@ -27,7 +27,8 @@
 //!
 //! Flushes are shared: a caller that must flush waits for a flush that began after its write
 //! (`flush.rs`), so concurrent acknowledgements cost one disk sync, not one each. A task's
-//! creation and move are not written by their callers: they are handed to that group commit,
+//! creation (with the `Idempotency-Key` claim it completes, if any) and move are not written
+//! by their callers: they are handed to that group commit,
 //! whose flush writes every one handed to it since the last in one transaction, just before
 //! it syncs (sled writes out its log buffer for each transaction, on its IO threads). A move
 //! is computed from the task's record as read and written only while that record is still
@@ -127,6 +128,7 @@ impl Store for SledStore {
             bytes,
             ledger: ledger.to_vec(),
             at: ledger::unix_secs(),
+            claim: None,
         };
         self.flusher
             .commit(self, Write::Create(creation), &what)
@@ -150,16 +152,19 @@ impl Store for SledStore {
         answer: &IdemAnswer,
     ) -> Result<(), StoreError> {
         let (task, bytes) = tasks::new_record(task)?;
-        let at = ledger::unix_secs();
         let what = format!("create task {}", task.id);
-        self.trees.tx(&what, |tx| {
-            tasks::insert(tx, &task, &bytes)?;
-            ledger::apply(&tx.ledger(), ledger, at)?;
-            idempotency::complete(tx.idempotency, ticket, answer)
-        })?;
-        self.recent.written([task.id.as_str()]);
-        self.counts.add(task.kind, task.status);
-        self.flush_after(&what).await
+        // With the plain creations of its flush, its claim completed in the same transaction.
+        let creation = Creation {
+            task: Box::new(task),
+            bytes,
+            ledger: ledger.to_vec(),
+            at: ledger::unix_secs(),
+            claim: Some(Box::new((ticket.clone(), answer.clone()))),
+        };
+        self.flusher
+            .commit(self, Write::Create(creation), &what)
+            .await
+            .map(drop)
     }
 
     async fn claim_idempotency(

@@ -59,15 +59,36 @@ pub(super) fn complete(
     ticket: &IdemTicket,
     answer: &IdemAnswer,
 ) -> TxResult<()> {
+    let held = held(idempotency, ticket)?;
+    write_answer(idempotency, held, answer)
+}
+
+/// `ticket`'s record while the ticket holds it, read to be completed by [`write_answer`];
+/// a record no longer held by the ticket aborts.
+pub(super) fn held(idempotency: &TransactionalTree, ticket: &IdemTicket) -> TxResult<Held> {
     let id = record_key(ticket);
     let old: Option<IdemRecord> = get(idempotency, IDEMPOTENCY, &id)?;
     match old {
-        Some(mut record) if held_by(Some(&record), ticket) => {
-            record.answer = Some(answer.clone());
-            put(idempotency, &id, "idempotency record", &record)
-        }
+        Some(record) if held_by(Some(&record), ticket) => Ok(Held { id, record }),
         _ => abort(StoreError::IdempotencyLost(ticket.key.clone())),
     }
+}
+
+/// A record its ticket holds, as [`held`] read it.
+pub(super) struct Held {
+    id: Vec<u8>,
+    record: IdemRecord,
+}
+
+/// Writes `answer` into the record [`held`] read.
+pub(super) fn write_answer(
+    idempotency: &TransactionalTree,
+    held: Held,
+    answer: &IdemAnswer,
+) -> TxResult<()> {
+    let Held { id, mut record } = held;
+    record.answer = Some(answer.clone());
+    put(idempotency, &id, "idempotency record", &record)
 }
 
 /// [`crate::Store::finish_idempotency`] (the caller flushes).

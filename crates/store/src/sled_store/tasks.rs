@@ -8,6 +8,7 @@ use std::sync::Arc;
 use sled::transaction::ConflictableTransactionError;
 
 use super::flush::Handed;
+use super::idempotency;
 use super::index::{children, move_entry};
 use super::ledger;
 use super::record::{backend, check_id, decode, encode, read};
@@ -36,12 +37,6 @@ pub(super) fn new_record(task: &Task) -> Result<(Task, Vec<u8>), StoreError> {
     }
     let bytes = encode("task", &task)?;
     Ok((task, bytes))
-}
-
-/// Writes a new task (`bytes` is its record) and its index entries; an id in use aborts.
-pub(super) fn insert(tx: &Tx<'_>, task: &Task, bytes: &[u8]) -> TxResult<()> {
-    ensure_new(tx.tasks, "task", &task.id)?;
-    write_new(tx, task, bytes)
 }
 
 /// Writes a new task and its index entries, its id checked unused; only sled can fail here.
@@ -100,17 +95,27 @@ pub(super) fn commit(store: &SledStore, writes: Vec<Handed<Write>>) {
     }
 }
 
-/// One creation of [`commit`]: its failure (an id in use, a ledger draft not covered) as its
-/// outcome, with nothing of it written.
+/// One creation of [`commit`]: its failure (an id in use, a ledger draft not covered, an
+/// `Idempotency-Key` claim no longer its own) as its outcome, with nothing of it written.
 fn create(tx: &Tx<'_>, creation: &Creation) -> TxResult<Result<bool, StoreError>> {
     let checked = ensure_new(tx.tasks, "task", &creation.task.id)
-        .and_then(|()| ledger::prepare(&tx.ledger(), &creation.ledger, creation.at));
-    let prepared = match alone(checked)? {
-        Ok(prepared) => prepared,
+        .and_then(|()| ledger::prepare(&tx.ledger(), &creation.ledger, creation.at))
+        .and_then(|prepared| {
+            let claim = match &creation.claim {
+                Some(claim) => Some(idempotency::held(tx.idempotency, &claim.0)?),
+                None => None,
+            };
+            Ok((prepared, claim))
+        });
+    let (prepared, claim) = match alone(checked)? {
+        Ok(checked) => checked,
         Err(e) => return Ok(Err(e)),
     };
     write_new(tx, &creation.task, &creation.bytes)?;
     ledger::write(&tx.ledger(), prepared)?;
+    if let (Some(held), Some(claim)) = (claim, &creation.claim) {
+        idempotency::write_answer(tx.idempotency, held, &claim.1)?;
+    }
     Ok(Ok(true))
 }
 

@@ -403,6 +403,102 @@ async fn creations_of_one_flush_share_a_transaction_and_fail_alone() {
     );
 }
 
+/// A creation made under an `Idempotency-Key` is handed to the group commit like a plain one:
+/// it is not written before its flush, then written in the flush's transaction with the
+/// others, completing its claim there; one whose claim another request has taken over fails
+/// alone, leaving no task and the other's claim as it was.
+#[tokio::test]
+async fn idempotent_creations_join_the_flush_and_fail_alone_when_their_claim_is_lost() {
+    use crate::idempotency::IDEMPOTENCY_PENDING_MS;
+    use crate::suite::key;
+    use crate::{IdemAnswer, IdemClaim, IdemTicket};
+    let (_dir, store) = open_store();
+    store.create_key(&key("key_a", "ha", None)).await.unwrap();
+    let ticket = |n: u64, token: &str| IdemTicket {
+        key_id: "key_a".to_owned(),
+        key: format!("idem-{n}"),
+        token: token.to_owned(),
+    };
+    let answer = |n: u64| IdemAnswer {
+        status: 200,
+        content_type: "application/json".to_owned(),
+        body: format!("{{\"n\":{n}}}"),
+    };
+    let claim = |n: u64, token: &'static str, now_ms: u64| {
+        let (ticket, store) = (ticket(n, token), &store);
+        async move {
+            store
+                .claim_idempotency(&ticket, "fp", now_ms)
+                .await
+                .unwrap()
+        }
+    };
+    for n in 1..=3 {
+        assert_eq!(claim(n, "mine", 1_000).await, IdemClaim::Claimed);
+    }
+    // Claim 3 is taken over: its pending record outlived its hold.
+    let later = 1_000 + IDEMPOTENCY_PENDING_MS + 1;
+    assert_eq!(claim(3, "theirs", later).await, IdemClaim::Claimed);
+
+    let tasks: Vec<_> = (1..=4)
+        .map(|n| task(&tid("video", n), "key_a", Queued, Some(100)))
+        .collect();
+    let started = store.flusher.started();
+    let issued = store.flusher.issued();
+    let first = store.flush_after("first");
+    let creations = futures_util::future::join_all(tasks.iter().zip(1u64..).map(|(t, n)| {
+        let (ticket, answer, store) = (ticket(n, "mine"), answer(n), &store);
+        async move {
+            if n == 4 {
+                store.create_task(t, &[]).await
+            } else {
+                store.create_task_idempotent(t, &[], &ticket, &answer).await
+            }
+        }
+    }));
+    let mut callers = std::pin::pin!(futures_util::future::join(first, creations));
+    store.flusher.gate.set(true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.flusher.issued() < issued + 5 {
+        assert!(futures_util::poll!(callers.as_mut()).is_pending());
+        assert!(std::time::Instant::now() < deadline, "callers never asked");
+        tokio::task::yield_now().await;
+    }
+    for n in 1..=3 {
+        let stored = store.task(&tid("video", n)).await.unwrap();
+        assert!(stored.is_none(), "task {n} written before its flush");
+    }
+    store.flusher.gate.set(false);
+    let (first, created) = tokio::time::timeout(std::time::Duration::from_secs(30), callers)
+        .await
+        .expect("every caller returns");
+    first.unwrap();
+    assert_eq!(
+        store.flusher.started() - started,
+        2,
+        "one flush after the first"
+    );
+    for (n, outcome) in (1..=4).zip(&created) {
+        let stored = store.task(&tid("video", n)).await.unwrap();
+        if n == 3 {
+            assert!(
+                matches!(outcome, Err(StoreError::IdempotencyLost(k)) if k == "idem-3"),
+                "creation 3: {outcome:?}"
+            );
+            assert!(stored.is_none(), "task 3 not written");
+        } else {
+            assert!(outcome.is_ok(), "creation {n}: {outcome:?}");
+            assert!(stored.is_some(), "task {n} written");
+        }
+    }
+    // Claims 1 and 2 were completed with their answers; claim 3 is still the other's.
+    for n in 1..=2 {
+        let again = claim(n, "retry", later + 1).await;
+        assert_eq!(again, IdemClaim::Replay(answer(n)));
+    }
+    assert_eq!(claim(3, "retry", later + 1).await, IdemClaim::InFlight);
+}
+
 /// A move is computed from the task as read and written only while that record is still the
 /// task's: two moves of one task handed to the same flush both take effect, the second read
 /// again after the first was written, never computed from what the first replaced.

@@ -69,12 +69,14 @@ pub(super) enum Write {
 }
 
 /// A task's creation: the task as written, its record and its ledger drafts (the
-/// pre-deduction), stamped `at`.
+/// pre-deduction), stamped `at`; and the `Idempotency-Key` claim it completes with its
+/// answer, if it was made under one.
 pub(super) struct Creation {
     pub(super) task: Box<crate::Task>,
     pub(super) bytes: Vec<u8>,
     pub(super) ledger: Vec<crate::LedgerDraft>,
     pub(super) at: u64,
+    pub(super) claim: Option<Box<(crate::IdemTicket, crate::IdemAnswer)>>,
 }
 
 /// A task's move, computed from its record as it was read (`from`): written only while that
