@@ -67,6 +67,18 @@ pub fn plain_str(value: &[u8]) -> Option<&str> {
     std::str::from_utf8(inner).ok()
 }
 
+/// A whole number as JSON writes it (digits, no leading zero) that fits a `u64`, read from
+/// its text; `None` for anything else.
+pub fn whole_number(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || (text.len() > 1 && text[0] == b'0') {
+        return None;
+    }
+    text.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
 fn skip_space(text: &[u8], mut at: usize) -> usize {
     while let Some(b' ' | b'\t' | b'\n' | b'\r') = text.get(at) {
         at += 1;

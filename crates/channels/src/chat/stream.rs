@@ -480,10 +480,7 @@ fn apply_usage_text(u: &[u8], usage: &mut Usage) {
         return;
     };
     for (which, text) in found.into_iter().enumerate() {
-        let whole = text.filter(|t| {
-            t.iter().all(u8::is_ascii_digit) && (t.len() == 1 || t.first() != Some(&b'0'))
-        });
-        if let Some(n) = whole.and_then(|t| std::str::from_utf8(t).ok()?.parse().ok()) {
+        if let Some(n) = text.and_then(scan::whole_number) {
             set_count(usage, which, n);
         }
     }

@@ -83,6 +83,58 @@ fn the_scan_finds_only_the_top_level_usage() {
     agree(&cases);
 }
 
+/// A count the decoder refuses (past `u64`, a fraction, an exponent, a string, a leading
+/// zero, `null`, a required one missing) gives no usage, from the text as from the value;
+/// `whole_number` (how a stream's counts are read) takes digits as JSON writes them that fit
+/// a `u64`, and nothing else.
+#[test]
+fn counts_in_every_form_are_read_as_the_decoder_reads_them() {
+    let with = |i: u64, o: u64, creation: u64, read: u64| Usage {
+        input_tokens: i,
+        output_tokens: o,
+        cache_creation_input_tokens: creation,
+        cache_read_input_tokens: read,
+    };
+    let cases: [(&str, Option<Usage>); 11] = [
+        (
+            r#"{"usage":{"output_tokens":0,"input_tokens":18446744073709551615}}"#,
+            Some(with(u64::MAX, 0, 0, 0)),
+        ),
+        (
+            r#"{"usage":{"input_tokens":1,"output_tokens":2,"cache_creation_input_tokens":30,"cache_read_input_tokens":4}}"#,
+            Some(with(1, 2, 30, 4)),
+        ),
+        (
+            r#"{"usage":{"input_tokens":18446744073709551616,"output_tokens":2}}"#,
+            None,
+        ),
+        (r#"{"usage":{"input_tokens":1.5,"output_tokens":2}}"#, None),
+        (r#"{"usage":{"input_tokens":1e2,"output_tokens":2}}"#, None),
+        (r#"{"usage":{"input_tokens":"1","output_tokens":2}}"#, None),
+        (r#"{"usage":{"input_tokens":01,"output_tokens":2}}"#, None),
+        (
+            r#"{"usage":{"input_tokens":1,"output_tokens":2,"cache_read_input_tokens":null}}"#,
+            None,
+        ),
+        (r#"{"usage":{"input_tokens":1,"output_tokens":-0}}"#, None),
+        (r#"{"usage":{"output_tokens":2}}"#, None),
+        (
+            r#"{"usage":{"input_tokens":1,"output_tokens":2,"other":{"input_tokens":9}}}"#,
+            Some(with(1, 2, 0, 0)),
+        ),
+    ];
+    agree(&cases);
+    for (text, want) in [
+        ("0", Some(0)),
+        ("907", Some(907)),
+        ("", None),
+        ("00", None),
+        ("1a", None),
+    ] {
+        assert_eq!(crate::scan::whole_number(text.as_bytes()), want, "{text}");
+    }
+}
+
 /// Every value is skipped whole: the member after it is found.
 #[test]
 fn the_scan_skips_every_kind_of_value() {
