@@ -115,12 +115,15 @@ impl SledStore {
     ) -> Result<SledStore, StoreError> {
         SledStore::open_with(dir, cache_bytes, tasks::commit)
     }
-}
 
-#[async_trait::async_trait]
-impl Store for SledStore {
-    /// Handed to the group commit: the task steps of one flush share a transaction.
-    async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
+    /// Hands `task`'s creation with its ledger drafts (and the `Idempotency-Key` claim it
+    /// completes, if any) to the group commit, and waits for its flush.
+    async fn hand_creation(
+        &self,
+        task: &Task,
+        ledger: &[LedgerDraft],
+        claim: Option<Box<(IdemTicket, IdemAnswer)>>,
+    ) -> Result<(), StoreError> {
         let (task, bytes) = tasks::new_record(task)?;
         let what = format!("create task {}", task.id);
         let creation = Creation {
@@ -128,12 +131,20 @@ impl Store for SledStore {
             bytes,
             ledger: ledger.to_vec(),
             at: ledger::unix_secs(),
-            claim: None,
+            claim,
         };
         self.flusher
             .commit(self, Write::Create(creation), &what)
             .await
             .map(drop)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SledStore {
+    /// Handed to the group commit: the task steps of one flush share a transaction.
+    async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
+        self.hand_creation(task, ledger, None).await
     }
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
@@ -151,20 +162,9 @@ impl Store for SledStore {
         ticket: &IdemTicket,
         answer: &IdemAnswer,
     ) -> Result<(), StoreError> {
-        let (task, bytes) = tasks::new_record(task)?;
-        let what = format!("create task {}", task.id);
         // With the plain creations of its flush, its claim completed in the same transaction.
-        let creation = Creation {
-            task: Box::new(task),
-            bytes,
-            ledger: ledger.to_vec(),
-            at: ledger::unix_secs(),
-            claim: Some(Box::new((ticket.clone(), answer.clone()))),
-        };
-        self.flusher
-            .commit(self, Write::Create(creation), &what)
-            .await
-            .map(drop)
+        let claim = Box::new((ticket.clone(), answer.clone()));
+        self.hand_creation(task, ledger, Some(claim)).await
     }
 
     async fn claim_idempotency(

@@ -272,10 +272,29 @@ async fn held_at_the_gate<F: std::future::Future>(
     n: u64,
     callers: F,
 ) -> F::Output {
+    held_at_the_gate_checking(store, n, callers, async || {}).await
+}
+
+/// [`held_at_the_gate`], running `while_held` once every caller has asked and before the
+/// gate opens.
+async fn held_at_the_gate_checking<F: std::future::Future>(
+    store: &SledStore,
+    n: u64,
+    callers: F,
+    while_held: impl AsyncFnOnce(),
+) -> F::Output {
     let group = &store.flusher;
     let issued = group.issued();
-    // The first caller's flush waits at the gate until every caller has asked.
+    // The first caller's flush waits at the gate until every caller has asked; the gate opens
+    // again however this ends, so that a failed check fails the test instead of hanging it.
+    struct Opens<'a>(&'a super::flush::Gate);
+    impl Drop for Opens<'_> {
+        fn drop(&mut self) {
+            self.0.set(false);
+        }
+    }
     group.gate.set(true);
+    let _opens = Opens(&group.gate);
     let mut callers = std::pin::pin!(callers);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while group.issued() < issued + n {
@@ -286,6 +305,7 @@ async fn held_at_the_gate<F: std::future::Future>(
         );
         tokio::task::yield_now().await;
     }
+    while_held().await;
     group.gate.set(false);
     tokio::time::timeout(std::time::Duration::from_secs(30), callers)
         .await
@@ -444,7 +464,6 @@ async fn idempotent_creations_join_the_flush_and_fail_alone_when_their_claim_is_
         .map(|n| task(&tid("video", n), "key_a", Queued, Some(100)))
         .collect();
     let started = store.flusher.started();
-    let issued = store.flusher.issued();
     let first = store.flush_after("first");
     let creations = futures_util::future::join_all(tasks.iter().zip(1u64..).map(|(t, n)| {
         let (ticket, answer, store) = (ticket(n, "mine"), answer(n), &store);
@@ -456,22 +475,14 @@ async fn idempotent_creations_join_the_flush_and_fail_alone_when_their_claim_is_
             }
         }
     }));
-    let mut callers = std::pin::pin!(futures_util::future::join(first, creations));
-    store.flusher.gate.set(true);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while store.flusher.issued() < issued + 5 {
-        assert!(futures_util::poll!(callers.as_mut()).is_pending());
-        assert!(std::time::Instant::now() < deadline, "callers never asked");
-        tokio::task::yield_now().await;
-    }
-    for n in 1..=3 {
-        let stored = store.task(&tid("video", n)).await.unwrap();
-        assert!(stored.is_none(), "task {n} written before its flush");
-    }
-    store.flusher.gate.set(false);
-    let (first, created) = tokio::time::timeout(std::time::Duration::from_secs(30), callers)
-        .await
-        .expect("every caller returns");
+    let all = futures_util::future::join(first, creations);
+    let not_yet_written = async || {
+        for n in 1..=3 {
+            let stored = store.task(&tid("video", n)).await.unwrap();
+            assert!(stored.is_none(), "task {n} written before its flush");
+        }
+    };
+    let (first, created) = held_at_the_gate_checking(&store, 5, all, not_yet_written).await;
     first.unwrap();
     assert_eq!(
         store.flusher.started() - started,
