@@ -370,3 +370,54 @@ async fn a_connection_that_sent_nothing_does_not_hold_a_stop() {
         .expect("closed by the stop");
     assert_eq!(got, "");
 }
+
+/// The process's CPU time so far, in clock ticks (user and system), from `/proc`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command's name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are the 14th and 15th fields of the line, the 12th and 13th after it.
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+#[tokio::test]
+async fn connection_threads_go_back_to_sleep_after_spinning() {
+    // The longest spin there is, on two connection threads: a thread that never stopped
+    // looking for work would keep a core busy.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("relay.toml");
+    std::fs::write(&config, "[server]\nworkers = 2\nspin_us = 10000\n").unwrap();
+    let relay = crate::harness::start_binary(&dir.path().join("data"), &config).await;
+    let pid = relay.child.id().expect("the relay's pid");
+    let http = crate::harness::Http::new();
+    for _ in 0..200 {
+        let res = http
+            .send(
+                http::Method::GET,
+                &format!("{}/healthz", relay.base),
+                crate::harness::Body::Empty,
+                &[],
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    // Quiet now: within a few seconds the relay spends less than a tenth of a core over half a
+    // second (a thread spinning on would spend about a whole one).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = Vec::new();
+    loop {
+        let before = cpu_ticks(pid);
+        // A measured interval, not a wait for something to happen.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let spent = cpu_ticks(pid) - before;
+        if spent <= 5 {
+            break;
+        }
+        last.push(spent);
+        assert!(
+            Instant::now() < deadline,
+            "the idle relay kept spending CPU: {last:?} ticks every half second"
+        );
+    }
+}

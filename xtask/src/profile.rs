@@ -28,7 +28,8 @@ pub const USAGE: &str = "usage: cargo xtask profile [--requests N] [--relay PATH
   missing) and prints the instructions it executes per request for a whole /v1/messages
   answer and a streamed one (the simulator's chat model, then an anthropic channel to the
   bench's fake upstream, run by this xtask as a process of its own) and a GET /v1/videos/{id}
-  poll, as a Markdown table. N requests of each kind are counted (default 200) after a warm-up.
+  poll, as a Markdown table. N requests of each kind are counted (default 200) after a warm-up,
+  with the relay's connection threads not spinning between requests ([server] spin_us = 0).
   --relay PATH profiles that relay binary instead of building this tree's (to compare builds).";
 
 const ADMIN: &str = "profile-admin-token";
@@ -79,17 +80,28 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     // file's models and channels replace the default's, so the simulator's are listed again.
     let xtask = std::env::current_exe().context("this xtask's path")?;
     let fake = Party::start(&xtask, "fake-messages", &[])?;
-    std::fs::write(
-        &config,
-        format!(
-            "{}[simulator]\ntask_secs = 3600\n\
-             [models.sim-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
-             output_price_per_mtok = 3000\n\
-             [[channels]]\nname = \"simulator\"\nkind = \"simulator\"\n\
-             models = [\"model_h3\", \"sim-chat\"]\n",
-            messages_config(fake.addr)
-        ),
-    )?;
+    let text = format!(
+        "{}[simulator]\ntask_secs = 3600\n\
+         [models.sim-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
+         output_price_per_mtok = 3000\n\
+         [[channels]]\nname = \"simulator\"\nkind = \"simulator\"\n\
+         models = [\"model_h3\", \"sim-chat\"]\n",
+        messages_config(fake.addr)
+    );
+    // Connection threads that do not spin between requests: what is counted is the requests'
+    // own work, not how many times a thread looked for more while it waited (a build older
+    // than `spin_us` does not spin and does not take the key).
+    std::fs::write(&config, format!("[server]\nspin_us = 0\n{text}"))?;
+    let takes_spin = Command::new(&binary)
+        .args(["config", "check"])
+        .arg(&config)
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?
+        .status
+        .success();
+    if !takes_spin {
+        std::fs::write(&config, text)?;
+    }
     let out = work.join("callgrind.out");
     let wrapper = [
         "valgrind".to_owned(),

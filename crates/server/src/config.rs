@@ -13,6 +13,9 @@ pub use engine::TasksConfig;
 /// The embedded default, parsed by the same code as an operator's file.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
 
+/// The longest `server.spin_us` taken: 10 ms.
+pub const MAX_SPIN_US: u64 = 10_000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {origin}: {message}")]
@@ -123,6 +126,11 @@ impl Config {
         }
         if self.server.stream_ping_ms == 0 {
             return Err("server.stream_ping_ms must be above 0".into());
+        }
+        if self.server.spin_us > MAX_SPIN_US {
+            return Err(format!(
+                "server.spin_us must be at most {MAX_SPIN_US} (a connection thread would burn its core for that long after every request)"
+            ));
         }
         if self.server.header_read_timeout_secs == 0 || self.server.body_read_timeout_secs == 0 {
             return Err(

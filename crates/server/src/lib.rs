@@ -37,6 +37,7 @@ pub mod record_cache;
 pub mod router;
 pub mod setup;
 pub mod signed;
+pub mod spin;
 pub mod tasks;
 pub mod video_models;
 pub mod videos;
@@ -78,7 +79,10 @@ pub async fn serve(
     }
     let _ = app.public_base.set(app.public_base_url());
     // First: nothing is running yet if the threads cannot be started.
-    let mut workers = Workers::start(app.config.server.worker_count())?;
+    let mut workers = Workers::start(
+        app.config.server.worker_count(),
+        Duration::from_micros(app.config.server.spin_us),
+    )?;
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
     let asset_work = tokio::spawn(assets::run(app.clone(), stop_engine.subscribe()));
@@ -312,7 +316,9 @@ struct Workers {
 }
 
 impl Workers {
-    fn start(count: usize) -> anyhow::Result<Workers> {
+    /// Starts `count` threads; each spins for `spin` after a request before it sleeps
+    /// ([`spin`]), unless `spin` is zero.
+    fn start(count: usize, spin: Duration) -> anyhow::Result<Workers> {
         let mut workers = Workers {
             handles: Vec::with_capacity(count),
             stops: Vec::with_capacity(count),
@@ -332,8 +338,12 @@ impl Workers {
                     channels::upstream_http::set_lane(i + 1);
                     runtime.block_on(async {
                         let ticker = tokio::spawn(coarse_timer::tick());
+                        let spinner = (!spin.is_zero()).then(|| tokio::spawn(spin::run(spin)));
                         let _ = stopped.await;
                         ticker.abort();
+                        if let Some(spinner) = spinner {
+                            spinner.abort();
+                        }
                     });
                     // What is left (idle connections past the grace period) is dropped.
                     runtime.shutdown_timeout(Duration::from_secs(1));

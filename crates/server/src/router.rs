@@ -47,6 +47,7 @@ fn request_id(req: &Request<Incoming>) -> RequestId {
 
 /// The hyper service function.
 pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
+    crate::spin::work();
     let started = Instant::now();
     let id = request_id(&req);
     // The messages endpoints put the id into their error bodies; only their paths read it
@@ -61,6 +62,7 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
     let headers = res.headers_mut();
     headers.insert(X_REQUEST_ID, id.0.clone());
     headers.insert(REQUEST_ID, id.0);
+    crate::spin::work();
     Ok(res)
 }
 

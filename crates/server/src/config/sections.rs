@@ -34,6 +34,9 @@ pub struct ServerConfig {
     /// Threads serving connections, each with a single-threaded runtime of its own; 0: one
     /// per CPU core.
     pub workers: u32,
+    /// How long a connection thread keeps looking for work after a request began or ended
+    /// before it sleeps, in microseconds ([`crate::spin`]); 0: it sleeps at once.
+    pub spin_us: u64,
 }
 
 impl ServerConfig {

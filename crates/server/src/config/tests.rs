@@ -101,6 +101,32 @@ fn zero_intervals_and_sizes_are_refused() {
 }
 
 #[test]
+fn a_connection_threads_spin_is_bounded() {
+    let default = Config::from_toml(None, "relay.toml").unwrap();
+    assert_eq!(default.server.spin_us, 50);
+    let off = Config::from_toml(Some("[server]\nspin_us = 0\n"), "relay.toml").unwrap();
+    assert_eq!(off.server.spin_us, 0);
+    let most = format!("[server]\nspin_us = {MAX_SPIN_US}\n");
+    assert_eq!(
+        Config::from_toml(Some(&most), "relay.toml")
+            .unwrap()
+            .server
+            .spin_us,
+        MAX_SPIN_US
+    );
+    let err = Config::from_toml(
+        Some(&format!("[server]\nspin_us = {}\n", MAX_SPIN_US + 1)),
+        "relay.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("server.spin_us must be at most 10000"),
+        "{err}"
+    );
+}
+
+#[test]
 fn chat_channels_need_a_base_url_and_chat_models() {
     let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
     let with = |channel: &str| Config::from_toml(Some(&format!("{chat}{channel}")), "t.toml");
