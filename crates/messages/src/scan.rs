@@ -15,12 +15,37 @@ pub fn member<'a>(text: &'a [u8], key: &str) -> Option<&'a [u8]> {
 /// The text of the values of several `keys` in the object `text`, in one pass: as
 /// [`member`] for each key, or `None` where [`member`] would find nothing for any key because
 /// `text` is not an object or the scan meets something that is not JSON.
-pub fn members<'a, const N: usize>(
+pub fn members<'a, const N: usize>(text: &'a [u8], keys: [&str; N]) -> Option<Found<'a, N>> {
+    let (found, _) = members_within(text, keys, None)?;
+    Some(found)
+}
+
+/// The values found for each key asked for, in the keys' order.
+pub type Found<'a, const N: usize> = [Option<&'a [u8]>; N];
+
+/// [`members`], and the value of member `inner` of the object that is the value of
+/// `keys[outer]`, read in the same pass: that object is scanned once, not once to skip it and
+/// again to find `inner` in it. The inner value is as [`member`] on the outer value finds it.
+pub fn members_within<'a, const N: usize>(
     text: &'a [u8],
     keys: [&str; N],
-) -> Option<[Option<&'a [u8]>; N]> {
+    within: Option<(usize, &str)>,
+) -> Option<(Found<'a, N>, Option<&'a [u8]>)> {
+    let at = skip_space(text, 0);
+    let (found, inner, end) = object(text, at, keys, within)?;
+    (skip_space(text, end) == text.len()).then_some((found, inner))
+}
+
+/// The members of the object that opens at `at` (see [`members_within`]), and just past its
+/// closing brace.
+fn object<'a, const N: usize>(
+    text: &'a [u8],
+    mut at: usize,
+    keys: [&str; N],
+    within: Option<(usize, &str)>,
+) -> Option<(Found<'a, N>, Option<&'a [u8]>, usize)> {
     let mut found = [None; N];
-    let mut at = skip_space(text, 0);
+    let mut inner = None;
     if text.get(at) != Some(&b'{') {
         return None;
     }
@@ -42,16 +67,31 @@ pub fn members<'a, const N: usize>(
             return None;
         }
         let start = skip_space(text, at + 1);
-        let end = value_end(text, start)?;
-        if let Some(i) = keys.iter().position(|k| k.as_bytes() == name)
-            && found[i].is_none()
-        {
+        let wanted = keys
+            .iter()
+            .position(|k| k.as_bytes() == name)
+            .filter(|&i| found[i].is_none());
+        let end = match (wanted, within) {
+            // The first outer value, when an object: read for `inner` as it is skipped (an
+            // object the scan cannot read has no inner value, as for `member`).
+            (Some(i), Some((outer, key))) if i == outer && text.get(start) == Some(&b'{') => {
+                match object(text, start, [key], None) {
+                    Some(([value], _, end)) => {
+                        inner = value;
+                        end
+                    }
+                    None => value_end(text, start)?,
+                }
+            }
+            _ => value_end(text, start)?,
+        };
+        if let Some(i) = wanted {
             found[i] = Some(&text[start..end]);
         }
         at = skip_space(text, end);
         match text.get(at) {
             Some(b',') => at = skip_space(text, at + 1),
-            Some(b'}') if skip_space(text, at + 1) == text.len() => return Some(found),
+            Some(b'}') => return Some((found, inner, at + 1)),
             _ => return None,
         }
     }

@@ -102,6 +102,10 @@ impl SseDecoder {
     /// (no allocation once the decoder's buffers have grown to the stream's events).
     pub fn feed_with(&mut self, chunk: &[u8], mut emit: impl FnMut(RawEvent<'_>)) {
         let mut bytes = chunk;
+        if !self.started && self.line.is_empty() && bytes.first().is_some_and(|&b| b != 0xEF) {
+            // No byte order mark can open this stream: nothing to look for or hold back.
+            self.started = true;
+        }
         if !self.started && !bytes.is_empty() {
             // A BOM may itself be split; wait for three bytes before deciding.
             let mut probe = std::mem::take(&mut self.line);
@@ -132,8 +136,31 @@ impl SseDecoder {
                 bytes = rest;
             }
         }
+        if self.pending == 0 && self.line.is_empty() {
+            bytes = &bytes[self.plain_events(bytes, &mut emit)..];
+        }
         self.pending += bytes.len();
         self.scan(bytes, &mut emit);
+    }
+
+    /// At an event boundary: the complete events at the front of `bytes` that have the plainest
+    /// form (an `event:` line or none, one `data:` line and an empty line, each line ended by
+    /// `\n` alone), handed to `emit` where they lie, without a copy. Returns the bytes they
+    /// took; the decoder is at a boundary after them, as before, and reads the rest line by line.
+    fn plain_events(&mut self, bytes: &[u8], emit: &mut impl FnMut(RawEvent<'_>)) -> usize {
+        // A `\r` ends a line too: only the bytes before the first one are read here.
+        let plain = &bytes[..memchr::memchr(b'\r', bytes).unwrap_or(bytes.len())];
+        let mut at = 0;
+        while let Some(found) = plain_event(&plain[at..], self.max_line) {
+            emit(RawEvent {
+                event: found.event,
+                data: found.data,
+                id: self.id.as_deref(),
+                retry: self.retry.take(),
+            });
+            at += found.len;
+        }
+        at
     }
 
     fn scan(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(RawEvent<'_>)) {
@@ -239,6 +266,44 @@ impl SseDecoder {
     }
 }
 
+/// An event of the plainest form, as it lies in the input.
+struct Plain<'a> {
+    event: Option<&'a [u8]>,
+    data: &'a [u8],
+    /// Its bytes, the empty line that ends it included.
+    len: usize,
+}
+
+/// The event at the front of `bytes` when it is complete and has the plainest form (see
+/// [`SseDecoder::plain_events`]).
+fn plain_event(bytes: &[u8], max_line: usize) -> Option<Plain<'_>> {
+    let (mut line, mut at) = plain_line(bytes, 0, max_line)?;
+    let event = field(line, b"event");
+    if event.is_some() {
+        (line, at) = plain_line(bytes, at, max_line)?;
+    }
+    let data = field(line, b"data")?;
+    // The empty line that dispatches it.
+    (bytes.get(at) == Some(&b'\n')).then_some(Plain {
+        event,
+        data,
+        len: at + 1,
+    })
+}
+
+/// The line that starts at `from` (without its `\n`) and where the next one starts, if it ends
+/// within `bytes` and is no longer than `max_line`.
+fn plain_line(bytes: &[u8], from: usize, max_line: usize) -> Option<(&[u8], usize)> {
+    let len = memchr::memchr(b'\n', bytes.get(from..)?)?;
+    (len <= max_line).then(|| (&bytes[from..from + len], from + len + 1))
+}
+
+/// The value of `line` when it is field `name` (one space after the colon dropped).
+fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let value = line.strip_prefix(name)?.strip_prefix(b":")?;
+    Some(value.strip_prefix(b" ").unwrap_or(value))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +360,86 @@ mod tests {
                 assert_eq!(decode_in_pieces(input, &[a, b]), whole, "cuts {a} {b}");
             }
         }
+    }
+
+    /// Plain events (read where they lie, at a boundary) among the other forms: the same events
+    /// under any two cuts, and after every piece the bytes pending are those since the last
+    /// boundary of the input.
+    #[test]
+    fn plain_events_decode_as_the_others_and_leave_the_right_bytes_pending() {
+        let input: &[u8] = b"event: a\ndata: 1\n\ndata:2\n\nevent:\ndata: {\"x\":3}\n\n: note\n\n\
+            event: b\ndata: 4\nid: 9\n\nevent: c\ndata: 5\n\nevent: d\ndata: 6\r\n\r\n\
+            event: e\nevent: f\ndata: 7\n\ndata: 8\ndata: 9\n\nevent: g\ndata: 10\n\n";
+        let whole = decode_in_pieces(input, &[]);
+        let expected: Vec<(Option<&str>, &str, Option<&str>)> = vec![
+            (Some("a"), "1", None),
+            (None, "2", None),
+            (Some(""), "{\"x\":3}", None),
+            (Some("b"), "4", Some("9")),
+            (Some("c"), "5", Some("9")),
+            (Some("d"), "6", Some("9")),
+            (Some("f"), "7", Some("9")),
+            (None, "8\n9", Some("9")),
+            (Some("g"), "10", Some("9")),
+        ];
+        let got: Vec<_> = whole
+            .iter()
+            .map(|e| (e.event.as_deref(), e.data.as_str(), e.id.as_deref()))
+            .collect();
+        assert_eq!(got, expected);
+        // Where each event's empty line ends (and an empty line with no event).
+        let boundaries: Vec<usize> = {
+            let text = std::str::from_utf8(input).unwrap();
+            let mut ends = Vec::new();
+            let mut from = 0;
+            for sep in [
+                "\n\n", "\n\n", "\n\n", "\n\n", "\n\n", "\n\n", "\r\n\r\n", "\n\n", "\n\n", "\n\n",
+            ] {
+                let at = from + text[from..].find(sep).unwrap() + sep.len();
+                if sep == "\r\n\r\n" {
+                    // The second `\r` ends the empty line already; its `\n` follows a boundary.
+                    ends.push(at - 1);
+                }
+                ends.push(at);
+                from = at;
+            }
+            ends
+        };
+        let pending_at = |p: usize| {
+            p - boundaries
+                .iter()
+                .copied()
+                .filter(|&b| b <= p)
+                .max()
+                .unwrap_or(0)
+        };
+        for a in 0..=input.len() {
+            for b in a..=input.len() {
+                let mut decoder = SseDecoder::new();
+                let mut events = Vec::new();
+                let mut start = 0;
+                for cut in [a, b, input.len()] {
+                    events.extend(decoder.feed(&input[start..cut]));
+                    assert_eq!(
+                        decoder.pending_bytes(),
+                        pending_at(cut),
+                        "cuts {a} {b}, after {cut}"
+                    );
+                    start = cut;
+                }
+                assert_eq!(events, whole, "cuts {a} {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn plain_events_are_read_where_they_lie() {
+        // Up to a form they do not take (a comment here): the rest is read line by line.
+        let chunk = b"event: a\ndata: 1\n\ndata: 2\n\n: x\n\nevent: b\ndata: 3\n\n";
+        let range = chunk.as_ptr_range();
+        let mut inside = Vec::new();
+        SseDecoder::new().feed_with(chunk, |e| inside.push(range.contains(&e.data.as_ptr())));
+        assert_eq!(inside, [true, true, false]);
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub fn empty() -> Body {
     full(Bytes::new())
 }
 
-/// The headers a JSON answer has room for from the start.
-const ANSWER_HEADERS: usize = 8;
+/// The headers an answer has room for from the start (a JSON answer's or a stream's).
+pub(crate) const ANSWER_HEADERS: usize = 8;
 
 /// A `200` answer of JSON text written already.
 pub fn json_text(body: impl Into<Bytes>) -> Answer {

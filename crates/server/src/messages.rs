@@ -323,6 +323,8 @@ fn stream_answer(
     };
     let mut res = Response::new(BodyExt::boxed_unsync(body));
     let headers = res.headers_mut();
+    // Room for the rate-limit headers and the request id too, without growing the map.
+    headers.reserve(crate::http::ANSWER_HEADERS);
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream; charset=utf-8"),

@@ -399,23 +399,26 @@ impl ChatEventStream {
 
 /// Reads usage, the end and errors out of one native event (its `data:` JSON).
 fn read_native_event(text: &[u8], usage: &mut Usage, finished: &mut bool, error: &mut bool) {
-    // The type and the usage found by one scan, without a tree of the rest (a `message_start`
-    // carries the whole message); an event the scan cannot read so is parsed whole.
-    let [kind, message, usage_member] =
-        scan::members(text, ["type", "message", "usage"]).unwrap_or_default();
-    let usage_at = match kind.and_then(scan::plain_str) {
-        Some("message_start") => message.and_then(|m| scan::member(m, "usage")),
-        Some("message_delta") => usage_member,
-        Some("message_stop") => {
+    // The type and the usage (a `message_start`'s in its message) found by one scan, without a
+    // tree of the rest; an event the scan cannot read so is parsed whole.
+    let ([kind, _, usage_member], message_usage) =
+        scan::members_within(text, ["type", "message", "usage"], Some((1, "usage")))
+            .unwrap_or_default();
+    // The kind's text compared as it is written: a kind written with an escape is read by the
+    // parser below.
+    let usage_at = match kind {
+        Some(b"\"message_start\"") => message_usage,
+        Some(b"\"message_delta\"") => usage_member,
+        Some(b"\"message_stop\"") => {
             *finished = true;
             return;
         }
-        Some("error") => {
+        Some(b"\"error\"") => {
             *error = true;
             return;
         }
-        Some(_) => return,
-        None => None,
+        Some(other) if other.starts_with(b"\"") && !other.contains(&b'\\') => return,
+        _ => None,
     };
     match usage_at {
         Some(u) => apply_usage_text(u, usage),
@@ -518,6 +521,7 @@ mod tests {
             r#"{"type":"message_stop"}"#,
             r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
             r#"{"type":"ping"}"#,
+            r#"{"type":"content_block_delta","usage":{"output_tokens":3}}"#,
             r#"{"type":"message_\u0073top"}"#,
             r#"{"type":7}"#,
             r#"{"type":"message_delta","usage":{"output_tokens":0,"input_tokens":1e2,"cache_read_input_tokens":12.0,"cache_creation_input_tokens":18446744073709551616}}"#,
@@ -538,7 +542,7 @@ mod tests {
         let (mut usage, mut finished, mut error) = (Usage::default(), false, false);
         read_native_event(events[0].as_bytes(), &mut usage, &mut finished, &mut error);
         assert_eq!((usage.input_tokens, usage.cache_read_input_tokens), (12, 4));
-        read_native_event(events[9].as_bytes(), &mut usage, &mut finished, &mut error);
+        read_native_event(events[10].as_bytes(), &mut usage, &mut finished, &mut error);
         assert!(finished, "an escaped type is still read");
     }
 

@@ -187,6 +187,28 @@ fn members_reads_as_member_does() {
             None => assert_eq!(one_by_one, [None; 4], "{body}"),
         }
     }
+    // The value of `usage` in `message` read in the same pass, as `member` reads it there.
+    let nested = [
+        r#"{"type":"message_start","message":{"id":"m","content":[{"usage":1}],"usage":{"input_tokens":3}}}"#,
+        r#"{"message":{"usage":{"a":1},"usage":{"b":2}},"message":{"usage":7}}"#,
+        r#"{"message":{},"usage":1}"#,
+        r#"{"message":{"usage" 1},"usage":1}"#,
+        r#"{"message":[{"usage":1}]}"#,
+        r#"{"message":{"x":{"usage":5}}}"#,
+        r#"{"message":{"usage":2}} x"#,
+    ];
+    for body in nested {
+        let text = body.as_bytes();
+        let keys = ["type", "message", "usage"];
+        let within = crate::scan::members_within(text, keys, Some((1, "usage")));
+        let apart = crate::scan::members(text, keys).map(|found| {
+            (
+                found,
+                found[1].and_then(|m| crate::scan::member(m, "usage")),
+            )
+        });
+        assert_eq!(within, apart, "{body}");
+    }
     let [kind, _, _, s] = crate::scan::members(bodies[0].as_bytes(), keys).unwrap();
     assert_eq!(kind.and_then(crate::scan::plain_str), Some("message_start"));
     assert_eq!(s.map(<[u8]>::len), Some(long.len() + 2));
