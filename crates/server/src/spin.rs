@@ -14,6 +14,12 @@
 //! other thread that wants it. Once a whole window has passed with no request begun or ended,
 //! the spinner waits for the next request and the thread sleeps. An idle relay does not spin:
 //! only a request starts a window.
+//!
+//! A thread spins only while its requests begin and end at least about as often as its window
+//! is long (a moving average of the time between two of them is at most twice the window):
+//! where the next one is not due that soon (a thread whose requests wait on a database, say),
+//! a window would nearly always pass in vain, and its spinning would only take the core from
+//! the processes that thread waits for.
 
 use std::cell::RefCell;
 use std::task::{Poll, Waker};
@@ -24,6 +30,17 @@ struct State {
     work: u64,
     /// The spinner, while it waits for a request.
     parked: Option<Waker>,
+    /// When a request last began or ended here.
+    last: Option<Instant>,
+    /// The moving average of the time between two of those, in nanoseconds.
+    gap_ns: u64,
+    /// The longest time between two of those that the average takes in (a longer one counts
+    /// as this long): four windows, so that a burst after a long quiet spins after a few
+    /// requests.
+    longest_ns: u64,
+    /// Windows begun, for the tests.
+    #[cfg(test)]
+    spins: u64,
 }
 
 thread_local! {
@@ -31,6 +48,11 @@ thread_local! {
         RefCell::new(State {
             work: 0,
             parked: None,
+            last: None,
+            gap_ns: 0,
+            longest_ns: 0,
+            #[cfg(test)]
+            spins: 0,
         })
     };
 }
@@ -41,6 +63,15 @@ pub fn work() {
     let parked = SPIN.with(|s| {
         let mut s = s.borrow_mut();
         s.work = s.work.wrapping_add(1);
+        if s.longest_ns > 0 {
+            // Only a thread with a spinner keeps the time.
+            let now = Instant::now();
+            if let Some(last) = s.last {
+                let gap = (now.duration_since(last).as_nanos() as u64).min(s.longest_ns);
+                s.gap_ns = (s.gap_ns * 3 + gap) / 4;
+            }
+            s.last = Some(now);
+        }
         s.parked.take()
     });
     if let Some(spinner) = parked {
@@ -55,6 +86,8 @@ fn work_seen() -> u64 {
 /// Runs this thread's spinner: spawn it once on a connection thread's runtime, with a window
 /// above zero.
 pub async fn run(window: Duration) {
+    let window_ns = window.as_nanos() as u64;
+    SPIN.with(|s| s.borrow_mut().longest_ns = window_ns.saturating_mul(4).max(1));
     let mut seen = work_seen();
     loop {
         // Until a request begins: the thread sleeps whenever nothing else is to be done.
@@ -71,6 +104,12 @@ pub async fn run(window: Duration) {
         })
         .await;
         seen = work_seen();
+        // Requests too far apart for a window to catch the next: sleep at once.
+        if SPIN.with(|s| s.borrow().gap_ns) > window_ns.saturating_mul(2) {
+            continue;
+        }
+        #[cfg(test)]
+        SPIN.with(|s| s.borrow_mut().spins += 1);
         let mut since = Instant::now();
         loop {
             // Back to the runtime: it runs whatever is ready and, with only this task left
@@ -95,6 +134,12 @@ pub async fn run(window: Duration) {
 #[cfg(test)]
 fn waiting() -> bool {
     SPIN.with(|s| s.borrow().parked.is_some())
+}
+
+/// Windows this thread's spinner has begun.
+#[cfg(test)]
+fn spins() -> u64 {
+    SPIN.with(|s| s.borrow().spins)
 }
 
 #[cfg(test)]

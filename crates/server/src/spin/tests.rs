@@ -81,3 +81,34 @@ fn work_on_a_thread_without_a_spinner_is_only_counted() {
     assert_eq!(work_seen(), before.wrapping_add(2));
     assert!(!waiting());
 }
+
+#[test]
+fn a_thread_whose_requests_come_further_apart_than_its_window_does_not_spin() {
+    let window = Duration::from_millis(20);
+    spinning(window, || async move {
+        first_request().await;
+        until("waiting once the window passed", waiting).await;
+        // Requests 100 ms apart, five windows: the average gap between them grows past two
+        // windows within a few.
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            work();
+            until("waiting after a request", waiting).await;
+        }
+        let spun = spins();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        work();
+        until("waiting after a request far from the last", waiting).await;
+        assert_eq!(
+            spins(),
+            spun,
+            "it spun for a request far from the one before"
+        );
+        // Requests close together again: it spins again after a few.
+        for _ in 0..8 {
+            work();
+            tokio::task::yield_now().await;
+        }
+        assert!(spins() > spun, "requests close together again, and no spin");
+    });
+}
