@@ -1,6 +1,6 @@
-//! Finding one top-level member of a JSON object's text without decoding the rest: strings are
-//! skipped by their quotes and escapes, nesting by its brackets. For reading a small part of a
-//! large answer that is passed on as it came.
+//! Finding top-level members of a JSON object's text (and a member of one of them) without
+//! decoding the rest: strings are skipped by their quotes and escapes, nesting by its brackets.
+//! For reading a small part of a large answer or event that is passed on as it came.
 
 /// The text of the value of `key` in the object `text`, if `text` is an object that has it
 /// (the first such member). `None` also where the scan meets something that is not JSON

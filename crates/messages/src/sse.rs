@@ -34,8 +34,9 @@ pub fn encode(event: Option<&str>, data: &str) -> String {
     out
 }
 
-/// An event as the decoder holds it when it completes, borrowed from the decoder: what
-/// [`SseDecoder::feed_with`] hands its callback, with no copy and no UTF-8 check of its own.
+/// An event as it completes, borrowed from the chunk fed (a plain event, read where it lies) or
+/// from the decoder's buffers: what [`SseDecoder::feed_with`] hands its callback, with no copy
+/// and no UTF-8 check of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawEvent<'a> {
     /// The `event:` field's bytes; `None` when the event had none.
@@ -98,8 +99,9 @@ impl SseDecoder {
         out
     }
 
-    /// Decodes `chunk`, handing each event it completes to `emit` as the decoder holds it
-    /// (no allocation once the decoder's buffers have grown to the stream's events).
+    /// Decodes `chunk`, handing each event it completes to `emit` where it lies: in `chunk`
+    /// for an event of the plainest form met at a boundary, else in the decoder's buffers (no
+    /// allocation once they have grown to the stream's events).
     pub fn feed_with(&mut self, chunk: &[u8], mut emit: impl FnMut(RawEvent<'_>)) {
         let mut bytes = chunk;
         if !self.started && self.line.is_empty() && bytes.first().is_some_and(|&b| b != 0xEF) {
