@@ -2,7 +2,6 @@
 //! ([`Reservations`]) and the charges on their way to the store ([`ChargeQueue`]). How a
 //! message is billed is `chat_billing`'s.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ pub struct Reservations {
 
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    pub(crate) by_key: HashMap<String, i64, foldhash::fast::RandomState>,
+    pub(crate) by_key: foldhash::HashMap<String, i64>,
     /// Releases of written charges so far.
     pub(crate) releases: u64,
 }
@@ -36,11 +35,7 @@ impl Reservations {
     }
 }
 
-pub(crate) fn release(
-    held: &mut HashMap<String, i64, foldhash::fast::RandomState>,
-    key_id: &str,
-    amount: i64,
-) {
+pub(crate) fn release(held: &mut foldhash::HashMap<String, i64>, key_id: &str, amount: i64) {
     if amount == 0 {
         return;
     }

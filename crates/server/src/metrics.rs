@@ -216,7 +216,7 @@ const OTHER_MODEL: &str = "other";
 pub struct Metrics {
     routes: Arc<RouteTable>,
     /// By configured model name; one entry for the others.
-    chat: HashMap<String, ChatCounts, foldhash::fast::RandomState>,
+    chat: foldhash::HashMap<String, ChatCounts>,
     other_chat: ChatCounts,
     /// The server's connection gate, once serving.
     pub(crate) gate: OnceLock<Arc<Gate>>,

@@ -6,7 +6,6 @@
 //! rendered body is kept with the task it was rendered from and served again while the stored
 //! task is equal to it; any change of the task (status, progress, an error) renders anew.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -20,7 +19,7 @@ const MAX: usize = 1024;
 #[derive(Default)]
 pub struct RecordCache {
     /// Keyed by ids the relay made: a fast hash (keyed per process) is enough.
-    records: Mutex<HashMap<String, (Arc<Task>, Bytes), foldhash::fast::RandomState>>,
+    records: Mutex<foldhash::HashMap<String, (Arc<Task>, Bytes)>>,
 }
 
 impl RecordCache {

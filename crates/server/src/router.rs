@@ -47,8 +47,8 @@ fn request_id(req: &Request<Incoming>) -> RequestId {
 
 /// The hyper service function.
 pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
-    crate::spin::work();
     let started = Instant::now();
+    crate::spin::work(started);
     let id = request_id(&req);
     // The messages endpoints put the id into their error bodies; only their paths read it
     // (`messages::request_id`), so only they pay for the request's extensions map.
@@ -57,12 +57,13 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
     }
     let mut slot = crate::metrics::UNMATCHED;
     let mut res = dispatch(&app, req, &mut slot).await;
+    let ended = Instant::now();
     app.metrics
-        .request(slot, res.status().as_u16(), started.elapsed());
+        .request(slot, res.status().as_u16(), ended - started);
     let headers = res.headers_mut();
     headers.insert(X_REQUEST_ID, id.0.clone());
     headers.insert(REQUEST_ID, id.0);
-    crate::spin::work();
+    crate::spin::work(ended);
     Ok(res)
 }
 

@@ -57,15 +57,15 @@ thread_local! {
     };
 }
 
-/// A request began or ended on this thread: its spinner (where it has one) looks on for
+/// A request began or ended on this thread `now` (the caller's clock reading, so that a
+/// request reads the clock no more for this): its spinner (where it has one) looks on for
 /// another window.
-pub fn work() {
+pub fn work(now: Instant) {
     let parked = SPIN.with(|s| {
         let mut s = s.borrow_mut();
         s.work = s.work.wrapping_add(1);
         if s.longest_ns > 0 {
             // Only a thread with a spinner keeps the time.
-            let now = Instant::now();
             if let Some(last) = s.last {
                 let gap = (now.duration_since(last).as_nanos() as u64).min(s.longest_ns);
                 s.gap_ns = (s.gap_ns * 3 + gap) / 4;

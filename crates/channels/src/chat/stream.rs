@@ -417,7 +417,7 @@ fn read_native_event(text: &[u8], usage: &mut Usage, finished: &mut bool, error:
             *error = true;
             return;
         }
-        Some(other) if other.starts_with(b"\"") && !other.contains(&b'\\') => return,
+        Some(other) if scan::plain_str(other).is_some() => return,
         _ => None,
     };
     match usage_at {

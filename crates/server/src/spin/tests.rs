@@ -33,7 +33,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 async fn first_request() -> Instant {
     until("waiting before any request", waiting).await;
     let began = Instant::now();
-    work();
+    work(Instant::now());
     until("spinning after a request", || !waiting()).await;
     began
 }
@@ -50,7 +50,7 @@ fn the_spinner_waits_for_a_request_and_again_once_a_window_passed_without_one() 
             began.elapsed()
         );
         // And it starts again with the next request.
-        work();
+        work(Instant::now());
         until("spinning after the next request", || !waiting()).await;
     });
 }
@@ -67,7 +67,7 @@ fn requests_within_the_window_keep_it_looking() {
                 assert!(!waiting(), "it waited {:?} after a request", gap.elapsed());
                 tokio::task::yield_now().await;
             }
-            work();
+            work(Instant::now());
         }
         until("waiting once the requests stopped", waiting).await;
     });
@@ -76,8 +76,8 @@ fn requests_within_the_window_keep_it_looking() {
 #[test]
 fn work_on_a_thread_without_a_spinner_is_only_counted() {
     let before = work_seen();
-    work();
-    work();
+    work(Instant::now());
+    work(Instant::now());
     assert_eq!(work_seen(), before.wrapping_add(2));
     assert!(!waiting());
 }
@@ -92,12 +92,12 @@ fn a_thread_whose_requests_come_further_apart_than_its_window_does_not_spin() {
         // windows within a few.
         for _ in 0..4 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            work();
+            work(Instant::now());
             until("waiting after a request", waiting).await;
         }
         let spun = spins();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        work();
+        work(Instant::now());
         until("waiting after a request far from the last", waiting).await;
         assert_eq!(
             spins(),
@@ -106,7 +106,7 @@ fn a_thread_whose_requests_come_further_apart_than_its_window_does_not_spin() {
         );
         // Requests close together again: it spins again after a few.
         for _ in 0..8 {
-            work();
+            work(Instant::now());
             tokio::task::yield_now().await;
         }
         assert!(spins() > spun, "requests close together again, and no spin");

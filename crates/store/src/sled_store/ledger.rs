@@ -6,7 +6,6 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use foldhash::fast::RandomState;
 use sled::transaction::ConflictableTransactionError;
 use ulid::Ulid;
 
@@ -142,11 +141,11 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
     let mut end = log.end();
     let (taken, new_end) = store.charge_tx("charges", |tx| {
         // Key and charge ids are the relay's own: a fast hash (keyed per process) is enough.
-        let mut keys: HashMap<&str, Key, RandomState> = HashMap::default();
+        let mut keys: foldhash::HashMap<&str, Key> = HashMap::default();
         let mut taken = Vec::with_capacity(charges.len());
         let mut entries = Vec::with_capacity(charges.len());
-        let mut ids: HashSet<&str, RandomState> =
-            HashSet::with_capacity_and_hasher(charges.len(), RandomState::default());
+        let mut ids: foldhash::HashSet<&str> =
+            HashSet::with_capacity_and_hasher(charges.len(), Default::default());
         for charge in charges {
             if check_id("charge id", &charge.task_id).is_err()
                 || !ids.insert(charge.task_id.as_str())

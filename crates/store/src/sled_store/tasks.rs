@@ -101,10 +101,14 @@ fn create(tx: &Tx<'_>, creation: &Creation) -> TxResult<Result<bool, StoreError>
     let checked = ensure_new(tx.tasks, "task", &creation.task.id)
         .and_then(|()| ledger::prepare(&tx.ledger(), &creation.ledger, creation.at))
         .and_then(|prepared| {
-            let claim = match &creation.claim {
-                Some(claim) => Some(idempotency::held(tx.idempotency, &claim.0)?),
-                None => None,
-            };
+            // The claim read while still the ticket's, with the answer it is completed with.
+            let claim = creation
+                .claim
+                .as_deref()
+                .map(|(ticket, answer)| {
+                    idempotency::held(tx.idempotency, ticket).map(|held| (held, answer))
+                })
+                .transpose()?;
             Ok((prepared, claim))
         });
     let (prepared, claim) = match alone(checked)? {
@@ -113,8 +117,8 @@ fn create(tx: &Tx<'_>, creation: &Creation) -> TxResult<Result<bool, StoreError>
     };
     write_new(tx, &creation.task, &creation.bytes)?;
     ledger::write(&tx.ledger(), prepared)?;
-    if let (Some(held), Some(claim)) = (claim, &creation.claim) {
-        idempotency::write_answer(tx.idempotency, held, &claim.1)?;
+    if let Some((held, answer)) = claim {
+        idempotency::write_answer(tx.idempotency, held, answer)?;
     }
     Ok(Ok(true))
 }

@@ -140,7 +140,7 @@ pub(super) struct RecentTasks {
 #[derive(Default)]
 struct Recent {
     /// Keyed by ids the relay made: a fast hash (keyed per process) is enough.
-    tasks: std::collections::HashMap<String, Arc<crate::Task>, foldhash::fast::RandomState>,
+    tasks: foldhash::HashMap<String, Arc<crate::Task>>,
     /// Steps that wrote tasks so far: a read keeps what it decoded only if none came between
     /// its start and its end.
     writes: u64,
