@@ -1,8 +1,9 @@
 //! A measured run: one generator run with the CPU of the process under test read from
 //! `/proc/PID/stat` before and after, its memory (`VmRSS`, and `VmHWM` reset before the run),
 //! and the foreign CPU meanwhile: the whole machine's (`/proc/stat`) less that of the bench's
-//! own processes. A run that other processes disturbed is run again, a few times at most, and
-//! the least disturbed one is kept.
+//! own processes, and the CPU stolen from the machine (`/proc/stat`'s `steal`: time its CPUs
+//! had work while the hypervisor ran another machine). A run that other processes or other
+//! machines disturbed is run again, a few times at most, and the least disturbed one is kept.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,6 +14,8 @@ use super::loadgen::Outcome;
 
 /// Foreign CPU above this (percent of one core) makes a run disturbed.
 pub const FOREIGN_LIMIT_PCT: f64 = 5.0;
+/// Stolen CPU above this (percent of one core) makes a run disturbed.
+pub const STOLEN_LIMIT_PCT: f64 = 5.0;
 /// Runs of one measurement at most, while they are disturbed.
 pub const ATTEMPTS: u32 = 3;
 /// Seconds of load before the measured runs of a measurement.
@@ -43,6 +46,9 @@ pub struct Run {
     /// lower priority (nice > 0).
     pub foreign_pct: f64,
     pub niced_pct: f64,
+    /// CPU the hypervisor took from the machine during the run while it had work, in percent
+    /// of one core.
+    pub stolen_pct: f64,
     /// Runs made to keep this one.
     pub attempts: u32,
     /// The server's threads by name (trailing numbers dropped), most CPU first: CPU µs and
@@ -56,7 +62,12 @@ impl Run {
     }
 
     pub fn disturbed(&self) -> bool {
-        self.foreign_pct > FOREIGN_LIMIT_PCT
+        self.foreign_pct > FOREIGN_LIMIT_PCT || self.stolen_pct > STOLEN_LIMIT_PCT
+    }
+
+    /// How much others took during the run: foreign and stolen CPU, percent of one core.
+    pub fn disturbance(&self) -> f64 {
+        self.foreign_pct + self.stolen_pct
     }
 }
 
@@ -79,21 +90,43 @@ fn irq_time_apart() -> bool {
     })
 }
 
-/// (busy, nice) ticks of the whole machine: user, nice and system time, and interrupt time
-/// unless the kernel keeps it apart from processes (see [`irq_time_apart`]).
-pub fn machine_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
-    let irq = if irq_time_apart() { 0 } else { at(5) + at(6) };
-    (at(0) + at(1) + at(2) + irq, at(1))
+/// The whole machine's CPU ticks since it started, from `/proc/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MachineTicks {
+    /// User, nice and system time, and interrupt time unless the kernel keeps it apart from
+    /// processes (see [`irq_time_apart`]).
+    pub busy: u64,
+    /// The part of `busy` at a lower priority (nice > 0).
+    pub nice: u64,
+    /// `steal`: time the machine's CPUs had work while the hypervisor ran another machine.
+    pub stolen: u64,
+}
+
+impl MachineTicks {
+    pub fn now() -> MachineTicks {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        MachineTicks::parse(&stat, irq_time_apart())
+    }
+
+    /// From `/proc/stat`'s first line (`cpu  user nice system idle iowait irq softirq steal
+    /// ...`); fields a kernel does not give count as 0.
+    fn parse(stat: &str, irq_apart: bool) -> MachineTicks {
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+        let irq = if irq_apart { 0 } else { at(5) + at(6) };
+        MachineTicks {
+            busy: at(0) + at(1) + at(2) + irq,
+            nice: at(1),
+            stolen: at(7),
+        }
+    }
 }
 
 /// CPU ticks of this process and of its children it has waited for (the generators).
@@ -156,7 +189,7 @@ fn thread_group(name: &str) -> &str {
 
 struct Snapshot {
     at: Instant,
-    machine: (u64, u64),
+    machine: MachineTicks,
     own: u64,
     server: u64,
     threads: BTreeMap<u32, (String, u64, u64)>,
@@ -166,7 +199,7 @@ impl Snapshot {
     fn take(watch: &Watch) -> Snapshot {
         Snapshot {
             at: Instant::now(),
-            machine: machine_ticks(),
+            machine: MachineTicks::now(),
             own: self_ticks() + watch.own.iter().map(|p| proc_stats(*p).0).sum::<u64>(),
             server: proc_stats(watch.server).0,
             threads: threads(watch.server),
@@ -225,7 +258,7 @@ fn least_disturbed<const N: usize>(
     label: &str,
     mut runs: impl FnMut() -> anyhow::Result<[Run; N]>,
 ) -> anyhow::Result<[Run; N]> {
-    let foreign = |r: &[Run; N]| r.iter().map(|r| r.foreign_pct).fold(0.0, f64::max);
+    let disturbance = |r: &[Run; N]| r.iter().map(Run::disturbance).fold(0.0, f64::max);
     let mut kept: Option<[Run; N]> = None;
     let mut made = 0;
     for attempt in 1..=attempts.max(1) {
@@ -235,7 +268,7 @@ fn least_disturbed<const N: usize>(
         let again = !quiet && attempt < attempts && gens.take_rerun();
         for run in &these {
             eprintln!(
-                "bench: {label}{}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request, foreign CPU {:.1}% of a core{}",
+                "bench: {label}{}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request, foreign CPU {:.1}% of a core, stolen {:.1}%{}",
                 if N > 1 {
                     format!(" ({})", run.generator.name())
                 } else {
@@ -246,6 +279,7 @@ fn least_disturbed<const N: usize>(
                 run.out.p99_us,
                 run.cpu_us,
                 run.foreign_pct,
+                run.stolen_pct,
                 match (quiet, again) {
                     (true, _) => "",
                     (false, true) => ": disturbed, again",
@@ -253,7 +287,10 @@ fn least_disturbed<const N: usize>(
                 }
             );
         }
-        if kept.as_ref().is_none_or(|k| foreign(&these) < foreign(k)) {
+        if kept
+            .as_ref()
+            .is_none_or(|k| disturbance(&these) < disturbance(k))
+        {
             kept = Some(these);
         }
         if !again {
@@ -298,8 +335,9 @@ fn summarize(
     rss_peak_kib: u64,
 ) -> Run {
     let secs = after.at.duration_since(before.at).as_secs_f64();
-    let machine = after.machine.0.saturating_sub(before.machine.0);
-    let niced = after.machine.1.saturating_sub(before.machine.1);
+    let machine = after.machine.busy.saturating_sub(before.machine.busy);
+    let niced = after.machine.nice.saturating_sub(before.machine.nice);
+    let stolen = after.machine.stolen.saturating_sub(before.machine.stolen);
     let own = after.own.saturating_sub(before.own);
     let foreign = machine.saturating_sub(own);
     let server = after.server.saturating_sub(before.server);
@@ -336,6 +374,7 @@ fn summarize(
         rss_peak_kib: rss_peak_kib.max(rss_end_kib),
         foreign_pct: pct_of_core(foreign, secs),
         niced_pct: pct_of_core(niced.min(foreign), secs),
+        stolen_pct: pct_of_core(stolen, secs),
         attempts: 1,
         threads,
     }
@@ -390,15 +429,23 @@ mod tests {
         let thread = |ticks, switches| (String::from("sled-io-1"), ticks, switches);
         let before = Snapshot {
             at,
-            machine: (1000, 50),
+            machine: MachineTicks {
+                busy: 1000,
+                nice: 50,
+                stolen: 40,
+            },
             own: 300,
             server: 100,
             threads: BTreeMap::from([(7, thread(10, 100)), (8, thread(20, 100))]),
         };
         let after = Snapshot {
             at: at + Duration::from_secs(5),
-            // 5 s on 2 cores: 900 ticks busy, 30 of them niced.
-            machine: (1900, 80),
+            // 5 s on 2 cores: 900 ticks busy, 30 of them niced; 10 ticks stolen.
+            machine: MachineTicks {
+                busy: 1900,
+                nice: 80,
+                stolen: 50,
+            },
             own: 1150,
             server: 500,
             threads: BTreeMap::from([(7, thread(30, 4100)), (8, thread(20, 100))]),
@@ -414,13 +461,66 @@ mod tests {
         // 900 - 850 = 50 foreign ticks over 5 s: 10% of a core, 6% of it niced.
         assert!((run.foreign_pct - 10.0).abs() < 1e-9);
         assert!((run.niced_pct - 6.0).abs() < 1e-9);
+        // 10 ticks stolen over 5 s: 2% of a core.
+        assert!((run.stolen_pct - 2.0).abs() < 1e-9);
         assert!(run.disturbed());
+        assert!((run.disturbance() - 12.0).abs() < 1e-9);
         assert_eq!(run.rss_peak_kib, 2048);
         // 20 ticks and 4,000 switches of one thread over 40,000 requests.
         assert_eq!(run.threads.len(), 1);
         assert_eq!(run.threads[0].0, "sled-io");
         assert!((run.threads[0].1 - 5.0).abs() < 1e-9);
         assert!((run.threads[0].2 - 0.1).abs() < 1e-9);
+    }
+
+    /// A run no other process disturbed is still disturbed when the hypervisor took the
+    /// machine's CPUs from it.
+    #[test]
+    fn stolen_cpu_disturbs_a_run() {
+        let at = Instant::now();
+        let snapshot = |at, busy, stolen| Snapshot {
+            at,
+            machine: MachineTicks {
+                busy,
+                nice: 0,
+                stolen,
+            },
+            own: busy,
+            server: 0,
+            threads: BTreeMap::new(),
+        };
+        let out = Outcome {
+            requests: 1,
+            secs: 5.0,
+            ..Outcome::default()
+        };
+        let run = |stolen| {
+            let before = snapshot(at, 100, 0);
+            let after = snapshot(at + Duration::from_secs(5), 900, stolen);
+            summarize(Gen::Wrk, 32, out.clone(), &before, &after, 0, 0)
+        };
+        // 25 ticks over 5 s: 5% of a core, at the limit; 30: 6%, past it.
+        assert_eq!(run(25).foreign_pct, 0.0);
+        assert!(!run(25).disturbed());
+        assert!((run(30).stolen_pct - 6.0).abs() < 1e-9);
+        assert!(run(30).disturbed());
+    }
+
+    #[test]
+    fn machine_ticks_from_proc_stat() {
+        let stat =
+            "cpu  144944 10 53332 154027 3973 7 18894 16346 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        assert_eq!(
+            MachineTicks::parse(stat, false),
+            MachineTicks {
+                busy: 144_944 + 10 + 53_332 + 7 + 18_894,
+                nice: 10,
+                stolen: 16_346,
+            }
+        );
+        assert_eq!(MachineTicks::parse(stat, true).busy, 144_944 + 10 + 53_332);
+        // A kernel without the steal field: nothing stolen.
+        assert_eq!(MachineTicks::parse("cpu  1 2 3 4 5 6 7\n", true).stolen, 0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: the relay against a bare hyper reverse proxy (the floor), the direct
 //! path and a bare hello server, every party in an OS process of its own and the load from
 //! `wrk` (and our own generator where it is proven as fast), reporting rates, latencies, CPU per
-//! request, memory and the foreign CPU of every run; then its memory while videos are
+//! request, memory and the foreign and stolen CPU of every run; then its memory while videos are
 //! downloaded, its poller with many tasks in flight against the fake video upstream, and its
 //! reads and start-up over large stores. It writes BENCHMARKS.md.
 //!

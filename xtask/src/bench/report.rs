@@ -3,7 +3,7 @@
 
 use super::generator::RERUNS;
 use super::load::mib;
-use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, WARMUP_SECS};
+use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, STOLEN_LIMIT_PCT, WARMUP_SECS};
 
 /// What the sections measured.
 #[derive(Default)]
@@ -103,6 +103,21 @@ pub fn utc(secs: u64) -> String {
     format!("{} {} UTC", &stamp[..10], &stamp[11..16])
 }
 
+/// A sentence for the header when the hypervisor took more than the limit from any kept run.
+fn stolen_line(runs: &[(String, Run)]) -> Option<String> {
+    let stolen: Vec<f64> = runs.iter().map(|(_, r)| r.stolen_pct).collect();
+    let most = stolen.iter().copied().fold(0.0, f64::max);
+    if most <= STOLEN_LIMIT_PCT {
+        return None;
+    }
+    let mean = stolen.iter().sum::<f64>() / stolen.len() as f64;
+    Some(format!(
+        "The hypervisor took CPU from this machine while it had work: {mean:.1}% of a core\n\
+         on average over the kept runs, {most:.1}% at the most (the runs' stolen CPU); every\n\
+         party ran slower for it, those that sleep and wake most the most."
+    ))
+}
+
 fn run_row(what: &str, r: &Run) -> String {
     let errors = if r.out.errors > 0 {
         format!(" ({} errors)", r.out.errors)
@@ -115,7 +130,7 @@ fn run_row(what: &str, r: &Run) -> String {
         .map(|(a, b)| format!(" (first byte {a:.0} / {b:.0})"))
         .unwrap_or_default();
     format!(
-        "| {what} | {} | {} | {}{errors} | {:.0} / {:.0}{ttfb} | {:.1} | {:.1} / {:.1} | {:.1}% ({:.1}% niced){} | {} |\n",
+        "| {what} | {} | {} | {}{errors} | {:.0} / {:.0}{ttfb} | {:.1} | {:.1} / {:.1} | {:.1}% ({:.1}% niced) | {:.1}%{} | {} |\n",
         r.generator.name(),
         r.conns,
         thousands(r.rps()),
@@ -126,6 +141,7 @@ fn run_row(what: &str, r: &Run) -> String {
         mib(r.rss_peak_kib),
         r.foreign_pct,
         r.niced_pct,
+        r.stolen_pct,
         if r.disturbed() { " **disturbed**" } else { "" },
         r.attempts,
     )
@@ -154,6 +170,10 @@ pub fn render(report: &Report, secs: u64) -> String {
              bench's processes together.",
         );
     }
+    if let Some(line) = stolen_line(&report.runs) {
+        out.push(' ');
+        out.push_str(&line);
+    }
     out.push_str("\n\n");
     if !report.targets.is_empty() {
         out.push_str("## Targets\n\n");
@@ -176,10 +196,11 @@ pub fn render(report: &Report, secs: u64) -> String {
         out.push_str(
             "## Runs\n\n\
              CPU and RSS are the server's under test (the relay, the floor proxy, the fake or the\n\
-             hello server) alone; foreign CPU is what other processes used meanwhile, in percent\n\
-             of one core.\n\n\
-             | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request | RSS end / peak MiB | foreign CPU | runs |\n\
-             |---|---|---|---|---|---|---|---|---|\n",
+             hello server) alone; foreign CPU is what other processes used meanwhile, stolen CPU\n\
+             what the hypervisor took from the machine while it had work, each in percent of one\n\
+             core.\n\n\
+             | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request | RSS end / peak MiB | foreign CPU | stolen CPU | runs |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for (what, run) in &report.runs {
             out.push_str(&run_row(what, run));
@@ -273,8 +294,11 @@ fn method(secs: u64) -> String {
          kernel keeps them apart from processes) less that of the bench's own processes\n\
          (orchestrator, generator, relay, parties). Processes at a lower priority (nice > 0)\n\
          count as foreign: their part is shown. `/proc/stat` is sampled at each clock tick, the\n\
-         processes' times are not: a few percent of a core either way is noise.\n\
-         A run that saw more than {FOREIGN_LIMIT_PCT:.0}% of a core of foreign CPU is run again, up to {ATTEMPTS}\n\
+         processes' times are not: a few percent of a core either way is noise. Stolen CPU is\n\
+         `/proc/stat`'s `steal` over the run: on a virtual machine, the time its CPUs had work\n\
+         while the hypervisor ran another machine's; it shows in no process's time, and slows\n\
+         every party of a run, the context switches and wake-ups most.\n\
+         A run that saw more than {FOREIGN_LIMIT_PCT:.0}% of a core of foreign CPU or {STOLEN_LIMIT_PCT:.0}% stolen is run again, up to {ATTEMPTS}\n\
          times while the bench has re-runs left ({RERUNS} in all, so that a busy machine does not\n\
          stretch a whole run), and the least disturbed one is kept; it is marked when none was\n\
          quiet.\n\n\
@@ -305,6 +329,52 @@ mod tests {
         assert_eq!(thousands(999.0), "999");
         assert_eq!(thousands(33_200.2), "33,200");
         assert_eq!(thousands(1_234_567.0), "1,234,567");
+    }
+
+    fn run(stolen_pct: f64) -> Run {
+        Run {
+            generator: crate::bench::generator::Gen::Wrk,
+            conns: 32,
+            out: crate::bench::loadgen::Outcome {
+                requests: 1000,
+                secs: 1.0,
+                ..Default::default()
+            },
+            cpu_us: 10.0,
+            rss_end_kib: 1024,
+            rss_peak_kib: 2048,
+            foreign_pct: 1.0,
+            niced_pct: 0.0,
+            stolen_pct,
+            attempts: 1,
+            threads: Vec::new(),
+        }
+    }
+
+    /// A run's row shows its stolen CPU, and a run robbed past the limit is marked.
+    #[test]
+    fn rows_show_stolen_cpu() {
+        let quiet = run_row("x", &run(2.5));
+        assert!(
+            quiet.ends_with("| 1.0% (0.0% niced) | 2.5% | 1 |\n"),
+            "{quiet}"
+        );
+        let robbed = run_row("x", &run(24.0));
+        assert!(robbed.contains("| 24.0% **disturbed** |"), "{robbed}");
+    }
+
+    /// The header says how much was stolen only when some kept run lost more than the limit.
+    #[test]
+    fn the_header_names_stolen_cpu_past_the_limit() {
+        let runs = |s: &[f64]| {
+            s.iter()
+                .map(|&p| ("x".to_owned(), run(p)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(stolen_line(&runs(&[1.0, 5.0])), None);
+        let line = stolen_line(&runs(&[2.0, 30.0, 4.0])).unwrap();
+        assert!(line.contains("12.0% of a core"), "{line}");
+        assert!(line.contains("30.0% at the most"), "{line}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use super::generator::{Gen, Generators, Load};
 use super::load::{Call, TICKS_PER_SEC, call_once, proc_stats};
 use super::loadgen::Outcome;
-use super::measure::{Run, machine_ticks};
+use super::measure::{MachineTicks, Run};
 use super::party::Party;
 use super::relays::{ADMIN, Ctx, RelayProc, SUBMISSION, relay_proc, videos_config};
 use super::report::{Report, thousands};
@@ -69,7 +69,7 @@ fn spread(
     let relay_ticks = || pids.iter().map(|p| proc_stats(*p).0).sum::<u64>();
     let started = Instant::now();
     let (machine0, relays0, pg0, own0, fake0) = (
-        machine_ticks().0,
+        MachineTicks::now(),
         relay_ticks(),
         postgres_ticks(),
         own_ticks(),
@@ -90,7 +90,7 @@ fn spread(
     });
     let secs = started.elapsed().as_secs_f64();
     let (machine1, relays1, pg1, own1, fake1) = (
-        machine_ticks().0,
+        MachineTicks::now(),
         relay_ticks(),
         postgres_ticks(),
         own_ticks(),
@@ -110,7 +110,12 @@ fn spread(
     let relays = relays1.saturating_sub(relays0);
     let pg = pg1.saturating_sub(pg0);
     let ours = relays + pg + own1.saturating_sub(own0) + fake1.saturating_sub(fake0);
-    let foreign = machine1.saturating_sub(machine0).saturating_sub(ours);
+    let foreign = machine1
+        .busy
+        .saturating_sub(machine0.busy)
+        .saturating_sub(ours);
+    let stolen = machine1.stolen.saturating_sub(machine0.stolen);
+    let pct = |ticks: u64| ticks as f64 / TICKS_PER_SEC / secs.max(1e-9) * 100.0;
     let rss: u64 = pids.iter().map(|p| proc_stats(*p).1).sum();
     Ok(Spread {
         run: Run {
@@ -120,8 +125,9 @@ fn spread(
             out,
             rss_end_kib: rss,
             rss_peak_kib: rss,
-            foreign_pct: foreign as f64 / TICKS_PER_SEC / secs.max(1e-9) * 100.0,
+            foreign_pct: pct(foreign),
             niced_pct: 0.0,
+            stolen_pct: pct(stolen),
             attempts: 1,
             threads: Vec::new(),
         },
@@ -239,13 +245,14 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             ("GET /v1/videos/{id}, 32 conns", &p),
         ] {
             eprintln!(
-                "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs, foreign CPU {:.1}% of a core",
+                "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs, foreign CPU {:.1}% of a core, stolen {:.1}%",
                 m.run.rps(),
                 m.run.out.p50_us,
                 m.run.out.p99_us,
                 m.run.cpu_us,
                 m.pg_cpu_us,
-                m.run.foreign_pct
+                m.run.foreign_pct,
+                m.run.stolen_pct
             );
         }
         report.run(
