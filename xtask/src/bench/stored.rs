@@ -378,7 +378,7 @@ pub async fn run(
     };
     let row = |m: &Running, r: &Run, rss_after: u64| {
         format!(
-            "p50 {:.0} / p99 {:.0} µs ({} req/s, errors {}; relay CPU {:.1} µs per read; foreign CPU {:.1}% of a core); \
+            "p50 {:.0} / p99 {:.0} µs ({} req/s, errors {}; relay CPU {:.1} µs per read; foreign CPU {:.1}% of a core, stolen {:.1}%); \
              relay RSS {:.1} MiB after start, {:.1} MiB after {} s of reads",
             r.out.p50_us,
             r.out.p99_us,
@@ -386,6 +386,7 @@ pub async fn run(
             r.out.errors,
             r.cpu_us,
             r.foreign_pct,
+            r.stolen_pct,
             mib(m.rss_start_kib),
             mib(rss_after),
             super::measure::WARMUP_SECS + secs * u64::from(r.attempts),
