@@ -100,6 +100,10 @@ pub struct MachineTicks {
     pub nice: u64,
     /// `steal`: time the machine's CPUs had work while the hypervisor ran another machine.
     pub stolen: u64,
+    /// Every field summed, and the part of it idle (`idle` and `iowait`): the machine's share
+    /// not idle, steal included, is how busy it looked from inside.
+    pub all: u64,
+    pub idle: u64,
 }
 
 impl MachineTicks {
@@ -125,6 +129,8 @@ impl MachineTicks {
             busy: at(0) + at(1) + at(2) + irq,
             nice: at(1),
             stolen: at(7),
+            all: fields.iter().sum(),
+            idle: at(3) + at(4),
         }
     }
 }
@@ -208,7 +214,7 @@ impl Snapshot {
 }
 
 /// Percent of one core that `ticks` are over `secs`.
-fn pct_of_core(ticks: u64, secs: f64) -> f64 {
+pub fn pct_of_core(ticks: u64, secs: f64) -> f64 {
     ticks as f64 / TICKS_PER_SEC / secs.max(1e-9) * 100.0
 }
 
@@ -433,6 +439,7 @@ mod tests {
                 busy: 1000,
                 nice: 50,
                 stolen: 40,
+                ..MachineTicks::default()
             },
             own: 300,
             server: 100,
@@ -445,6 +452,7 @@ mod tests {
                 busy: 1900,
                 nice: 80,
                 stolen: 50,
+                ..MachineTicks::default()
             },
             own: 1150,
             server: 500,
@@ -482,8 +490,8 @@ mod tests {
             at,
             machine: MachineTicks {
                 busy,
-                nice: 0,
                 stolen,
+                ..MachineTicks::default()
             },
             own: busy,
             server: 0,
@@ -516,6 +524,8 @@ mod tests {
                 busy: 144_944 + 10 + 53_332 + 7 + 18_894,
                 nice: 10,
                 stolen: 16_346,
+                all: 144_944 + 10 + 53_332 + 154_027 + 3_973 + 7 + 18_894 + 16_346,
+                idle: 154_027 + 3_973,
             }
         );
         assert_eq!(MachineTicks::parse(stat, true).busy, 144_944 + 10 + 53_332);

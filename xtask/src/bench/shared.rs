@@ -16,7 +16,7 @@ use bytes::Bytes;
 use super::generator::{Gen, Generators, Load};
 use super::load::{Call, TICKS_PER_SEC, call_once, proc_stats};
 use super::loadgen::Outcome;
-use super::measure::{MachineTicks, Run};
+use super::measure::{MachineTicks, Run, pct_of_core};
 use super::party::Party;
 use super::relays::{ADMIN, Ctx, RelayProc, SUBMISSION, relay_proc, videos_config};
 use super::report::{Report, thousands};
@@ -115,7 +115,6 @@ fn spread(
         .saturating_sub(machine0.busy)
         .saturating_sub(ours);
     let stolen = machine1.stolen.saturating_sub(machine0.stolen);
-    let pct = |ticks: u64| ticks as f64 / TICKS_PER_SEC / secs.max(1e-9) * 100.0;
     let rss: u64 = pids.iter().map(|p| proc_stats(*p).1).sum();
     Ok(Spread {
         run: Run {
@@ -125,9 +124,9 @@ fn spread(
             out,
             rss_end_kib: rss,
             rss_peak_kib: rss,
-            foreign_pct: pct(foreign),
+            foreign_pct: pct_of_core(foreign, secs),
             niced_pct: 0.0,
-            stolen_pct: pct(stolen),
+            stolen_pct: pct_of_core(stolen, secs),
             attempts: 1,
             threads: Vec::new(),
         },

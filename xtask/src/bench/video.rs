@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 
 use super::load::{Call, RssSampler, TICKS_PER_SEC, call_once, mib, proc_stats};
+use super::measure::MachineTicks;
 use super::relays::{RelayProc, start_relay_with};
 use super::report::Report;
 use crate::fake_video::{FAKE_KEY, FakeVideo};
@@ -282,23 +283,6 @@ async fn submit_many(relay: &RelayProc, n: usize, conns: usize) -> (usize, usize
     (ok, failed, started.elapsed().as_secs_f64())
 }
 
-/// (busy, total) jiffies of the whole machine, from `/proc/stat`.
-fn machine_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(cpu) = stat.lines().next() else {
-        return (0, 0);
-    };
-    let fields: Vec<u64> = cpu
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let total: u64 = fields.iter().sum();
-    // idle and iowait
-    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
-    (total - idle, total)
-}
-
 /// 10,000 tasks kept running by the fake; a poll interval short enough that every task is
 /// always due, so a pass is as fast as the poller goes.
 pub async fn poller(report: &mut Report, binary: &Path, work: &Path) -> anyhow::Result<()> {
@@ -351,7 +335,7 @@ pub async fn poller(report: &mut Report, binary: &Path, work: &Path) -> anyhow::
     let since = Instant::now();
     let polls0 = fake.switches.polls.load(Ordering::SeqCst);
     let (cpu0, _, _) = proc_stats(pid);
-    let (busy0, total0) = machine_ticks();
+    let machine0 = MachineTicks::now();
     let deadline = since + Duration::from_secs(60);
     let (mut polled, mut all) = (0, 0);
     // Tasks polled within the first 10 s (the goal's pass time).
@@ -370,10 +354,12 @@ pub async fn poller(report: &mut Report, binary: &Path, work: &Path) -> anyhow::
     let pass = since.elapsed().as_secs_f64();
     let polls = fake.switches.polls.load(Ordering::SeqCst) - polls0;
     let (cpu1, rss, _) = proc_stats(pid);
-    let (busy1, total1) = machine_ticks();
+    let machine1 = MachineTicks::now();
     let rate = polls as f64 / pass;
     let relay_cpu = (cpu1 - cpu0) as f64 / TICKS_PER_SEC / pass * 100.0;
-    let machine = (busy1 - busy0) as f64 * 100.0 / (total1 - total0).max(1) as f64;
+    let busy = |m: &MachineTicks| m.all - m.idle;
+    let machine = (busy(&machine1) - busy(&machine0)) as f64 * 100.0
+        / (machine1.all - machine0.all).max(1) as f64;
     let done = polled >= all;
     let pass_text = if done {
         format!("{pass:.1} s")
