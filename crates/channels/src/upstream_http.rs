@@ -10,13 +10,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, StatusCode};
-use http_body_util::Full;
 use hyper::body::Body;
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::deadline::Deadline;
-use crate::upstream_pool::{Connector, ExchangeError, Lease, Pool};
+use crate::upstream_pool::{AnswerBody, Connector, ExchangeError, Pool};
 pub use crate::upstream_pool::{LANES, set_lane};
 
 /// The time limits of one channel's upstream calls.
@@ -121,10 +119,9 @@ impl UpstreamHttp {
         // Where the pool sends it, and what an error's message names (written only for one).
         let uri = req.uri().clone();
         let url = || redact(&uri.to_string());
-        let req = req.map(Full::new);
         let answer =
             tokio::time::timeout(self.timeouts.first_byte, self.pool.exchange(req, &uri)).await;
-        let (res, lease) = match answer {
+        let answer = match answer {
             Err(_) => {
                 return Err(UpstreamError::FirstByteTimeout {
                     url: url(),
@@ -156,13 +153,18 @@ impl UpstreamHttp {
                     message: error_chain(&e),
                 });
             }
+            Ok(Err(ExchangeError::H1(e))) => {
+                return Err(UpstreamError::Send {
+                    url: url(),
+                    message: error_chain(&e),
+                });
+            }
             Ok(Ok(answer)) => answer,
         };
-        let (parts, body) = res.into_parts();
         Ok(UpstreamResponse {
-            status: parts.status,
-            headers: parts.headers,
-            body: UpstreamBody::new(body, self.timeouts.idle, lease),
+            status: answer.status,
+            headers: answer.headers,
+            body: UpstreamBody::new(answer.body, self.timeouts.idle),
         })
     }
 }
@@ -205,26 +207,30 @@ pub struct UpstreamResponse {
 
 /// A streamed answer body. Dropping it before its end closes the connection, which cancels
 /// the upstream request.
-#[derive(Debug)]
 pub struct UpstreamBody {
-    body: Incoming,
+    body: AnswerBody,
     idle: Duration,
     /// When the current silence becomes too long: `idle` after the last piece.
     deadline: Instant,
     /// The idle timer, for the waits between pieces.
     timer: Deadline,
-    /// The connection, back to its pool at the body's end.
-    lease: Option<Lease>,
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody")
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl UpstreamBody {
-    fn new(body: Incoming, idle: Duration, lease: Option<Lease>) -> UpstreamBody {
+    fn new(body: AnswerBody, idle: Duration) -> UpstreamBody {
         UpstreamBody {
             body,
             idle,
             deadline: Instant::now() + idle,
             timer: Deadline::default(),
-            lease,
         }
     }
 
@@ -240,41 +246,83 @@ impl UpstreamBody {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<Bytes>, UpstreamError>> {
-        loop {
-            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
-                Poll::Ready(None) => {
-                    if let Some(lease) = self.lease.take() {
-                        lease.release();
+        let polled = match &mut self.body {
+            AnswerBody::Empty => return Poll::Ready(Ok(None)),
+            AnswerBody::H1 { body, lease } => match body.poll_chunk(cx) {
+                Poll::Ready(Ok(None)) => {
+                    if let Some(conn) = body.take_reusable()
+                        && let Some(lease) = lease.take()
+                    {
+                        lease.release(conn);
                     }
-                    return Poll::Ready(Ok(None));
+                    Poll::Ready(Ok(None))
                 }
-                Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Err(UpstreamError::Body(error_chain(&e))));
-                }
-                Poll::Ready(Some(Ok(frame))) => frame,
-                Poll::Pending => {
-                    std::task::ready!(self.timer.poll_until(self.deadline, cx));
-                    return Poll::Ready(Err(UpstreamError::IdleTimeout(self.idle)));
-                }
-            };
-            self.deadline = Instant::now() + self.idle;
-            if let Ok(data) = frame.into_data()
-                && !data.is_empty()
-            {
-                return Poll::Ready(Ok(Some(data)));
+                Poll::Ready(Ok(Some(data))) => Poll::Ready(Ok(Some(data))),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(error_chain(&e))),
+                Poll::Pending => Poll::Pending,
+            },
+            AnswerBody::H2(body) => poll_h2(body, cx),
+        };
+        match polled {
+            Poll::Ready(Ok(Some(data))) => {
+                self.deadline = Instant::now() + self.idle;
+                Poll::Ready(Ok(Some(data)))
+            }
+            Poll::Ready(Ok(None)) => {
+                self.body = AnswerBody::Empty;
+                Poll::Ready(Ok(None))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(UpstreamError::Body(e))),
+            Poll::Pending => {
+                std::task::ready!(self.timer.poll_until(self.deadline, cx));
+                Poll::Ready(Err(UpstreamError::IdleTimeout(self.idle)))
             }
         }
     }
 
     /// The whole body, at most `max` bytes.
     pub async fn collect(mut self, max: usize) -> Result<Bytes, UpstreamError> {
-        let mut buf = BytesMut::new();
-        while let Some(chunk) = self.chunk().await? {
+        let Some(first) = self.chunk().await? else {
+            return Ok(Bytes::new());
+        };
+        if first.len() > max {
+            return Err(UpstreamError::TooLarge(max));
+        }
+        // A body that came in one piece is handed out as it is.
+        let Some(second) = self.chunk().await? else {
+            return Ok(first);
+        };
+        let mut buf = BytesMut::with_capacity(first.len() + second.len());
+        buf.extend_from_slice(&first);
+        let mut next = Some(second);
+        while let Some(chunk) = next {
             if buf.len() + chunk.len() > max {
                 return Err(UpstreamError::TooLarge(max));
             }
             buf.extend_from_slice(&chunk);
+            next = self.chunk().await?;
         }
         Ok(buf.freeze())
+    }
+}
+
+/// The next piece of data of an HTTP/2 body (other frames passed over); `None` at its end.
+fn poll_h2(
+    body: &mut hyper::body::Incoming,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Option<Bytes>, String>> {
+    loop {
+        match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Ready(None) => return Poll::Ready(Ok(None)),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(error_chain(&e))),
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    return Poll::Ready(Ok(Some(data)));
+                }
+            }
+            Poll::Pending => return Poll::Pending,
+        }
     }
 }

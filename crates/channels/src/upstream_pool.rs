@@ -5,32 +5,41 @@
 //! A request takes an idle HTTP/1.1 connection (the most recently used first) or opens one;
 //! the connection comes back when its answer's body has been read to the end (see
 //! [`Lease`]), and one whose body was dropped half-read is closed. Nothing runs per request
-//! besides the exchange itself: no task waits for a connection to become ready again, no
-//! hash of the origin is taken; a lane's origins are few and compared as they are.
+//! besides the exchange itself: HTTP/1.1 is spoken by the request's own future and body
+//! ([`h1`]), no task drives the connection beside them, no hash of the origin is taken; a
+//! lane's origins are few and compared as they are. HTTP/2 (by ALPN, over TLS) is hyper's.
 //!
 //! An idle connection is let go when a request or a return to its origin finds it idle for
-//! longer than [`IDLE_TIMEOUT`], or when the upstream closes it; no timer sweeps the pool.
+//! longer than [`IDLE_TIMEOUT`], or when a request finds that the upstream closed it; no timer
+//! sweeps the pool.
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_rustls::HttpsConnector;
+use hyper::client::conn::http2;
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::Connection;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
 use tower_service::Service;
+
+pub(crate) mod h1;
 
 /// How the pool reaches an origin: TLS (ALPN picks HTTP/2 or HTTP/1.1) or plain TCP, through
 /// the SSRF guard.
 pub(crate) type Connector = HttpsConnector<fetch::GuardedConnector>;
 
 type Body = Full<Bytes>;
+
+/// An upstream connection's bytes, as HTTP/1.1 reads and writes them.
+pub(crate) type Io = TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>;
 
 /// How many pools a client keeps: one per lane (see [`set_lane`]).
 pub const LANES: usize = 64;
@@ -67,8 +76,10 @@ pub(crate) enum ExchangeError {
     Uri,
     /// Opening the connection (TCP, the guard, TLS).
     Connect(Box<dyn std::error::Error + Send + Sync>),
-    /// The HTTP handshake on a new connection, or the exchange itself.
+    /// The HTTP/2 handshake on a new connection, or an exchange on one.
     Http(hyper::Error),
+    /// An HTTP/1.1 exchange.
+    H1(h1::Error),
 }
 
 /// Where a request goes: compared in full, never hashed.
@@ -89,7 +100,8 @@ impl Origin {
 
 /// An HTTP/1.1 connection with the `Host` its requests carry (made once, when it opened).
 struct One {
-    conn: http1::SendRequest<Body>,
+    /// Boxed: a TLS connection's state is over a kilobyte, moved at every take and return.
+    conn: Box<h1::Conn<Io>>,
     host: Option<HeaderValue>,
 }
 
@@ -178,8 +190,8 @@ impl Pool {
             conns.shared = None;
         }
         let now = Instant::now();
-        while let Some(idle) = conns.idle.pop() {
-            if !idle.one.conn.is_closed() && now.duration_since(idle.since) < IDLE_TIMEOUT {
+        while let Some(mut idle) = conns.idle.pop() {
+            if now.duration_since(idle.since) < IDLE_TIMEOUT && !idle.one.conn.is_closed() {
                 return Some(Taken::One(idle.one));
             }
         }
@@ -188,9 +200,6 @@ impl Pool {
 
     /// Keeps `conn` for the next request to `origin` on `lane`.
     fn put(&self, lane: usize, origin: &Origin, one: One) {
-        if one.conn.is_closed() {
-            return;
-        }
         let now = Instant::now();
         let mut lane = self.lane(lane);
         let conns = lane.entry(origin);
@@ -218,69 +227,67 @@ impl Pool {
     }
 
     /// Sends `req` (to `uri`, its URI) on a pooled connection or a new one and waits for the
-    /// answer's head. An
-    /// HTTP/1.1 connection comes back to the pool through the returned [`Lease`] once the
-    /// body has been read; a request that a reused connection closed under before sending
-    /// it goes out again.
+    /// answer's head. An HTTP/1.1 connection comes back to the pool through the answer's body
+    /// once it has been read (or at once when there is none); a request that a reused
+    /// connection failed before it reached the upstream (or, for a `GET` or `HEAD`, before
+    /// any answer) goes out again on another.
     pub(crate) async fn exchange(
         self: &Arc<Self>,
-        mut req: Request<Body>,
+        req: Request<Bytes>,
         uri: &Uri,
-    ) -> Result<(Response<Incoming>, Option<Lease>), ExchangeError> {
+    ) -> Result<Answer, ExchangeError> {
         let origin = Origin::of(uri).ok_or(ExchangeError::Uri)?;
         let lane = LANE.with(Cell::get);
-        let path = uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let (parts, body) = req.into_parts();
+        let path = uri.path_and_query().map_or("/", PathAndQuery::as_str);
         loop {
             match self.take(lane, &origin) {
                 Some(Taken::One(mut one)) => {
-                    if one.conn.ready().await.is_err() {
-                        continue;
-                    }
-                    one_form(&mut req, one.host.as_ref(), &path);
-                    match one.conn.try_send_request(req).await {
-                        Ok(res) => return Ok(self.lease(res, lane, origin, one)),
-                        Err(mut e) => match e.take_message() {
-                            // Closed before the request went out: another connection.
-                            Some(back) => req = back,
-                            None => return Err(ExchangeError::Http(e.into_error())),
-                        },
+                    let sent = one
+                        .conn
+                        .exchange(
+                            &parts.method,
+                            path,
+                            &parts.headers,
+                            one.host.as_ref(),
+                            &body,
+                        )
+                        .await;
+                    match sent {
+                        Ok(head) => return Ok(self.h1_answer(head, lane, origin, one)),
+                        Err(e) if e.may_retry(&parts.method) => continue,
+                        Err(e) => return Err(ExchangeError::H1(e)),
                     }
                 }
                 Some(Taken::Shared(mut conn)) => {
-                    *req.uri_mut() = uri.clone();
                     if conn.ready().await.is_err() {
                         self.unshare(lane, &origin);
                         continue;
                     }
-                    match conn.try_send_request(req).await {
-                        Ok(res) => return Ok((res, None)),
+                    match conn.try_send_request(h2_request(&parts, uri, &body)).await {
+                        Ok(res) => return Ok(h2_answer(res)),
                         Err(mut e) => match e.take_message() {
                             // The connection is going away: not offered again.
-                            Some(back) => {
-                                self.unshare(lane, &origin);
-                                req = back;
-                            }
+                            Some(_) => self.unshare(lane, &origin),
                             None => return Err(ExchangeError::Http(e.into_error())),
                         },
                     }
                 }
-                None => return self.fresh(req, lane, origin, uri, &path).await,
+                None => return self.fresh(&parts, body, lane, origin, uri, path).await,
             }
         }
     }
 
-    /// Opens a connection to `origin` and sends `req` on it.
+    /// Opens a connection to `origin` and sends the request on it.
     async fn fresh(
         self: &Arc<Self>,
-        mut req: Request<Body>,
+        parts: &Parts,
+        body: Bytes,
         lane: usize,
         origin: Origin,
         uri: &Uri,
-        path: &PathAndQuery,
-    ) -> Result<(Response<Incoming>, Option<Lease>), ExchangeError> {
+        path: &str,
+    ) -> Result<Answer, ExchangeError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -297,42 +304,107 @@ impl Pool {
                 .map_err(ExchangeError::Http)?;
             drive(driver, "upstream HTTP/2 connection");
             self.share(lane, &origin, conn.clone());
-            *req.uri_mut() = uri.clone();
-            let res = conn.send_request(req).await.map_err(ExchangeError::Http)?;
-            return Ok((res, None));
+            let res = conn
+                .send_request(h2_request(parts, uri, &body))
+                .await
+                .map_err(ExchangeError::Http)?;
+            return Ok(h2_answer(res));
         }
-        let (mut conn, driver) = http1::Builder::new()
-            .handshake(io)
+        let mut one = One {
+            conn: Box::new(h1::Conn::new(TokioIo::new(io))),
+            host: host_value(&origin),
+        };
+        let head = one
+            .conn
+            .exchange(
+                &parts.method,
+                path,
+                &parts.headers,
+                one.host.as_ref(),
+                &body,
+            )
             .await
-            .map_err(ExchangeError::Http)?;
-        drive(driver, "upstream connection");
-        let host = host_value(&origin);
-        one_form(&mut req, host.as_ref(), path);
-        let res = conn.send_request(req).await.map_err(ExchangeError::Http)?;
-        Ok(self.lease(res, lane, origin, One { conn, host }))
+            .map_err(ExchangeError::H1)?;
+        Ok(self.h1_answer(head, lane, origin, one))
     }
 
-    /// The answer with the lease of its connection; an answer without a body gives the
-    /// connection back at once.
-    fn lease(
+    /// The answer with its body, which holds the lease of its connection; an answer without a
+    /// body gives the connection back at once.
+    fn h1_answer(
         self: &Arc<Self>,
-        res: Response<Incoming>,
+        head: h1::Head,
         lane: usize,
         origin: Origin,
         one: One,
-    ) -> (Response<Incoming>, Option<Lease>) {
-        use hyper::body::Body as _;
-        if res.body().is_end_stream() {
-            self.put(lane, &origin, one);
-            return (res, None);
-        }
-        let lease = Lease {
-            pool: self.clone(),
-            lane,
-            origin,
-            one,
+    ) -> Answer {
+        let h1::Head {
+            status,
+            headers,
+            framing,
+            keep_alive,
+        } = head;
+        let body = if framing == h1::Framing::Empty {
+            if keep_alive {
+                self.put(lane, &origin, one);
+            }
+            AnswerBody::Empty
+        } else {
+            AnswerBody::H1 {
+                body: h1::Body::new(one.conn, framing, keep_alive),
+                lease: Some(Lease {
+                    pool: self.clone(),
+                    lane,
+                    origin,
+                    host: one.host,
+                }),
+            }
         };
-        (res, Some(lease))
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+/// An upstream's answer: its head, and its body still to be read.
+pub(crate) struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: AnswerBody,
+}
+
+pub(crate) enum AnswerBody {
+    Empty,
+    /// Read from its HTTP/1.1 connection, which goes back to the pool through the lease.
+    H1 {
+        body: h1::Body<Io>,
+        lease: Option<Lease>,
+    },
+    H2(Incoming),
+}
+
+/// The request for an HTTP/2 connection: the whole URI, the same method, headers and body.
+fn h2_request(parts: &Parts, uri: &Uri, body: &Bytes) -> Request<Body> {
+    let mut req = Request::new(Full::new(body.clone()));
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri.clone();
+    *req.headers_mut() = parts.headers.clone();
+    req
+}
+
+fn h2_answer(res: hyper::Response<Incoming>) -> Answer {
+    use hyper::body::Body as _;
+    let (parts, body) = res.into_parts();
+    let body = if body.is_end_stream() {
+        AnswerBody::Empty
+    } else {
+        AnswerBody::H2(body)
+    };
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
     }
 }
 
@@ -346,17 +418,6 @@ fn drive(
             tracing::debug!("{what}: {e}");
         }
     });
-}
-
-/// An HTTP/1.1 request as it goes on its connection: the path alone on the request line, the
-/// origin in `Host` (unless the caller named one).
-fn one_form(req: &mut Request<Body>, host: Option<&HeaderValue>, path: &PathAndQuery) {
-    *req.uri_mut() = Uri::from(path.clone());
-    if let Some(host) = host
-        && !req.headers().contains_key(http::header::HOST)
-    {
-        req.headers_mut().insert(http::header::HOST, host.clone());
-    }
 }
 
 /// The `Host` of `origin`: its host, with the port unless it is the scheme's own.
@@ -377,18 +438,23 @@ fn host_value(origin: &Origin) -> Option<HeaderValue> {
     }
 }
 
-/// An HTTP/1.1 connection lent to one answer: back to the pool when the answer's body has
-/// been read to its end ([`Lease::release`]); dropped with a half-read body, it closes.
+/// Where an HTTP/1.1 connection lent to one answer goes back to when the answer's body has
+/// been read to its end ([`Lease::release`]); dropped with a half-read body, the connection
+/// closes.
 pub(crate) struct Lease {
     pool: Arc<Pool>,
     lane: usize,
     origin: Origin,
-    one: One,
+    host: Option<HeaderValue>,
 }
 
 impl Lease {
-    pub(crate) fn release(self) {
-        self.pool.put(self.lane, &self.origin, self.one);
+    pub(crate) fn release(self, conn: Box<h1::Conn<Io>>) {
+        let one = One {
+            conn,
+            host: self.host,
+        };
+        self.pool.put(self.lane, &self.origin, one);
     }
 }
 
