@@ -13,6 +13,7 @@ pub mod remote;
 pub mod sim;
 mod sim_directives;
 mod simulator;
+mod together;
 pub mod upstream_http;
 mod upstream_pool;
 mod video;
@@ -28,6 +29,7 @@ pub use job::{
 pub use remote::{RemoteSettings, ResultUrls, path_part};
 pub use sim_directives::SimDirectives;
 pub use simulator::{Simulator, SimulatorSettings};
+pub use together::together;
 pub use upstream_http::{
     UpstreamBody, UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts,
 };

@@ -4,6 +4,7 @@
 //! share one by chance with probability 2^-128. The fingerprint is already a uniform random
 //! number, so the maps use its low bits as their hash instead of hashing it again.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
@@ -28,7 +29,38 @@ impl Prints {
         name.hash(&mut hasher);
         hasher.finish128().into()
     }
+
+    /// `of((key_id, None::<&str>))`, the name of a key's own bucket: a request takes from it
+    /// and its answer reports it, so each thread keeps the last it made (with the key it was
+    /// made under) rather than making it twice a request.
+    pub fn of_key_bucket(&self, key_id: &str) -> u128 {
+        thread_local! {
+            static LAST: RefCell<Option<LastPrint>> = const { RefCell::new(None) };
+        }
+        LAST.with_borrow_mut(|last| {
+            if let Some((keys, id, print)) = last.as_ref()
+                && *keys == (self.0, self.1)
+                && id == key_id
+            {
+                return *print;
+            }
+            let print = self.of((key_id, None::<&str>));
+            match last {
+                Some((keys, id, at)) => {
+                    *keys = (self.0, self.1);
+                    id.clear();
+                    id.push_str(key_id);
+                    *at = print;
+                }
+                None => *last = Some(((self.0, self.1), key_id.to_owned(), print)),
+            }
+            print
+        })
+    }
 }
+
+/// The process key, the key id and the fingerprint [`Prints::of_key_bucket`] made last.
+type LastPrint = ((u64, u64), String, u128);
 
 /// A map keyed by fingerprints.
 pub type ByPrint<V> = HashMap<u128, V, BuildHasherDefault<PrintHasher>>;
@@ -73,5 +105,13 @@ mod tests {
         }
         assert_eq!(map.get(&prints.of("b")), Some(&"b"));
         assert_eq!(map.len(), 3);
+        // A key's bucket is named alike however its name is made, under each process key.
+        let other = Prints::default();
+        for (p, q) in [(&prints, &other), (&other, &prints)] {
+            assert_eq!(p.of_key_bucket("k"), p.of(("k", None::<&str>)));
+            assert_eq!(p.of_key_bucket("k"), p.of(("k", None::<&str>)));
+            assert_eq!(p.of_key_bucket("j"), p.of(("j", None::<&str>)));
+            assert_ne!(q.of_key_bucket("j"), p.of(("j", None::<&str>)));
+        }
     }
 }

@@ -79,7 +79,10 @@ impl Limiter {
 
     /// The fingerprint of a bucket's name: a key id, and a task id for a poll bucket.
     fn print(&self, key_id: &str, task: Option<&str>) -> u128 {
-        self.prints.of((key_id, task))
+        match task {
+            None => self.prints.of_key_bucket(key_id),
+            Some(_) => self.prints.of((key_id, task)),
+        }
     }
 
     /// Whole tokens left in a key's bucket and how long until it is full, without taking one.
@@ -247,11 +250,29 @@ const RESET: HeaderName = HeaderName::from_static("anthropic-ratelimit-requests-
 fn set_vendor_headers(limit: RateLimit, remaining: u32, full_in: Duration, res: &mut Answer) {
     let reset = now_secs() + full_in.as_secs() + u64::from(full_in.subsec_nanos() > 0);
     let out = res.headers_mut();
-    out.insert(LIMIT, HeaderValue::from(limit.burst));
-    out.insert(REMAINING, HeaderValue::from(remaining));
+    out.insert(LIMIT, count_value(0, limit.burst));
+    out.insert(REMAINING, count_value(1, remaining));
     if let Some(v) = reset_value(reset) {
         out.insert(RESET, v);
     }
+}
+
+/// A count's header value: each thread keeps the last it wrote in each of two `places` and
+/// shares its bytes while the count stays the same (a key's burst, and mostly what is left
+/// of it), rather than writing and allocating the digits for every answer.
+fn count_value(place: usize, n: u32) -> HeaderValue {
+    thread_local! {
+        static LAST: RefCell<[Option<(u32, HeaderValue)>; 2]> =
+            const { RefCell::new([None, None]) };
+    }
+    LAST.with_borrow_mut(|last| match &last[place] {
+        Some((at, value)) if *at == n => value.clone(),
+        _ => {
+            let value = HeaderValue::from(n);
+            last[place] = Some((n, value.clone()));
+            value
+        }
+    })
 }
 
 /// The reset header's value for `reset`: most answers of a second share one, so each thread

@@ -274,6 +274,8 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
     };
     let channel = checked.channel.clone();
     let answer = channel.messages(call).await;
+    // The answers of this turn of the runtime go out together (see `channels::together`).
+    channels::together().await;
     record_call(app, channel.name(), answer.is_ok());
     match answer {
         Err(failure) => {

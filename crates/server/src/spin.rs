@@ -110,7 +110,9 @@ pub async fn run(window: Duration) {
         }
         #[cfg(test)]
         SPIN.with(|s| s.borrow_mut().spins += 1);
-        let mut since = Instant::now();
+        // When the window began: the first look that found nothing new (the clock is read
+        // only by looks that find nothing new, not by those that keep finding work).
+        let mut since: Option<Instant> = None;
         loop {
             // Back to the runtime: it runs whatever is ready and, with only this task left
             // (deferred by the yield), looks at its sockets without blocking.
@@ -118,10 +120,11 @@ pub async fn run(window: Duration) {
             let now_seen = work_seen();
             if now_seen != seen {
                 seen = now_seen;
-                since = Instant::now();
+                since = None;
                 continue;
             }
-            if since.elapsed() >= window {
+            let now = Instant::now();
+            if now.duration_since(*since.get_or_insert(now)) >= window {
                 break;
             }
             // Nothing new yet: any other thread that wants this core has it first.

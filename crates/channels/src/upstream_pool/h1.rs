@@ -19,6 +19,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use crate::together::together;
+
 /// Headers an answer may have.
 const MAX_HEADERS: usize = 100;
 /// The largest answer head read.
@@ -149,6 +151,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         if inline {
             out.extend_from_slice(body);
         }
+        // The other requests this turn of the runtime has begun reach their writes too before
+        // this one goes out: the upstream is woken once for them all, not once each.
+        together().await;
         let written = self.write(&out, if inline { &[] } else { body }).await;
         self.out = out;
         written.map_err(Error::Write)?;
