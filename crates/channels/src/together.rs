@@ -9,7 +9,11 @@
 //! first lets every other task of the turn get as far as its write; tokio runs the yielded
 //! tasks again once it has looked at its sockets, so their writes follow one another and a
 //! process woken by the first finds the rest waiting when it runs. At one connection it costs
-//! one look at the sockets that returns at once.
+//! one look at the sockets that returns at once, and a poll of the connection.
+//!
+//! Yielding only where other requests were under way on the thread (counted from the
+//! router) was measured too: about 2% fewer streams a second at 32 connections than yielding
+//! always (six alternating rounds each), some writes of a turn then going out alone.
 
 /// Yields once: the caller's write goes out with those of the other tasks of this turn.
 pub async fn together() {
