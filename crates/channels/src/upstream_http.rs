@@ -14,7 +14,7 @@ use hyper::body::Body;
 use tokio::time::Instant;
 
 use crate::deadline::Deadline;
-use crate::upstream_pool::{AnswerBody, Connector, ExchangeError, Pool};
+use crate::upstream_pool::{AnswerBody, Connector, ExchangeError, Headers, Pool};
 pub use crate::upstream_pool::{LANES, set_lane};
 
 /// The time limits of one channel's upstream calls.
@@ -119,22 +119,24 @@ impl UpstreamHttp {
         // Where the pool sends it, and what an error's message names (written only for one).
         let uri = req.uri().clone();
         let url = || redact(&uri.to_string());
-        let answer =
-            tokio::time::timeout(self.timeouts.first_byte, self.pool.exchange(req, &uri)).await;
+        let answer = self
+            .pool
+            .exchange(req, &uri, self.timeouts.first_byte)
+            .await;
         let answer = match answer {
-            Err(_) => {
+            Err(ExchangeError::FirstByte) => {
                 return Err(UpstreamError::FirstByteTimeout {
                     url: url(),
                     after: self.timeouts.first_byte,
                 });
             }
-            Ok(Err(ExchangeError::Uri)) => {
+            Err(ExchangeError::Uri) => {
                 return Err(UpstreamError::Build(format!(
                     "{}: not an absolute URL",
                     url()
                 )));
             }
-            Ok(Err(ExchangeError::Connect(e))) => {
+            Err(ExchangeError::Connect(e)) => {
                 let url = url();
                 if let Some(blocked) = find_blocked(&*e) {
                     return Err(UpstreamError::Blocked {
@@ -147,19 +149,19 @@ impl UpstreamHttp {
                     message: format!("connecting: {}", error_chain(&*e)),
                 });
             }
-            Ok(Err(ExchangeError::Http(e))) => {
+            Err(ExchangeError::Http(e)) => {
                 return Err(UpstreamError::Send {
                     url: url(),
                     message: error_chain(&e),
                 });
             }
-            Ok(Err(ExchangeError::H1(e))) => {
+            Err(ExchangeError::H1(e)) => {
                 return Err(UpstreamError::Send {
                     url: url(),
                     message: error_chain(&e),
                 });
             }
-            Ok(Ok(answer)) => answer,
+            Ok(answer) => answer,
         };
         Ok(UpstreamResponse {
             status: answer.status,
@@ -201,8 +203,15 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[derive(Debug)]
 pub struct UpstreamResponse {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    headers: Headers,
     pub body: UpstreamBody,
+}
+
+impl UpstreamResponse {
+    /// The answer's headers (read from its head now: a call needs them at most once).
+    pub fn headers(&self) -> HeaderMap {
+        self.headers.map()
+    }
 }
 
 /// A streamed answer body. Dropping it before its end closes the connection, which cancels
@@ -210,8 +219,10 @@ pub struct UpstreamResponse {
 pub struct UpstreamBody {
     body: AnswerBody,
     idle: Duration,
-    /// When the current silence becomes too long: `idle` after the last piece.
-    deadline: Instant,
+    /// When the current silence becomes too long: `idle` after the first poll that found no
+    /// piece since the last one (read then, so a body whose pieces are there when asked for
+    /// never reads the clock).
+    deadline: Option<Instant>,
     /// The idle timer, for the waits between pieces.
     timer: Deadline,
 }
@@ -229,14 +240,14 @@ impl UpstreamBody {
         UpstreamBody {
             body,
             idle,
-            deadline: Instant::now() + idle,
+            deadline: None,
             timer: Deadline::default(),
         }
     }
 
     /// The next piece of the body; `None` at its end. Fails when the upstream stays silent
     /// longer than the idle timeout. Cancel-safe: dropping the future loses nothing, and the
-    /// silence keeps counting from the last piece.
+    /// silence keeps counting from when it was first waited on.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
         std::future::poll_fn(|cx| self.poll_chunk(cx)).await
     }
@@ -265,7 +276,7 @@ impl UpstreamBody {
         };
         match polled {
             Poll::Ready(Ok(Some(data))) => {
-                self.deadline = Instant::now() + self.idle;
+                self.deadline = None;
                 Poll::Ready(Ok(Some(data)))
             }
             Poll::Ready(Ok(None)) => {
@@ -274,7 +285,9 @@ impl UpstreamBody {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(UpstreamError::Body(e))),
             Poll::Pending => {
-                std::task::ready!(self.timer.poll_until(self.deadline, cx));
+                let idle = self.idle;
+                let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + idle);
+                std::task::ready!(self.timer.poll_until(deadline, cx));
                 Poll::Ready(Err(UpstreamError::IdleTimeout(self.idle)))
             }
         }

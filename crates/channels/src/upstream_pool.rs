@@ -80,6 +80,8 @@ pub(crate) enum ExchangeError {
     Http(hyper::Error),
     /// An HTTP/1.1 exchange.
     H1(h1::Error),
+    /// No answer's head within the first-byte time.
+    FirstByte,
 }
 
 /// Where a request goes: compared in full, never hashed.
@@ -230,11 +232,14 @@ impl Pool {
     /// answer's head. An HTTP/1.1 connection comes back to the pool through the answer's body
     /// once it has been read (or at once when there is none); a request that a reused
     /// connection failed before it reached the upstream (or, for a `GET` or `HEAD`, before
-    /// any answer) goes out again on another.
+    /// any answer) goes out again on another. The answer's head must come within `first_byte`
+    /// ([`ExchangeError::FirstByte`]): of the request's first wait on a pooled connection, or
+    /// of the start on a new one, whose opening counts too.
     pub(crate) async fn exchange(
         self: &Arc<Self>,
         req: Request<Bytes>,
         uri: &Uri,
+        first_byte: Duration,
     ) -> Result<Answer, ExchangeError> {
         let origin = Origin::of(uri).ok_or(ExchangeError::Uri)?;
         let lane = LANE.with(Cell::get);
@@ -251,20 +256,34 @@ impl Pool {
                             &parts.headers,
                             one.host.as_ref(),
                             &body,
+                            h1::Limit::after(first_byte),
                         )
                         .await;
                     match sent {
                         Ok(head) => return Ok(self.h1_answer(head, lane, origin, one)),
                         Err(e) if e.may_retry(&parts.method) => continue,
+                        Err(h1::Error::TimedOut) => return Err(ExchangeError::FirstByte),
                         Err(e) => return Err(ExchangeError::H1(e)),
                     }
                 }
                 Some(Taken::Shared(mut conn)) => {
-                    if conn.ready().await.is_err() {
-                        self.unshare(lane, &origin);
-                        continue;
+                    let until = Instant::now() + first_byte;
+                    let ready = tokio::time::timeout_at(until.into(), conn.ready()).await;
+                    match ready {
+                        Err(_) => return Err(ExchangeError::FirstByte),
+                        Ok(Err(_)) => {
+                            self.unshare(lane, &origin);
+                            continue;
+                        }
+                        Ok(Ok(())) => {}
                     }
-                    match conn.try_send_request(h2_request(&parts, uri, &body)).await {
+                    let sent = tokio::time::timeout_at(
+                        until.into(),
+                        conn.try_send_request(h2_request(&parts, uri, &body)),
+                    )
+                    .await
+                    .map_err(|_| ExchangeError::FirstByte)?;
+                    match sent {
                         Ok(res) => return Ok(h2_answer(res)),
                         Err(mut e) => match e.take_message() {
                             // The connection is going away: not offered again.
@@ -273,12 +292,19 @@ impl Pool {
                         },
                     }
                 }
-                None => return self.fresh(&parts, body, lane, origin, uri, path).await,
+                None => {
+                    let until = Instant::now() + first_byte;
+                    return self
+                        .fresh(&parts, body, lane, origin, uri, path, until)
+                        .await;
+                }
             }
         }
     }
 
-    /// Opens a connection to `origin` and sends the request on it.
+    /// Opens a connection to `origin` and sends the request on it, its answer's head due by
+    /// `until`.
+    #[allow(clippy::too_many_arguments)]
     async fn fresh(
         self: &Arc<Self>,
         parts: &Parts,
@@ -287,28 +313,29 @@ impl Pool {
         origin: Origin,
         uri: &Uri,
         path: &str,
+        until: Instant,
     ) -> Result<Answer, ExchangeError> {
         let mut connector = self.connector.clone();
-        std::future::poll_fn(|cx| connector.poll_ready(cx))
-            .await
-            .map_err(ExchangeError::Connect)?;
-        let io = connector
-            .call(uri.clone())
-            .await
-            .map_err(ExchangeError::Connect)?;
+        let connected = tokio::time::timeout_at(until.into(), async {
+            std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+            connector.call(uri.clone()).await
+        })
+        .await
+        .map_err(|_| ExchangeError::FirstByte)?;
+        let io = connected.map_err(ExchangeError::Connect)?;
         if io.connected().is_negotiated_h2() {
-            let (mut conn, driver) = http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .handshake(io)
-                .await
-                .map_err(ExchangeError::Http)?;
-            drive(driver, "upstream HTTP/2 connection");
-            self.share(lane, &origin, conn.clone());
-            let res = conn
-                .send_request(h2_request(parts, uri, &body))
-                .await
-                .map_err(ExchangeError::Http)?;
-            return Ok(h2_answer(res));
+            let answered = tokio::time::timeout_at(until.into(), async {
+                let (mut conn, driver) = http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .handshake(io)
+                    .await?;
+                drive(driver, "upstream HTTP/2 connection");
+                self.share(lane, &origin, conn.clone());
+                conn.send_request(h2_request(parts, uri, &body)).await
+            })
+            .await
+            .map_err(|_| ExchangeError::FirstByte)?;
+            return Ok(h2_answer(answered.map_err(ExchangeError::Http)?));
         }
         let mut one = One {
             conn: Box::new(h1::Conn::new(TokioIo::new(io))),
@@ -322,9 +349,13 @@ impl Pool {
                 &parts.headers,
                 one.host.as_ref(),
                 &body,
+                h1::Limit::at(until.into()),
             )
             .await
-            .map_err(ExchangeError::H1)?;
+            .map_err(|e| match e {
+                h1::Error::TimedOut => ExchangeError::FirstByte,
+                e => ExchangeError::H1(e),
+            })?;
         Ok(self.h1_answer(head, lane, origin, one))
     }
 
@@ -339,7 +370,7 @@ impl Pool {
     ) -> Answer {
         let h1::Head {
             status,
-            headers,
+            head,
             framing,
             keep_alive,
         } = head;
@@ -361,7 +392,7 @@ impl Pool {
         };
         Answer {
             status,
-            headers,
+            headers: Headers::Head(head),
             body,
         }
     }
@@ -370,8 +401,25 @@ impl Pool {
 /// An upstream's answer: its head, and its body still to be read.
 pub(crate) struct Answer {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    pub headers: Headers,
     pub body: AnswerBody,
+}
+
+/// An answer's headers: an HTTP/1.1 head's text, read only when asked for (most answers'
+/// headers are never looked at), or HTTP/2's map.
+#[derive(Debug)]
+pub(crate) enum Headers {
+    Head(Bytes),
+    Map(HeaderMap),
+}
+
+impl Headers {
+    pub(crate) fn map(&self) -> HeaderMap {
+        match self {
+            Headers::Head(head) => h1::header_map(head),
+            Headers::Map(map) => map.clone(),
+        }
+    }
 }
 
 pub(crate) enum AnswerBody {
@@ -403,7 +451,7 @@ fn h2_answer(res: hyper::Response<Incoming>) -> Answer {
     };
     Answer {
         status: parts.status,
-        headers: parts.headers,
+        headers: Headers::Map(parts.headers),
         body,
     }
 }

@@ -134,7 +134,7 @@ async fn localize(
         });
     }
     let declared = res
-        .headers
+        .headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());

@@ -57,11 +57,11 @@ fn object<'a, const N: usize>(
         if text.get(at) != Some(&b'"') {
             return None;
         }
-        let name_end = string_end(text, at)?;
-        let name = &text[at + 1..name_end - 1];
-        if name.contains(&b'\\') {
+        let (name_end, escaped) = string_end_escaped(text, at)?;
+        if escaped {
             return None;
         }
+        let name = &text[at + 1..name_end - 1];
         at = skip_space(text, name_end);
         if text.get(at) != Some(&b':') {
             return None;
@@ -128,25 +128,69 @@ fn skip_space(text: &[u8], mut at: usize) -> usize {
 
 /// Just past the closing quote of the string that opens at `at`.
 fn string_end(text: &[u8], at: usize) -> Option<usize> {
+    string_end_escaped(text, at).map(|(end, _)| end)
+}
+
+/// [`string_end`], and whether the string has an escape in it.
+fn string_end_escaped(text: &[u8], at: usize) -> Option<(usize, bool)> {
     let mut i = at + 1;
-    // Most strings (names, kinds, ids) are short: read them byte by byte, a long one by memchr.
-    let short = text.len().min(i + 16);
+    let mut escaped = false;
+    // Most strings (names, kinds, ids) are short: read eight bytes at a time for a quote or
+    // a backslash, a long one by memchr.
+    let short = text.len().min(i + 32);
+    while i + 8 <= short {
+        let word = u64::from_le_bytes(text[i..i + 8].try_into().ok()?);
+        let found = has_byte(word, b'"') | has_byte(word, b'\\');
+        if found == 0 {
+            i += 8;
+            continue;
+        }
+        i += (found.trailing_zeros() / 8) as usize;
+        if text[i] == b'"' {
+            return Some((i + 1, escaped));
+        }
+        // An escape: the next byte is escaped, whatever it is.
+        escaped = true;
+        i += 2;
+    }
     while i < short {
         match text[i] {
-            b'"' => return Some(i + 1),
-            b'\\' => i += 2,
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i += 2;
+            }
             _ => i += 1,
         }
     }
     loop {
         i += memchr::memchr2(b'"', b'\\', text.get(i..)?)?;
         if text[i] == b'"' {
-            return Some(i + 1);
+            return Some((i + 1, escaped));
         }
-        // An escape: the next byte is escaped, whatever it is.
+        escaped = true;
         i += 2;
     }
 }
+
+/// The high bit of each byte of `word` that equals `byte` (and maybe of bytes after the
+/// first such one: only the lowest bit set is sure).
+fn has_byte(word: u64, byte: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & (ONES << 7)
+}
+
+/// What [`value_end`] stops at inside an object or array: quotes and brackets.
+const STRUCTURE: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'"' as usize] = true;
+    table[b'{' as usize] = true;
+    table[b'[' as usize] = true;
+    table[b'}' as usize] = true;
+    table[b']' as usize] = true;
+    table
+};
 
 /// Just past the value that starts at `at`.
 fn value_end(text: &[u8], at: usize) -> Option<usize> {
@@ -156,7 +200,10 @@ fn value_end(text: &[u8], at: usize) -> Option<usize> {
             let mut depth = 0usize;
             let mut i = at;
             loop {
-                match text.get(i)? {
+                while !STRUCTURE[usize::from(*text.get(i)?)] {
+                    i += 1;
+                }
+                match text[i] {
                     b'"' => {
                         i = string_end(text, i)?;
                         continue;
@@ -180,5 +227,61 @@ fn value_end(text: &[u8], at: usize) -> Option<usize> {
                 .unwrap_or(text.len() - at);
             (len > 0).then_some(at + len)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The end of the string at the front of `text` and whether it has an escape, read a byte
+    /// at a time: what the word-at-a-time reading must agree with.
+    fn reference(text: &[u8]) -> Option<(usize, bool)> {
+        let (mut i, mut escaped) = (1, false);
+        while i < text.len() {
+            match text[i] {
+                b'"' => return Some((i + 1, escaped)),
+                b'\\' => {
+                    escaped = true;
+                    i += 2;
+                }
+                _ => i += 1,
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn strings_end_where_a_byte_at_a_time_reading_ends_them() {
+        // Every length to past the word-at-a-time part, quotes and escapes at every place
+        // (high bytes among them, which the word test must not take for a quote).
+        let fillers: [&[u8]; 5] = [b"a", b"\\\"", b"\\\\", "é".as_bytes(), b"\xff"];
+        for len in 0..80 {
+            for (k, filler) in fillers.iter().enumerate() {
+                for at in 0..len.max(1) {
+                    let mut text = b"\"".to_vec();
+                    for i in 0..len {
+                        text.extend_from_slice(if i == at { filler } else { b"x" });
+                    }
+                    for tail in [&b"\""[..], b"\" , \"more\"", b""] {
+                        let mut t = text.clone();
+                        t.extend_from_slice(tail);
+                        assert_eq!(
+                            string_end_escaped(&t, 0),
+                            reference(&t),
+                            "len {len}, filler {k} at {at}, tail {tail:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_end_where_their_brackets_close() {
+        let text = br#"{"a":[1,{"b":"}]\""}],"c":{"d":"{"}} ,"#;
+        assert_eq!(value_end(text, 0), Some(text.len() - 2));
+        assert_eq!(value_end(br#"["a""#, 0), None);
+        assert_eq!(value_end(b"123,", 0), Some(3));
     }
 }

@@ -130,7 +130,12 @@ pub async fn next_frame<B: hyper::body::Body + Unpin>(
     body: &mut B,
     idle: Duration,
 ) -> Result<Option<Result<hyper::body::Frame<B::Data>, B::Error>>, ApiError> {
-    tokio::time::timeout(idle, body.frame())
+    // A frame that is there already (a small body comes with its head) needs no timer.
+    let mut frame = body.frame();
+    if let Some(ready) = futures_util::FutureExt::now_or_never(&mut frame) {
+        return Ok(ready);
+    }
+    tokio::time::timeout(idle, frame)
         .await
         .map_err(|_| body_stalled(idle))
 }

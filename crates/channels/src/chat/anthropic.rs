@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
-use http::{HeaderName, HeaderValue, Method, Request, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use serde_json::Value;
 
 use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
@@ -22,6 +22,9 @@ pub struct AnthropicChat {
     urls: Box<[Option<Uri>; 2]>,
     /// The upstream's key as a header value, or why it cannot be one.
     api_key: Option<Result<HeaderValue, String>>,
+    /// The headers every request carries (the key's among them, when it is a header value),
+    /// made once: a request's are a copy with its own added.
+    common: HeaderMap,
 }
 
 const VERSION: HeaderName = HeaderName::from_static("anthropic-version");
@@ -40,11 +43,21 @@ impl AnthropicChat {
             value.set_sensitive(true);
             Ok(value)
         });
+        let mut common = HeaderMap::with_capacity(8);
+        common.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        common.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("video-relay/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(Ok(key)) = &api_key {
+            common.insert(API_KEY, key.clone());
+        }
         AnthropicChat {
             settings,
             http,
             urls,
             api_key,
+            common,
         }
     }
 
@@ -89,28 +102,18 @@ impl AnthropicChat {
                 UpstreamFailure::error(false, format!("channel {name}: request: {what}: {e}"))
             })
         };
+        if let Some(Err(e)) = &self.api_key {
+            return Err(UpstreamFailure::error(
+                false,
+                format!("channel {name}: request: {e}"),
+            ));
+        }
         let mut req = Request::new(self.body(call)?);
         *req.method_mut() = Method::POST;
         *req.uri_mut() = uri;
+        *req.headers_mut() = self.common.clone();
         let headers = req.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(VERSION, header("anthropic-version", call.version)?);
-        headers.insert(
-            USER_AGENT,
-            HeaderValue::from_static(concat!("video-relay/", env!("CARGO_PKG_VERSION"))),
-        );
-        match &self.api_key {
-            Some(Ok(key)) => {
-                headers.insert(API_KEY, key.clone());
-            }
-            Some(Err(e)) => {
-                return Err(UpstreamFailure::error(
-                    false,
-                    format!("channel {name}: request: {e}"),
-                ));
-            }
-            None => {}
-        }
         if let Some(beta) = call.beta {
             headers.insert(BETA, header("anthropic-beta", beta)?);
         }
@@ -124,7 +127,7 @@ impl AnthropicChat {
             .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
         if !res.status.is_success() {
             let status = res.status.as_u16();
-            let headers = res.headers.clone();
+            let headers = res.headers();
             let body = res.body.collect(64 * 1024).await.unwrap_or_default();
             return Err(UpstreamFailure::from_status(name, status, &headers, &body));
         }

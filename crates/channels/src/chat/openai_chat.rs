@@ -56,7 +56,7 @@ impl OpenaiChat {
             .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
         if !res.status.is_success() {
             let status = res.status.as_u16();
-            let headers = res.headers.clone();
+            let headers = res.headers();
             let body = res.body.collect(64 * 1024).await.unwrap_or_default();
             return Err(UpstreamFailure::from_status(name, status, &headers, &body));
         }

@@ -9,16 +9,21 @@
 //! reads the socket when it wants more. A connection is used by one exchange at a time and
 //! kept by the pool between them.
 
+use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use tokio::time::Instant;
+
+use crate::deadline::Deadline;
 use crate::together::together;
 
 /// Headers an answer may have.
@@ -53,6 +58,8 @@ pub(crate) enum Error {
     Head(&'static str),
     #[error("answer head larger than {MAX_HEAD} bytes")]
     HeadTooLarge,
+    #[error("no answer in time")]
+    TimedOut,
 }
 
 impl Error {
@@ -94,7 +101,8 @@ pub(crate) enum Framing {
 #[derive(Debug)]
 pub(crate) struct Head {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    /// Its text, from the status line to the empty line: [`header_map`] reads its headers.
+    pub head: Bytes,
     pub framing: Framing,
     /// Whether the connection may carry another request once the body has been read.
     pub keep_alive: bool,
@@ -107,6 +115,46 @@ pub(crate) struct Conn<T> {
     read_size: usize,
     /// The request's head as it is written (its capacity kept for the next).
     out: Vec<u8>,
+    /// The timer of an exchange's [`Limit`], kept for the next (moved, not made again).
+    timer: Deadline,
+}
+
+/// When an exchange must have its answer's head: by an instant, or a time after its first
+/// wait (the clock is read only if it waits at all).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit {
+    at: Option<Instant>,
+    after: Duration,
+}
+
+impl Limit {
+    pub(crate) fn at(at: Instant) -> Limit {
+        Limit {
+            at: Some(at),
+            after: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn after(after: Duration) -> Limit {
+        Limit { at: None, after }
+    }
+
+    fn at_instant(&mut self) -> Instant {
+        let after = self.after;
+        *self.at.get_or_insert_with(|| Instant::now() + after)
+    }
+}
+
+/// `f`'s output, or `None` once `limit` has passed first.
+async fn within<F: Future>(timer: &mut Deadline, limit: &mut Limit, f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = f.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        timer.poll_until(limit.at_instant(), cx).map(|()| None)
+    })
+    .await
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
@@ -116,6 +164,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             buf: BytesMut::new(),
             read_size: FIRST_READ,
             out: Vec::new(),
+            timer: Deadline::default(),
         }
     }
 
@@ -136,6 +185,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
 
     /// Sends a request (`path` on its request line, `host` as its `Host` unless its headers
     /// name one) and reads its answer's head.
+    /// The write and the wait for the head end at `limit` ([`Error::TimedOut`] then).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn exchange(
         &mut self,
         method: &Method,
@@ -143,6 +194,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         headers: &HeaderMap,
         host: Option<&HeaderValue>,
         body: &[u8],
+        mut limit: Limit,
     ) -> Result<Head, Error> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
@@ -154,22 +206,31 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         // The other requests this turn of the runtime has begun reach their writes too before
         // this one goes out: the upstream is woken once for them all, not once each.
         together().await;
-        let written = self.write(&out, if inline { &[] } else { body }).await;
+        let rest = if inline { &[][..] } else { body };
+        let written = self.write(&out, rest, &mut limit).await;
         self.out = out;
-        written.map_err(Error::Write)?;
-        self.read_head(method).await
+        written?;
+        self.read_head(method, &mut limit).await
     }
 
-    async fn write(&mut self, head: &[u8], body: &[u8]) -> io::Result<()> {
-        self.io.write_all(head).await?;
-        if !body.is_empty() {
-            self.io.write_all(body).await?;
+    async fn write(&mut self, head: &[u8], body: &[u8], limit: &mut Limit) -> Result<(), Error> {
+        let Conn { io, timer, .. } = self;
+        let written = within(timer, limit, async {
+            io.write_all(head).await?;
+            if !body.is_empty() {
+                io.write_all(body).await?;
+            }
+            // Through TLS the bytes may wait in its buffer until flushed.
+            io.flush().await
+        })
+        .await;
+        match written {
+            Some(result) => result.map_err(Error::Write),
+            None => Err(Error::TimedOut),
         }
-        // Through TLS the bytes may wait in its buffer until flushed.
-        self.io.flush().await
     }
 
-    async fn read_head(&mut self, method: &Method) -> Result<Head, Error> {
+    async fn read_head(&mut self, method: &Method, limit: &mut Limit) -> Result<Head, Error> {
         loop {
             if !self.buf.is_empty() {
                 match parse_head(&mut self.buf, method)? {
@@ -178,7 +239,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                     None => {}
                 }
             }
-            let n = match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
+            let filled = std::future::poll_fn(|cx| match self.poll_fill(cx) {
+                Poll::Ready(filled) => Poll::Ready(Some(filled)),
+                Poll::Pending => self.timer.poll_until(limit.at_instant(), cx).map(|()| None),
+            })
+            .await;
+            let n = match filled.ok_or(Error::TimedOut)? {
                 Ok(n) => n,
                 // Reset before any answer: as good as closed.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buf.is_empty() => 0,
@@ -275,11 +341,7 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Error
         let head = buf.split_to(end).freeze();
         let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut res = httparse::Response::new(&mut []);
-        match httparse::ParserConfig::default()
-            .allow_spaces_after_header_name_in_responses(true)
-            .allow_obsolete_multiline_headers_in_responses(true)
-            .parse_response_with_uninit_headers(&mut res, &head, &mut slots)
-        {
+        match parser().parse_response_with_uninit_headers(&mut res, &head, &mut slots) {
             Ok(httparse::Status::Complete(_)) => {}
             Err(httparse::Error::TooManyHeaders) => return Err(Error::Head("too many headers")),
             Ok(httparse::Status::Partial) | Err(_) => {
@@ -296,7 +358,13 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Error
             continue;
         }
         let version = res.version.unwrap_or(0);
-        return head_from(&head, res.headers, status, version, method).map(Some);
+        let (framing, keep_alive) = frame(res.headers, status, version, method)?;
+        return Ok(Some(Head {
+            status,
+            head,
+            framing,
+            keep_alive,
+        }));
     }
 }
 
@@ -310,25 +378,24 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     })
 }
 
-fn head_from(
-    head: &Bytes,
+/// How the body of an answer with these headers is framed, and whether its connection may
+/// carry another request after it.
+fn frame(
     parsed: &[httparse::Header<'_>],
     status: StatusCode,
     version: u8,
     method: &Method,
-) -> Result<Head, Error> {
-    let mut headers = HeaderMap::with_capacity(parsed.len());
+) -> Result<(Framing, bool), Error> {
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut encoded = false;
     let mut close = version == 0;
+    // Only the headers that frame the body are read here; the rest wait in the head's text
+    // for a caller that asks ([`header_map`]).
     for h in parsed {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| Error::Head("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
-            .map_err(|_| Error::Head("invalid header value"))?;
-        if name == header::CONTENT_LENGTH {
-            let n = std::str::from_utf8(value.as_bytes())
+        let (name, value) = (h.name.as_bytes(), h.value);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = std::str::from_utf8(value)
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .ok_or(Error::Head("invalid content-length"))?;
@@ -336,16 +403,15 @@ fn head_from(
                 return Err(Error::Head("content-lengths that disagree"));
             }
             length = Some(n);
-        } else if name == header::TRANSFER_ENCODING {
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             encoded = true;
             // Chunked only when it is the last coding.
             chunked = value
-                .as_bytes()
                 .rsplit(|b| *b == b',')
                 .next()
                 .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name == header::CONNECTION {
-            for token in value.as_bytes().split(|b| *b == b',') {
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|b| *b == b',') {
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
@@ -354,12 +420,11 @@ fn head_from(
                 }
             }
         }
-        headers.append(name, value);
     }
     let bodiless = *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let (framing, keep_alive) = if bodiless {
+    Ok(if bodiless {
         (Framing::Empty, !close)
     } else if encoded {
         // A length beside a coding is not to be trusted, nor is what follows on the connection.
@@ -375,13 +440,39 @@ fn head_from(
             Some(n) => (Framing::Length(n), !close),
             None => (Framing::Close, false),
         }
-    };
-    Ok(Head {
-        status,
-        headers,
-        framing,
-        keep_alive,
     })
+}
+
+/// The headers of a head [`parse_head`] took (its text, kept whole): the values are pieces of
+/// that text, not copies. The parser accepted the head already, so nothing is refused here.
+pub(crate) fn header_map(head: &Bytes) -> HeaderMap {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = parser().parse_response_with_uninit_headers(&mut res, head, &mut slots);
+    let mut headers = HeaderMap::new();
+    if parsed.is_err() {
+        return headers;
+    }
+    headers.reserve(res.headers.len());
+    for h in res.headers.iter() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    headers
+}
+
+/// How answers are parsed: spaces after a header's name and folded lines taken, as some
+/// servers write them.
+fn parser() -> httparse::ParserConfig {
+    let mut config = httparse::ParserConfig::default();
+    config
+        .allow_spaces_after_header_name_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true);
+    config
 }
 
 /// Where a body's reader stands.

@@ -224,7 +224,7 @@ async fn a_length_body_read_across_every_boundary() {
             .send(request(Method::GET, addr, "/", b""))
             .await
             .unwrap();
-        assert_eq!(res.headers["content-length"], "5");
+        assert_eq!(res.headers()["content-length"], "5");
         assert_eq!(res.body.collect(1024).await.unwrap(), "hello");
     }
     assert_eq!(seen.accepted(), 1);
@@ -274,7 +274,7 @@ async fn answers_without_a_body_give_their_connection_back_at_once() {
         .send(request(Method::HEAD, addr, "/", b""))
         .await
         .unwrap();
-    assert_eq!(res.headers["content-length"], "1000");
+    assert_eq!(res.headers()["content-length"], "1000");
     assert_eq!(res.body.collect(10).await.unwrap(), "");
     for status in [204, 304] {
         let (got, body) = get(&http, addr, "/").await.unwrap();
@@ -534,4 +534,59 @@ async fn a_coding_beside_a_length_is_read_as_chunks_and_not_kept() {
         assert_eq!(get(&http, addr, "/").await.unwrap().1, "ok");
         assert_eq!(seen.accepted(), i);
     }
+}
+
+/// A client whose waits end soon.
+fn impatient() -> UpstreamHttp {
+    UpstreamHttp::new(UpstreamTimeouts {
+        connect: Duration::from_secs(5),
+        first_byte: Duration::from_millis(300),
+        idle: Duration::from_millis(300),
+    })
+}
+
+#[tokio::test]
+async fn no_head_in_time_is_a_first_byte_timeout_on_a_new_connection_and_a_reused_one() {
+    // The first request of each connection is answered; every other is read and left.
+    let (addr, seen) = fake(|n, _| match n {
+        0 => Reply::whole(HELLO),
+        _ => Reply {
+            pieces: vec![],
+            close: false,
+        },
+    })
+    .await;
+    let http = impatient();
+    assert_eq!(get(&http, addr, "/").await.unwrap().1, "hello");
+    for _ in 0..2 {
+        let began = std::time::Instant::now();
+        let err = get(&http, addr, "/").await.unwrap_err();
+        assert!(
+            matches!(err, UpstreamError::FirstByteTimeout { .. }),
+            "{err:?}"
+        );
+        let took = began.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+    // The first wait was on the reused connection, the second on a new one.
+    assert_eq!(seen.accepted(), 2);
+}
+
+#[tokio::test]
+async fn a_body_that_stops_is_an_idle_timeout() {
+    let (addr, _) =
+        fake(|_, _| Reply::whole("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello")).await;
+    let http = impatient();
+    let mut res = http
+        .send(request(Method::GET, addr, "/", b""))
+        .await
+        .unwrap();
+    assert_eq!(res.body.chunk().await.unwrap().unwrap(), "hello");
+    let began = std::time::Instant::now();
+    let err = res.body.chunk().await.unwrap_err();
+    assert!(matches!(err, UpstreamError::IdleTimeout(_)), "{err:?}");
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }
