@@ -40,7 +40,7 @@ impl RequestId {
     /// A new id, `req_` and a ULID.
     pub fn new() -> RequestId {
         let mut id = [0u8; ulid::ULID_LEN];
-        ulid::Ulid::new().array_to_str(&mut id);
+        thread_ulid().array_to_str(&mut id);
         let mut text = [0u8; 4 + ulid::ULID_LEN];
         text[..4].copy_from_slice(b"req_");
         text[4..].copy_from_slice(&id);
@@ -243,8 +243,22 @@ fn message_id() -> String {
     let mut id = [0u8; ulid::ULID_LEN];
     let mut text = String::with_capacity(4 + ulid::ULID_LEN);
     text.push_str("msg_");
-    text.push_str(ulid::Ulid::new().array_to_str(&mut id));
+    text.push_str(thread_ulid().array_to_str(&mut id));
     text
+}
+
+/// A ULID from this thread's generator: within one millisecond the next after the last (no
+/// random draw for it), else a new one.
+fn thread_ulid() -> ulid::Ulid {
+    thread_local! {
+        static IDS: std::cell::RefCell<ulid::Generator> =
+            const { std::cell::RefCell::new(ulid::Generator::new()) };
+    }
+    match IDS.with_borrow_mut(|ids| ids.generate().ok()) {
+        Some(id) => id,
+        // The random part overflowed within one millisecond: a new draw.
+        None => ulid::Ulid::new(),
+    }
 }
 
 /// `POST /v1/messages`.

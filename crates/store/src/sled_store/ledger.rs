@@ -146,6 +146,17 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
         let mut entries = Vec::with_capacity(charges.len());
         let mut ids: foldhash::HashSet<&str> =
             HashSet::with_capacity_and_hasher(charges.len(), Default::default());
+        // The batch's entry ids: one drawn, the rest each the next (ULIDs are monotonic so).
+        let mut entry_id = Ulid::new();
+        let mut next_id = move || {
+            let id = entry_id;
+            // A random part at its largest has no next: a new draw (not the nil default).
+            entry_id = match entry_id.increment() {
+                Some(next) => next,
+                None => Ulid::new(),
+            };
+            id
+        };
         for charge in charges {
             if check_id("charge id", &charge.task_id).is_err()
                 || !ids.insert(charge.task_id.as_str())
@@ -170,7 +181,7 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
             key.quota = key.quota.map(|q| q - take);
             key.quota_used = key.quota_used.saturating_add(take);
             entries.push(Charged {
-                id: Ulid::new(),
+                id: next_id(),
                 key_id: &charge.key_id,
                 task_id: &charge.task_id,
                 amount: -take,
