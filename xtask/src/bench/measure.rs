@@ -20,6 +20,8 @@ pub const STOLEN_LIMIT_PCT: f64 = 5.0;
 pub const ATTEMPTS: u32 = 3;
 /// Seconds of load before the measured runs of a measurement.
 pub const WARMUP_SECS: u64 = 1;
+/// Turns of two servers measured against each other ([`measured_turns`]).
+pub const TURNS: usize = 3;
 
 /// The processes of the bench while it measures.
 pub struct Watch<'a> {
@@ -254,6 +256,47 @@ pub fn measured_pair(
             once(gens, generators[1], load, watch)?,
         ])
     })
+}
+
+/// A warm-up of both, then two servers' runs of one load in turns (`a`'s, then `b`'s), `turns`
+/// times, each pair re-run when disturbed as [`measured_pair`]'s: every pair, in order. A
+/// pair's two runs come minutes closer together than separate measurements would, so a
+/// machine whose speed drifts (a host that takes more of it for a while without showing it
+/// as stolen time) slows both runs of a pair alike, and the median pair is a fair comparison.
+pub fn measured_turns(
+    gens: &Generators,
+    generator: Gen,
+    [(a, a_watch), (b, b_watch)]: [(&Load, &Watch); 2],
+    turns: usize,
+    attempts: u32,
+    label: &str,
+) -> anyhow::Result<Vec<[Run; 2]>> {
+    gens.run(generator, &a.secs(WARMUP_SECS))?;
+    gens.run(generator, &b.secs(WARMUP_SECS))?;
+    (1..=turns.max(1))
+        .map(|turn| {
+            least_disturbed(gens, attempts, &format!("{label}, turn {turn}"), || {
+                Ok([
+                    once(gens, generator, a, a_watch)?,
+                    once(gens, generator, b, b_watch)?,
+                ])
+            })
+        })
+        .collect()
+}
+
+/// The pair of `pairs` whose `ratio` is the median (the lower of the middle two of an even
+/// count), and the ratios of all, in order.
+pub fn median_pair(
+    pairs: Vec<[Run; 2]>,
+    ratio: impl Fn(&[Run; 2]) -> f64,
+) -> Option<([Run; 2], Vec<f64>)> {
+    let ratios: Vec<f64> = pairs.iter().map(&ratio).collect();
+    let mut order: Vec<usize> = (0..pairs.len()).collect();
+    order.sort_by(|&i, &j| ratios[i].total_cmp(&ratios[j]));
+    let middle = *order.get(order.len().saturating_sub(1) / 2)?;
+    let pair = pairs.into_iter().nth(middle)?;
+    Some((pair, ratios))
 }
 
 /// Runs `runs` until its runs are not disturbed (at most `attempts`, while the bench has
@@ -512,6 +555,40 @@ mod tests {
         assert!(!run(25).disturbed());
         assert!((run(30).stolen_pct - 6.0).abs() < 1e-9);
         assert!(run(30).disturbed());
+    }
+
+    /// The median turn is kept whole (its two runs together), whatever the order of turns.
+    #[test]
+    fn the_median_turn_is_kept() {
+        let at = Instant::now();
+        let snapshot = |at| Snapshot {
+            at,
+            machine: MachineTicks::default(),
+            own: 0,
+            server: 0,
+            threads: BTreeMap::new(),
+        };
+        let run = |requests| {
+            let out = Outcome {
+                requests,
+                secs: 1.0,
+                ..Outcome::default()
+            };
+            let after = snapshot(at + Duration::from_secs(1));
+            summarize(Gen::Wrk, 32, out, &snapshot(at), &after, 0, 0)
+        };
+        let ratio = |p: &[Run; 2]| p[1].rps() / p[0].rps();
+        // Relay ÷ floor of 0.8, 0.9 (a slow turn for both) and 0.85.
+        let pairs = vec![[run(100), run(80)], [run(50), run(45)], [run(100), run(85)]];
+        let (kept, ratios) = median_pair(pairs, ratio).unwrap();
+        assert_eq!((kept[0].out.requests, kept[1].out.requests), (100, 85));
+        assert_eq!(ratios.len(), 3);
+        assert!((ratios[1] - 0.9).abs() < 1e-9);
+        // Of two, the lower.
+        let pairs = vec![[run(100), run(90)], [run(100), run(80)]];
+        let (kept, _) = median_pair(pairs, ratio).unwrap();
+        assert_eq!(kept[1].out.requests, 80);
+        assert!(median_pair(Vec::new(), ratio).is_none());
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 
 use super::generator::{Gen, Load};
 use super::load::{mib, proc_stats};
-use super::measure::{ATTEMPTS, RssTrace, Run, Watch, measured, measured_pair};
+use super::measure::{
+    ATTEMPTS, RssTrace, Run, TURNS, Watch, measured, measured_pair, measured_turns, median_pair,
+};
 use super::party::Party;
 use super::relays::{Ctx, messages_config, start_in_temp};
 use super::report::{Report, conns, thousands};
@@ -47,6 +49,19 @@ struct Paths {
     direct: Run,
     floor: Run,
     relay: Run,
+    /// Each turn of the floor and the relay: relay ÷ floor in requests a second, and relay p50
+    /// − floor p50 in µs (the pair kept is the median turn of the one the targets read).
+    turns: Vec<(f64, f64)>,
+}
+
+/// What picks the turn kept: the throughput ratio under load, the latency at one connection.
+fn turn_key(pair: &[Run; 2], conns: usize) -> f64 {
+    let [floor, relay] = pair;
+    if conns > 1 {
+        relay.rps() / floor.rps()
+    } else {
+        relay.out.p50_us - floor.out.p50_us
+    }
 }
 
 pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
@@ -60,24 +75,43 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         let run = measured(&ctx.gens, generator, load, &watch, ATTEMPTS, &label)?;
         anyhow::Ok(run)
     };
-    // The floor and the relay, after the direct path.
+    // The floor and the relay, after the direct path, in turns: the median turn is kept.
     let behind = |kind: &str, load: &Load, generator: Gen, direct: Run| {
-        let f = measure(
-            &format!("{kind}: floor"),
+        let floor_watch = Watch {
+            server: floor.pid(),
+            own: &own,
+        };
+        let relay_watch = Watch {
+            server: relay.pid(),
+            own: &own,
+        };
+        let label = format!(
+            "{kind}: floor, relay, {}, {}",
+            conns(load.conns),
+            generator.name()
+        );
+        let pairs = measured_turns(
+            &ctx.gens,
             generator,
-            &load.at(floor.addr),
-            floor.pid(),
+            [
+                (&load.at(floor.addr), &floor_watch),
+                (&load.at(relay.addr), &relay_watch),
+            ],
+            TURNS,
+            ATTEMPTS,
+            &label,
         )?;
-        let r = measure(
-            &format!("{kind}: relay"),
-            generator,
-            &load.at(relay.addr),
-            relay.pid(),
-        )?;
+        let turns = pairs
+            .iter()
+            .map(|[f, r]| (r.rps() / f.rps(), r.out.p50_us - f.out.p50_us))
+            .collect();
+        let ([f, r], _) = median_pair(pairs, |pair| turn_key(pair, load.conns))
+            .ok_or_else(|| anyhow::anyhow!("{label}: no turn"))?;
         anyhow::Ok(Paths {
             direct,
             floor: f,
             relay: r,
+            turns,
         })
     };
     let three = |kind: &str, load: &Load, generator: Gen| {
@@ -161,10 +195,16 @@ fn rows(report: &mut Report, kind: &str, p: &Paths, other: Option<&Run>) {
 fn loaded_lines(report: &mut Report, kind: &str, p: &Paths, target: f64) {
     let ratio = p.relay.rps() / p.floor.rps();
     report.ratio(format!(
-        "{kind}, {CONNS} conns: relay ÷ floor = {ratio:.2} ({} ÷ {} req/s; direct to the fake {} req/s)",
+        "{kind}, {CONNS} conns: relay ÷ floor = {ratio:.2} ({} ÷ {} req/s; direct to the fake {} req/s); in its {} turns: {}",
         thousands(p.relay.rps()),
         thousands(p.floor.rps()),
-        thousands(p.direct.rps())
+        thousands(p.direct.rps()),
+        p.turns.len(),
+        p.turns
+            .iter()
+            .map(|(r, _)| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     report.target(
         ratio >= target,
@@ -210,13 +250,19 @@ fn latency_lines(report: &mut Report, kind: &str, p: &Paths) {
         _ => String::new(),
     };
     report.ratio(format!(
-        "{kind}, 1 conn: relay p50 − floor p50 = {diff:+.0} µs (p50 / p99: relay {:.0} / {:.0} µs, floor {:.0} / {:.0} µs, direct {:.0} / {:.0} µs){ttfb}",
+        "{kind}, 1 conn: relay p50 − floor p50 = {diff:+.0} µs (p50 / p99: relay {:.0} / {:.0} µs, floor {:.0} / {:.0} µs, direct {:.0} / {:.0} µs){ttfb}; in its {} turns: {}",
         p.relay.out.p50_us,
         p.relay.out.p99_us,
         p.floor.out.p50_us,
         p.floor.out.p99_us,
         p.direct.out.p50_us,
-        p.direct.out.p99_us
+        p.direct.out.p99_us,
+        p.turns.len(),
+        p.turns
+            .iter()
+            .map(|(_, d)| format!("{d:+.0} µs"))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     if kind == "whole answers" {
         report.target(

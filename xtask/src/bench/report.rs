@@ -3,7 +3,7 @@
 
 use super::generator::RERUNS;
 use super::load::mib;
-use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, STOLEN_LIMIT_PCT, WARMUP_SECS};
+use super::measure::{ATTEMPTS, FOREIGN_LIMIT_PCT, Run, STOLEN_LIMIT_PCT, TURNS, WARMUP_SECS};
 
 /// What the sections measured.
 #[derive(Default)]
@@ -285,6 +285,12 @@ fn method(secs: u64) -> String {
          disturbed), to show ours is not the limit;\n\
          ours is used only where it came within 10% of `wrk` there (the streams' rows at one\n\
          connection, for their time to the first byte), `wrk` everywhere else.\n\n\
+         The floor and the relay of each `/v1/messages` row are measured in turns, floor then\n\
+         relay, {TURNS} times (each pair re-run when disturbed, as below): the two runs of a pair\n\
+         are seconds apart, so a machine whose speed drifts for a while (a host taking more of\n\
+         it without it showing as stolen time) slows both alike. The turn kept for the rows and\n\
+         the targets is the median one (by relay ÷ floor under load, by relay p50 − floor p50\n\
+         at one connection); the ratio lines list every turn's.\n\n\
          Each measurement is {WARMUP_SECS} s of warm-up, then {secs} s measured (the memory run: 60 s, RSS\n\
          sampled every second). Requests per second count answers of the expected status; p50\n\
          and p99 are the generator's. CPU per request is the server's user + system time from\n\
