@@ -13,7 +13,7 @@ use super::record::{backend, check_id, decode, encode};
 use super::trees::{KEYS, LEDGER, LedgerTx, SledStore};
 use super::txn::{TxResult, abort, get, or_abort, put};
 use super::usage_chunk::{self, Charged};
-use super::usage_log;
+use super::usage_log::{self, OpenRun};
 use crate::{Charge, Key, LedgerDraft, LedgerEntry, LedgerKind, StoreError};
 
 /// Applies ledger drafts inside a transaction: checks `(task_id, kind)` uniqueness, moves the
@@ -139,7 +139,15 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
     let at = unix_secs();
     let log = &store.usage_log;
     let mut end = log.end();
-    let (taken, new_end) = store.charge_tx("charges", |tx| {
+    // The open runs of the batch's keys, looked up once a key and process.
+    for charge in charges {
+        if !end.runs.contains_key(&charge.key_id) {
+            let run = open_run(store, &charge.key_id)?;
+            end.runs.insert(charge.key_id.clone(), run);
+        }
+    }
+    let tail = &*end;
+    let (taken, new_end, runs) = store.charge_tx("charges", |tx| {
         // Key and charge ids are the relay's own: a fast hash (keyed per process) is enough.
         let mut keys: foldhash::HashMap<&str, Key> = HashMap::default();
         let mut taken = Vec::with_capacity(charges.len());
@@ -191,34 +199,78 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
             taken.push(take);
         }
         // Written at the committed end each time the transaction runs: a run that does not
-        // commit leaves bytes past the end for the next batch to overwrite.
-        let mut write_at = *end;
+        // commit leaves bytes past the end for the next batch to overwrite. The runs the
+        // transaction moves are applied to `tail` only once it has committed.
+        let mut write_at = tail.at;
+        let mut moved: Vec<(&str, OpenRun)> = Vec::new();
         for chunk in entries.chunks(USAGE_CHUNK) {
-            let seq = tx.usage.generate_id()?.to_be_bytes();
+            let seq = tx.usage.generate_id()?;
             let bytes = or_abort(usage_chunk::encode(chunk))?;
             or_abort(log.write_at(&bytes, write_at))?;
             let len = bytes.len() as u64;
-            let place = usage_log::place(write_at, len);
-            write_at += len;
             let mut holders: Vec<&str> = Vec::new();
             for entry in chunk {
-                if !holders.contains(&entry.key_id) {
-                    holders.push(entry.key_id);
-                    tx.usage_by_key
-                        .insert([entry.key_id.as_bytes(), &[0], &seq].concat(), &place)?;
+                if holders.contains(&entry.key_id) {
+                    continue;
                 }
+                holders.push(entry.key_id);
+                let open = match moved.iter().rev().find(|(k, _)| *k == entry.key_id) {
+                    Some((_, run)) => Some(run.clone()),
+                    None => tail.runs.get(entry.key_id).cloned().flatten(),
+                };
+                let open = open.filter(|run| run.chunks < usage_log::RUN_CHUNKS);
+                let (index_key, before) = match open {
+                    Some(run) => {
+                        let before = tx.usage_by_key.get(&run.index_key)?;
+                        (run.index_key, before)
+                    }
+                    None => {
+                        let key = [entry.key_id.as_bytes(), &[0], &seq.to_be_bytes()].concat();
+                        (key, None)
+                    }
+                };
+                let value = usage_log::run_with(before.as_deref(), seq, write_at, len);
+                let chunks = usage_log::chunks_in(&value);
+                tx.usage_by_key.insert(&index_key[..], value)?;
+                moved.push((entry.key_id, OpenRun { index_key, chunks }));
             }
+            write_at += len;
         }
-        if write_at != *end {
+        if write_at != tail.at {
             tx.usage.insert(usage_log::END, &write_at.to_be_bytes())?;
         }
         for (id, key) in &keys {
             put(tx.keys, id.as_bytes(), "key", key)?;
         }
-        Ok((taken, write_at))
+        let moved: Vec<(String, OpenRun)> =
+            moved.into_iter().map(|(k, r)| (k.to_owned(), r)).collect();
+        Ok((taken, write_at, moved))
     })?;
-    *end = new_end;
+    end.at = new_end;
+    for (key_id, run) in runs {
+        end.runs.insert(key_id, Some(run));
+    }
     Ok(taken)
+}
+
+/// The run a key's next chunk extends: its last `usage_by_key` entry when that is a run with
+/// room left (one of any other form, or a full run, is left as it is).
+fn open_run(store: &SledStore, key_id: &str) -> Result<Option<OpenRun>, StoreError> {
+    let mut prefix = key_id.as_bytes().to_vec();
+    prefix.push(0);
+    let last = store
+        .usage_by_key
+        .scan_prefix(&prefix)
+        .next_back()
+        .transpose()
+        .map_err(|e| backend("read usage index", e))?;
+    Ok(last.and_then(|(index_key, value)| {
+        let chunks = usage_log::chunks_in(&value);
+        (usage_log::is_run(&value) && chunks < usage_log::RUN_CHUNKS).then(|| OpenRun {
+            index_key: index_key.to_vec(),
+            chunks,
+        })
+    }))
 }
 
 /// A key's ledger, oldest first: its task entries and its charges from the usage log, in the
@@ -236,24 +288,25 @@ pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry
         runs.push((seq_of(&id), vec![decode(LEDGER, &bytes)?]));
     }
     for item in store.usage_by_key.scan_prefix(&prefix) {
-        let (id, place) = item.map_err(|e| backend("read usage index", e))?;
-        let seq = seq_of(&id);
-        let bytes = match usage_log::parse_place(&place) {
-            Some((at, len)) => store.usage_log.read(at, len)?,
-            None => match store
-                .usage
-                .get(seq.to_be_bytes())
-                .map_err(|e| backend("read usage", e))?
-            {
-                Some(bytes) => bytes.to_vec(),
-                None => continue,
-            },
-        };
-        let chunk = usage_chunk::decode(&bytes)?;
-        runs.push((
-            seq,
-            chunk.into_iter().filter(|e| e.key_id == key_id).collect(),
-        ));
+        let (id, stored) = item.map_err(|e| backend("read usage index", e))?;
+        for (seq, place) in usage_log::chunks(&stored, seq_of(&id)) {
+            let bytes = match place {
+                Some((at, len)) => store.usage_log.read(at, len)?,
+                None => match store
+                    .usage
+                    .get(seq.to_be_bytes())
+                    .map_err(|e| backend("read usage", e))?
+                {
+                    Some(bytes) => bytes.to_vec(),
+                    None => continue,
+                },
+            };
+            let chunk = usage_chunk::decode(&bytes)?;
+            runs.push((
+                seq,
+                chunk.into_iter().filter(|e| e.key_id == key_id).collect(),
+            ));
+        }
     }
     runs.sort_by_key(|(seq, _)| *seq);
     Ok(runs.into_iter().flat_map(|(_, run)| run).collect())

@@ -188,6 +188,102 @@ async fn the_usage_log_keeps_committed_charges_across_reopens() {
     assert_eq!(store.key("key_l").await.unwrap().unwrap().quota_used, 9);
 }
 
+/// A key's chunks share `usage_by_key` entries, [`usage_log::RUN_CHUNKS`] to an entry, not one
+/// each; a reopened store goes on with the last run; an entry of one chunk as earlier
+/// versions wrote it (its place alone) is read, and the next chunk starts a new run after it.
+/// The ledger reads back every charge in order throughout.
+#[tokio::test]
+async fn a_keys_chunks_share_index_entries() {
+    use super::usage_log::{self, RUN_CHUNKS};
+    use crate::suite::{charge, key};
+    let dir = TempDir::new();
+    let ids = |store: &SledStore| {
+        ledger::entries(store, "key_r")
+            .unwrap()
+            .iter()
+            .map(|e| e.task_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let index = |store: &SledStore| {
+        store
+            .usage_by_key
+            .scan_prefix(b"key_r\0")
+            .map(|item| item.unwrap().1.to_vec())
+            .collect::<Vec<_>>()
+    };
+    let mut want = Vec::new();
+    let batches = RUN_CHUNKS + 3;
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        store.create_key(&key("key_r", "hr", None)).await.unwrap();
+        store.create_key(&key("key_s", "hs", None)).await.unwrap();
+        for n in 0..batches {
+            let (a, b) = (format!("msg_{n}a"), format!("msg_{n}b"));
+            // Another key's charge in every other batch: its chunks are not this key's.
+            let mut batch = vec![charge("key_r", &a, 1), charge("key_r", &b, 1)];
+            if n % 2 == 0 {
+                batch.push(charge("key_s", &format!("msg_{n}s"), 1));
+            }
+            store.charges(&batch).await.unwrap();
+            want.extend([a, b]);
+        }
+        let entries = index(&store);
+        let counts: Vec<usize> = entries.iter().map(|v| usage_log::chunks_in(v)).collect();
+        assert_eq!(counts, [RUN_CHUNKS, 3]);
+        assert_eq!(ids(&store), want);
+        store.flush_after("test").await.unwrap();
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    store.charges(&[charge("key_r", "msg_x", 1)]).await.unwrap();
+    want.push("msg_x".into());
+    let counts: Vec<usize> = index(&store)
+        .iter()
+        .map(|v| usage_log::chunks_in(v))
+        .collect();
+    assert_eq!(
+        counts,
+        [RUN_CHUNKS, 4],
+        "the open run goes on after a reopen"
+    );
+    assert_eq!(ids(&store), want);
+    assert_eq!(
+        store.key("key_r").await.unwrap().unwrap().quota_used,
+        2 * batches as i64 + 1
+    );
+
+    // The last run's chunks as entries of one place each, as earlier versions wrote them.
+    let (last_key, last) = store
+        .usage_by_key
+        .scan_prefix(b"key_r\0")
+        .next_back()
+        .unwrap()
+        .unwrap();
+    store.usage_by_key.remove(&last_key).unwrap();
+    for (seq, place) in usage_log::chunks(&last, 0) {
+        let (at, len) = place.unwrap();
+        store
+            .usage_by_key
+            .insert(
+                [&b"key_r\0"[..], &seq.to_be_bytes()].concat(),
+                &usage_log::place(at, len),
+            )
+            .unwrap();
+    }
+    store.flush_after("test").await.unwrap();
+    drop(store);
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(ids(&store), want);
+    store.charges(&[charge("key_r", "msg_y", 1)]).await.unwrap();
+    want.push("msg_y".into());
+    let counts: Vec<usize> = index(&store)
+        .iter()
+        .map(|v| usage_log::chunks_in(v))
+        .collect();
+    assert_eq!(counts, [RUN_CHUNKS, 1, 1, 1, 1, 1]);
+    assert!(usage_log::is_run(&index(&store)[5]));
+    assert_eq!(ids(&store), want);
+}
+
 /// The task counts survive a clean stop without a recount, and are counted again after a stop
 /// that was not clean, never taken stale.
 #[tokio::test]

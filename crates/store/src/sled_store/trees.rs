@@ -109,8 +109,10 @@ pub struct SledStore {
     /// The usage log's committed end (under [`usage_log::END`]), and the chunks of charge
     /// entries stored here before the log had a file of its own, by sequence number.
     pub(super) usage: Tree,
-    /// `key_id \0 seq` for each chunk of the usage log holding the key's entries, with the
-    /// chunk's place in the file (empty for a chunk in `usage`).
+    /// `key_id \0 seq` for each run of chunks of the usage log holding the key's entries (the
+    /// first chunk's `seq`), with each chunk's sequence number and place in the file
+    /// ([`usage_log::RUN_CHUNKS`] at the most); earlier versions wrote one entry per chunk,
+    /// with its place alone, or empty for a chunk in `usage`.
     pub(super) usage_by_key: Tree,
     /// The usage log's file.
     pub(super) usage_log: Arc<UsageLog>,

@@ -19,6 +19,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use foldhash::HashMap;
+
 use crate::StoreError;
 
 /// Where the committed end is kept, in the `usage` tree (whose other keys are 8-byte sequence
@@ -31,8 +33,9 @@ const FILE: &str = "usage.log";
 /// The usage log's file and its committed end.
 pub(super) struct UsageLog {
     file: File,
-    /// The committed end; held by the one batch of charges being written.
-    end: Mutex<u64>,
+    /// The committed end and the keys' open runs; held by the one batch of charges being
+    /// written.
+    end: Mutex<Tail>,
     /// Writes made so far, and as many as the last sync covered: a flush with no charge
     /// written since the last one skips the file's sync (most flushes are of task steps).
     writes: AtomicU64,
@@ -64,7 +67,10 @@ impl UsageLog {
         }
         Ok(UsageLog {
             file,
-            end: Mutex::new(committed),
+            end: Mutex::new(Tail {
+                at: committed,
+                runs: HashMap::default(),
+            }),
             writes: AtomicU64::new(0),
             synced: AtomicU64::new(0),
         })
@@ -72,7 +78,7 @@ impl UsageLog {
 
     /// The committed end, held until the guard drops: the caller writes past it and moves it
     /// when its transaction commits.
-    pub(super) fn end(&self) -> MutexGuard<'_, u64> {
+    pub(super) fn end(&self) -> MutexGuard<'_, Tail> {
         super::locked::locked(&self.end)
     }
 
@@ -109,7 +115,74 @@ impl UsageLog {
     }
 }
 
-/// A chunk's place in the file, as the `usage_by_key` index keeps it.
+/// The end of the log as the batch that holds it sees it.
+pub(super) struct Tail {
+    /// The committed end.
+    pub at: u64,
+    /// Each key's open run as of the committed end, once looked up: the `usage_by_key` entry
+    /// that its next chunk extends, or none to start a new one.
+    pub runs: HashMap<String, Option<OpenRun>>,
+}
+
+/// A key's `usage_by_key` entry that still takes chunks ([`RUN_CHUNKS`] at the most).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct OpenRun {
+    pub index_key: Vec<u8>,
+    pub chunks: usize,
+}
+
+/// The most chunks one `usage_by_key` entry lists. Every entry of sled's tree stays in its
+/// page cache, about 160 bytes of the relay's memory each, and a busy chat path writes a
+/// chunk some 40 times a second: one entry per chunk grew the relay by about 0.4 MiB a minute.
+/// A run of 32 takes 24 bytes a chunk and a new entry every 32 chunks; reading a key's ledger
+/// reads the same chunks as before.
+pub(super) const RUN_CHUNKS: usize = 32;
+
+/// The first byte of a run's value: chunks listed as `(seq, at, len)`, each a big-endian u64.
+const RUN: u8 = b'r';
+const RUN_ITEM: usize = 24;
+
+/// A run's value with one more chunk: `seq` (its sequence number), at `at`, `len` bytes.
+pub(super) fn run_with(run: Option<&[u8]>, seq: u64, at: u64, len: u64) -> Vec<u8> {
+    let old = run.filter(|v| is_run(v)).unwrap_or(&[RUN]);
+    let mut out = Vec::with_capacity(old.len() + RUN_ITEM);
+    out.extend_from_slice(old);
+    for n in [seq, at, len] {
+        out.extend_from_slice(&n.to_be_bytes());
+    }
+    out
+}
+
+/// Whether a `usage_by_key` value is a run (else a place of one chunk, or empty).
+pub(super) fn is_run(stored: &[u8]) -> bool {
+    stored.first() == Some(&RUN) && (stored.len() - 1).is_multiple_of(RUN_ITEM)
+}
+
+/// How many chunks a `usage_by_key` value lists: a run's count, 1 for any other value.
+pub(super) fn chunks_in(stored: &[u8]) -> usize {
+    if is_run(stored) {
+        (stored.len() - 1) / RUN_ITEM
+    } else {
+        1
+    }
+}
+
+/// The chunks a `usage_by_key` entry stands for, with their sequence numbers: a run's list;
+/// a place of one chunk (as versions before runs wrote it) under `seq`, the entry's own; or,
+/// for an entry of a chunk kept in sled (empty), `seq` with no place.
+pub(super) fn chunks(stored: &[u8], seq: u64) -> Vec<(u64, Option<(u64, u64)>)> {
+    if is_run(stored) {
+        let n = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
+        return stored[1..]
+            .chunks_exact(RUN_ITEM)
+            .map(|c| (n(&c[..8]), Some((n(&c[8..16]), n(&c[16..])))))
+            .collect();
+    }
+    vec![(seq, parse_place(stored))]
+}
+
+/// A chunk's place in the file, as the `usage_by_key` index kept it before runs.
+#[cfg(test)]
 pub(super) fn place(at: u64, len: u64) -> [u8; 16] {
     let mut out = [0; 16];
     out[..8].copy_from_slice(&at.to_be_bytes());
@@ -118,8 +191,31 @@ pub(super) fn place(at: u64, len: u64) -> [u8; 16] {
 }
 
 /// The place [`place`] wrote, or `None` for an index entry of a chunk kept in sled.
-pub(super) fn parse_place(stored: &[u8]) -> Option<(u64, u64)> {
+fn parse_place(stored: &[u8]) -> Option<(u64, u64)> {
+    if stored.len() != 16 {
+        return None;
+    }
     let at = u64::from_be_bytes(stored.get(..8)?.try_into().ok()?);
     let len = u64::from_be_bytes(stored.get(8..16)?.try_into().ok()?);
     Some((at, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run lists its chunks in order; a value of the earlier forms stands for one chunk.
+    #[test]
+    fn index_values_of_every_form() {
+        let one = run_with(None, 7, 0, 100);
+        let two = run_with(Some(&one), 9, 100, 50);
+        assert_eq!((chunks_in(&one), chunks_in(&two)), (1, 2));
+        assert_eq!(chunks(&two, 1), [(7, Some((0, 100))), (9, Some((100, 50)))]);
+        assert_eq!(chunks(&place(5, 6), 3), [(3, Some((5, 6)))]);
+        assert_eq!(chunks_in(&place(5, 6)), 1);
+        assert_eq!(chunks(&[], 4), [(4, None)]);
+        // A 16-byte place that happens to begin with the run's byte is still a place.
+        let odd = place(u64::from(RUN) << 56, 6);
+        assert_eq!(chunks(&odd, 2), [(2, Some((u64::from(RUN) << 56, 6)))]);
+    }
 }
