@@ -54,6 +54,14 @@ struct Paths {
     turns: Vec<(f64, f64)>,
 }
 
+impl Paths {
+    /// "in its N turns: ..." with each turn as `show` writes it.
+    fn listed(&self, show: impl Fn(&(f64, f64)) -> String) -> String {
+        let each: Vec<String> = self.turns.iter().map(show).collect();
+        format!("in its {} turns: {}", self.turns.len(), each.join(", "))
+    }
+}
+
 /// What picks the turn kept: the throughput ratio under load, the latency at one connection.
 fn turn_key(pair: &[Run; 2], conns: usize) -> f64 {
     let [floor, relay] = pair;
@@ -195,16 +203,11 @@ fn rows(report: &mut Report, kind: &str, p: &Paths, other: Option<&Run>) {
 fn loaded_lines(report: &mut Report, kind: &str, p: &Paths, target: f64) {
     let ratio = p.relay.rps() / p.floor.rps();
     report.ratio(format!(
-        "{kind}, {CONNS} conns: relay ÷ floor = {ratio:.2} ({} ÷ {} req/s; direct to the fake {} req/s); in its {} turns: {}",
+        "{kind}, {CONNS} conns: relay ÷ floor = {ratio:.2} ({} ÷ {} req/s; direct to the fake {} req/s); {}",
         thousands(p.relay.rps()),
         thousands(p.floor.rps()),
         thousands(p.direct.rps()),
-        p.turns.len(),
-        p.turns
-            .iter()
-            .map(|(r, _)| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        p.listed(|(r, _)| format!("{r:.2}"))
     ));
     report.target(
         ratio >= target,
@@ -250,19 +253,14 @@ fn latency_lines(report: &mut Report, kind: &str, p: &Paths) {
         _ => String::new(),
     };
     report.ratio(format!(
-        "{kind}, 1 conn: relay p50 − floor p50 = {diff:+.0} µs (p50 / p99: relay {:.0} / {:.0} µs, floor {:.0} / {:.0} µs, direct {:.0} / {:.0} µs){ttfb}; in its {} turns: {}",
+        "{kind}, 1 conn: relay p50 − floor p50 = {diff:+.0} µs (p50 / p99: relay {:.0} / {:.0} µs, floor {:.0} / {:.0} µs, direct {:.0} / {:.0} µs){ttfb}; {}",
         p.relay.out.p50_us,
         p.relay.out.p99_us,
         p.floor.out.p50_us,
         p.floor.out.p99_us,
         p.direct.out.p50_us,
         p.direct.out.p99_us,
-        p.turns.len(),
-        p.turns
-            .iter()
-            .map(|(_, d)| format!("{d:+.0} µs"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        p.listed(|(_, d)| format!("{d:+.0} µs"))
     ));
     if kind == "whole answers" {
         report.target(

@@ -225,7 +225,8 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
                         (run.index_key, before)
                     }
                     None => {
-                        let key = [entry.key_id.as_bytes(), &[0], &seq.to_be_bytes()].concat();
+                        let mut key = key_prefix(entry.key_id);
+                        key.extend_from_slice(&seq.to_be_bytes());
                         (key, None)
                     }
                 };
@@ -253,14 +254,21 @@ pub(super) fn charges(store: &SledStore, charges: &[Charge]) -> Result<Vec<i64>,
     Ok(taken)
 }
 
+/// `key_id \0`: what a key's entries in `ledger` and `usage_by_key` begin with (a sequence
+/// number follows).
+fn key_prefix(key_id: &str) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(key_id.len() + 9);
+    prefix.extend_from_slice(key_id.as_bytes());
+    prefix.push(0);
+    prefix
+}
+
 /// The run a key's next chunk extends: its last `usage_by_key` entry when that is a run with
 /// room left (one of any other form, or a full run, is left as it is).
 fn open_run(store: &SledStore, key_id: &str) -> Result<Option<OpenRun>, StoreError> {
-    let mut prefix = key_id.as_bytes().to_vec();
-    prefix.push(0);
     let last = store
         .usage_by_key
-        .scan_prefix(&prefix)
+        .scan_prefix(key_prefix(key_id))
         .next_back()
         .transpose()
         .map_err(|e| backend("read usage index", e))?;
@@ -276,8 +284,7 @@ fn open_run(store: &SledStore, key_id: &str) -> Result<Option<OpenRun>, StoreErr
 /// A key's ledger, oldest first: its task entries and its charges from the usage log, in the
 /// order of their sequence numbers (one counter serves both).
 pub(super) fn entries(store: &SledStore, key_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
-    let mut prefix = key_id.as_bytes().to_vec();
-    prefix.push(0);
+    let prefix = key_prefix(key_id);
     let seq_of = |stored: &[u8]| {
         let tail = stored.get(prefix.len()..).unwrap_or_default();
         <[u8; 8]>::try_from(tail).map_or(0, u64::from_be_bytes)
