@@ -296,12 +296,16 @@ pub async fn write_charges(app: Arc<App>) {
     let mut batch = Vec::with_capacity(CHARGE_BATCH);
     while rx.recv_many(&mut batch, CHARGE_BATCH).await > 0 {
         // One wake-up per batch: the writer sleeps out the gathering time instead of waking
-        // for every charge that arrives meanwhile, then takes what has queued.
-        tokio::time::sleep(GATHER).await;
-        while batch.len() < CHARGE_BATCH {
-            match rx.try_recv() {
-                Ok(charge) => batch.push(charge),
-                Err(_) => break,
+        // for every charge that arrives meanwhile, then takes what has queued. A batch that
+        // is already full is written at once: when charges come faster than a batch a
+        // gathering time, sleeping would let the queue grow until it overflows.
+        if batch.len() < CHARGE_BATCH {
+            tokio::time::sleep(GATHER).await;
+            while batch.len() < CHARGE_BATCH {
+                match rx.try_recv() {
+                    Ok(charge) => batch.push(charge),
+                    Err(_) => break,
+                }
             }
         }
         let items = std::mem::take(&mut batch);
