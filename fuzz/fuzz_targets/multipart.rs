@@ -15,8 +15,8 @@ use http_body::Frame;
 use http_body_util::StreamBody;
 use libfuzzer_sys::fuzz_target;
 use relay_fuzz::chunkings;
-use server::http::Limit;
-use server::multipart::{Limits, PREFIX_BYTES, read};
+use server::ground::http::Limit;
+use server::ground::multipart::{Limits, PREFIX_BYTES, read};
 use store::{BlobStore, LocalBlobs};
 use videos_v1::FieldValue;
 

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use relay_fuzz::Bytes;
-use server::content::{ByteRange, RangeAsk, parse_range};
+use server::ground::content::{ByteRange, RangeAsk, parse_range};
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Bytes(data);

@@ -6,9 +6,9 @@
 use http::Method;
 use libfuzzer_sys::fuzz_target;
 use relay_fuzz::Bytes;
-use server::http::query_param;
+use server::ground::http::query_param;
 use server::router::fuzzing::route;
-use server::signed::Signer;
+use server::ground::signed::Signer;
 
 /// Verifies a `/files/...?expires=&sig=` path and query as `GET /files/...` does.
 fn verifies(signer: &Signer, url: &str, now: u64) -> bool {

@@ -486,7 +486,7 @@ async fn list(api: &Api, limit: u32) -> anyhow::Result<()> {
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS` (UTC): the relay's RFC 3339 form, easier to read.
 fn utc(secs: i64) -> String {
-    let mut stamp = server::limits::rfc3339(secs);
+    let mut stamp = server::ground::limits::rfc3339(secs);
     stamp.pop();
     stamp.replace('T', " ")
 }

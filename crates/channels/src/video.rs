@@ -1,14 +1,16 @@
 //! What the engine asks of a video channel, whatever speaks behind it: [`VideoChannel`]
 //! dispatches to the adapter of each kind. The types it speaks in are in `job`.
 
+pub mod job;
+
 use std::time::Duration;
 
-use crate::ark::Ark;
-use crate::job::{PollOutcome, StoredReference, SubmitOutcome, VideoJob};
-use crate::openai_videos::OpenaiVideos;
-use crate::remote::Remote;
-use crate::simulator::Simulator;
-use crate::upstream_http::{UpstreamError, UpstreamResponse};
+use crate::http::client::{UpstreamError, UpstreamResponse};
+use crate::sim::simulator::Simulator;
+use crate::vendors::ark::Ark;
+use crate::vendors::common::Remote;
+use crate::vendors::openai_videos::OpenaiVideos;
+use crate::video::job::{PollOutcome, StoredReference, SubmitOutcome, VideoJob};
 
 /// A configured video channel. An enum, not a trait object: the set of kinds is closed and
 /// small, and each arm is plain async code.

@@ -391,7 +391,7 @@ mod tests {
                     result_urls: Default::default(),
                 };
                 Arc::new(VideoChannel::OpenaiVideos(
-                    channels::openai_videos::OpenaiVideos::new(settings, blobs.clone()),
+                    channels::vendors::openai_videos::OpenaiVideos::new(settings, blobs.clone()),
                 ))
             })
             .collect();

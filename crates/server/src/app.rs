@@ -1,6 +1,8 @@
 //! The relay's shared state, built from parts made below it (the configuration, the store,
 //! the channels, the engine), and opening it from a configuration and a data directory.
 
+pub mod setup;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -15,14 +17,13 @@ use store::{
 };
 use tokio::sync::Notify;
 
-use crate::auth::{KeyCache, generate_secret, hash_secret};
-use crate::chat_ledger::{ChargeQueue, Reservations};
-use crate::cluster::Cluster;
 use crate::config::{BlobBackend, BlobsConfig, Config, DEFAULT_S3_REGION, StoreBackend};
-use crate::limits::Limiter;
-use crate::metrics::Metrics;
-use crate::setup;
-use crate::signed::{self, Signer};
+use crate::ground::auth::{KeyCache, generate_secret, hash_secret};
+use crate::ground::chat_ledger::{ChargeQueue, Reservations};
+use crate::ground::cluster::Cluster;
+use crate::ground::limits::Limiter;
+use crate::ground::signed::{self, Signer};
+use crate::ops::metrics::Metrics;
 
 /// Everything a request handler needs, shared read-only (plus the store).
 pub struct App {
@@ -40,7 +41,7 @@ pub struct App {
     pub admin_hash: String,
     /// Wakes the asset processor when an upload was stored.
     pub asset_wake: Notify,
-    /// Wakes the batch runner ([`crate::batch_run`]) when a batch was created or canceled.
+    /// Wakes the batch runner ([`crate::formats::batch_run`]) when a batch was created or canceled.
     pub batch_wake: Notify,
     pub shutting_down: AtomicBool,
     /// Upstream calls by channel name, for `/admin/channels` (shared with the engine).
@@ -68,7 +69,7 @@ pub struct App {
     /// What the request path counts, for `GET /metrics`.
     pub metrics: Metrics,
     /// First-format task records as last rendered.
-    pub records: crate::record_cache::RecordCache,
+    pub records: crate::ground::record_cache::RecordCache,
 }
 
 /// Secrets created on a first start, to be shown once.
@@ -283,7 +284,7 @@ fn public_urls(config: &Config, signer: &Arc<Signer>) -> Option<engine::PublicUr
 pub fn new_key(name: &str, group: &str, quota: Option<i64>) -> (Key, String) {
     let secret = generate_secret("sk-relay-");
     let key = Key {
-        id: crate::http::new_id("key"),
+        id: crate::ground::http::new_id("key"),
         name: name.to_owned(),
         group: group.to_owned(),
         hash: hash_secret(&secret),
@@ -296,7 +297,7 @@ pub fn new_key(name: &str, group: &str, quota: Option<i64>) -> (Key, String) {
         status: KeyStatus::Active,
         created_at: now_secs(),
         webhook_url: None,
-        webhook_secret: Some(crate::callbacks::new_secret()),
+        webhook_secret: Some(crate::ground::webhook_signing::new_secret()),
     };
     (key, secret)
 }

@@ -12,16 +12,19 @@ use hyper::body::Incoming;
 use serde_json::json;
 
 use crate::app::App;
-use crate::auth::{authenticate, authenticate_admin};
-use crate::generations::Generations;
-use crate::http::{Answer, error, ok};
-use crate::idempotency::Idem;
-use crate::limits::Class;
-use crate::messages::RequestId;
-use crate::tasks;
-use crate::videos::Videos;
-use crate::{admin, assets, batches, characters, generations, video_models, videos, webhooks};
+use crate::formats::generations::Generations;
+use crate::formats::idempotency::Idem;
+use crate::formats::messages::RequestId;
+use crate::formats::tasks;
+use crate::formats::videos::Videos;
+use crate::formats::{assets, batches, characters, generations, video_models, videos};
+use crate::ground::auth::{authenticate, authenticate_admin};
+use crate::ground::http::{Answer, error, ok};
+use crate::ground::limits::Class;
+use crate::ops::{admin, webhooks};
 
+#[cfg(test)]
+mod openapi_check;
 mod routes;
 
 use routes::{Miss, Route, is_messages_path, route};
@@ -48,14 +51,14 @@ fn request_id(req: &Request<Incoming>) -> RequestId {
 /// The hyper service function.
 pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
     let started = Instant::now();
-    crate::spin::work(started);
+    crate::serve::spin::work(started);
     let id = request_id(&req);
     // The messages endpoints put the id into their error bodies; only their paths read it
     // (`messages::request_id`), so only they pay for the request's extensions map.
     if is_messages_path(req.uri().path()) {
         req.extensions_mut().insert(id.clone());
     }
-    let mut slot = crate::metrics::UNMATCHED;
+    let mut slot = crate::ops::metrics::UNMATCHED;
     let mut res = dispatch(&app, req, &mut slot).await;
     let ended = Instant::now();
     app.metrics
@@ -63,7 +66,7 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
     let headers = res.headers_mut();
     headers.insert(X_REQUEST_ID, id.0.clone());
     headers.insert(REQUEST_ID, id.0);
-    crate::spin::work(ended);
+    crate::serve::spin::work(ended);
     Ok(res)
 }
 
@@ -77,7 +80,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
     // do not take.
     let answer = |err: &ApiError| {
         if is_messages_path(path) {
-            crate::messages::vendor_error(err, &crate::messages::request_id(&parts))
+            crate::formats::messages::vendor_error(
+                err,
+                &crate::formats::messages::request_id(&parts),
+            )
         } else {
             error(err)
         }
@@ -107,11 +113,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
         Route::Healthz => ok(&json!({"status": "ok"})),
         Route::Readyz => readyz(app).await,
         Route::OpenApi => openapi(),
-        Route::Console => crate::console::serve("index.html", headers),
-        Route::ConsoleFile(file) => crate::console::serve(file, headers),
+        Route::Console => crate::ops::console::serve("index.html", headers),
+        Route::ConsoleFile(file) => crate::ops::console::serve(file, headers),
         Route::File(blob) => file(app, blob, query, headers).await,
         Route::ArkCallback(channel) => {
-            crate::ark_callback::receive(app, channel, query, body).await
+            crate::vendor_callbacks::ark::receive(app, channel, query, body).await
         }
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages
@@ -124,7 +130,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
         | Route::DeleteBatch(_)
         | Route::CancelBatch(_)
         | Route::BatchResults(_) => {
-            use crate::messages;
+            use crate::formats::messages;
             let (mut res, key) = match messages::admit(app, &parts).await {
                 Err(refused) => (refused.answer, refused.key),
                 Ok(key) => {
@@ -320,7 +326,7 @@ async fn file(
     query: Option<&str>,
     headers: &http::HeaderMap,
 ) -> Answer {
-    use crate::http::query_param;
+    use crate::ground::http::query_param;
     let expires = query_param(query, "expires").and_then(|e| e.parse::<u64>().ok());
     let sig = query_param(query, "sig");
     let now = now_secs();
@@ -338,10 +344,10 @@ async fn file(
     let presign = app
         .presign_ttl()
         .map(|_| std::time::Duration::from_secs(expires.saturating_sub(now)));
-    crate::content::serve_blob(
+    crate::ground::content::serve_blob(
         &app.blobs,
         blob,
-        crate::signed::content_type(blob),
+        crate::ground::signed::content_type(blob),
         headers,
         presign,
     )
@@ -352,7 +358,7 @@ async fn file(
 pub const OPENAPI_YAML: &str = include_str!("../../../docs/openapi.yaml");
 
 fn openapi() -> Answer {
-    let mut res = http::Response::new(crate::http::full(OPENAPI_YAML));
+    let mut res = http::Response::new(crate::ground::http::full(OPENAPI_YAML));
     res.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/yaml"),

@@ -99,7 +99,7 @@ fn machine() -> (usize, String, String) {
 
 /// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (from the server's RFC 3339 form).
 pub fn utc(secs: u64) -> String {
-    let stamp = server::limits::rfc3339(secs as i64);
+    let stamp = server::ground::limits::rfc3339(secs as i64);
     format!("{} {} UTC", &stamp[..10], &stamp[11..16])
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
 use super::stream::ChatEventStream;
-use crate::upstream_http::{UpstreamHttp, UpstreamResponse};
+use crate::http::client::{UpstreamHttp, UpstreamResponse};
 
 #[derive(Debug)]
 pub struct AnthropicChat {

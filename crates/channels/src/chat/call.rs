@@ -12,8 +12,8 @@ use http::HeaderMap;
 use messages::{Checked, MessagesRequest, Usage};
 
 use super::stream::ChatEventStream;
-use crate::sim_directives::SimDirectives;
-use crate::upstream_http::{UpstreamError, UpstreamTimeouts};
+use crate::http::client::{UpstreamError, UpstreamTimeouts};
+use crate::sim::directives::SimDirectives;
 
 /// How a chat channel is set up.
 #[derive(Debug, Clone, Default)]

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
 use super::stream::ChatEventStream;
-use crate::upstream_http::UpstreamHttp;
+use crate::http::client::UpstreamHttp;
 
 #[derive(Debug)]
 pub struct OpenaiChat {

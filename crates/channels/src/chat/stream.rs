@@ -9,8 +9,8 @@ use messages::openai::{ChatStream, ConvertError};
 use messages::{SseDecoder, StreamEvent, Usage, scan};
 use serde_json::Value;
 
-use crate::deadline::Deadline;
-use crate::upstream_http::{UpstreamBody, UpstreamError};
+use crate::http::client::{UpstreamBody, UpstreamError};
+use crate::http::deadline::Deadline;
 
 /// A stream that failed after it began.
 #[derive(Debug, Clone, PartialEq, Eq)]

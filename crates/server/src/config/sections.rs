@@ -27,7 +27,7 @@ pub struct ServerConfig {
     /// The longest silence between two pieces of a request body.
     pub body_read_timeout_secs: u64,
     /// Open connections in all; 0: as many as the descriptor limit allows (see
-    /// [`crate::conns`]). Always capped so that descriptors stay in reserve.
+    /// [`crate::serve::conns`]). Always capped so that descriptors stay in reserve.
     pub max_connections: u32,
     /// Open connections from one client address; 0: no cap.
     pub max_connections_per_client: u32,
@@ -35,7 +35,7 @@ pub struct ServerConfig {
     /// per CPU core.
     pub workers: u32,
     /// How long a connection thread keeps looking for work after a request began or ended
-    /// before it sleeps, in microseconds ([`crate::spin`]); 0: it sleeps at once.
+    /// before it sleeps, in microseconds ([`crate::serve::spin`]); 0: it sleeps at once.
     pub spin_us: u64,
 }
 
@@ -51,16 +51,16 @@ impl ServerConfig {
 
 impl ServerConfig {
     /// The limit of a JSON body.
-    pub fn json_limit(&self) -> crate::http::Limit {
-        crate::http::Limit {
+    pub fn json_limit(&self) -> crate::ground::http::Limit {
+        crate::ground::http::Limit {
             bytes: self.max_body_bytes,
             idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
         }
     }
 
     /// The limit of a multipart body.
-    pub fn upload_limit(&self) -> crate::http::Limit {
-        crate::http::Limit {
+    pub fn upload_limit(&self) -> crate::ground::http::Limit {
+        crate::ground::http::Limit {
             bytes: self.max_upload_bytes,
             idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
         }

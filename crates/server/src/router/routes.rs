@@ -239,7 +239,7 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
 }
 
 impl<'a> Route<'a> {
-    /// The route's place in [`crate::metrics::ROUTES`], whose label is its method and path
+    /// The route's place in [`crate::ops::metrics::ROUTES`], whose label is its method and path
     /// template as in [`route_table`] (a test holds the two together).
     pub(super) fn slot(&self) -> usize {
         use Route::*;
@@ -304,7 +304,7 @@ impl<'a> Route<'a> {
     /// The route's label, `metrics::ROUTES[slot]`.
     #[cfg(test)]
     pub(super) fn label(&self) -> &'static str {
-        crate::metrics::ROUTES[self.slot()]
+        crate::ops::metrics::ROUTES[self.slot()]
     }
 
     /// The path parameter, if the route has one (for `File`, the whole blob path).
@@ -378,13 +378,13 @@ pub mod fuzzing {
     }
 }
 
-/// Every (method, path template) the router takes: the labels of [`crate::metrics::ROUTES`],
+/// Every (method, path template) the router takes: the labels of [`crate::ops::metrics::ROUTES`],
 /// each route's one place there, and `GET /console/`, the page `GET /console` is. The
 /// OpenAPI document and the conformance suite's access checks are held to it.
 /// `/files/{path}` stands for `/files/` followed by one or more segments.
 pub fn route_table() -> &'static [(&'static str, &'static str)] {
     static TABLE: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {
-        let routes = &crate::metrics::ROUTES[..crate::metrics::UNMATCHED];
+        let routes = &crate::ops::metrics::ROUTES[..crate::ops::metrics::UNMATCHED];
         let mut table: Vec<_> = routes.iter().filter_map(|l| l.split_once(' ')).collect();
         table.push(("GET", "/console/"));
         table

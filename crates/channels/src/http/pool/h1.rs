@@ -1,0 +1,674 @@
+//! HTTP/1.1 on one upstream connection, run by the request that uses it: the request written,
+//! the answer's head parsed (httparse), its body read as it comes (a length, chunks, or until
+//! the connection closes), each piece handed out as the bytes it was read into.
+//!
+//! hyper's client connection runs as a task of its own beside the request: the request is
+//! handed to it through a channel, it wakes to write it and to read the answer, and every
+//! piece of the body crosses another channel to the reader. Here nothing runs beside the
+//! request: the future that sends it writes and reads the socket itself, and the body's reader
+//! reads the socket when it wants more. A connection is used by one exchange at a time and
+//! kept by the pool between them.
+
+use std::future::Future;
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use tokio::time::Instant;
+
+use crate::http::deadline::Deadline;
+use crate::http::together::together;
+
+/// Headers an answer may have.
+const MAX_HEADERS: usize = 100;
+/// The largest answer head read.
+const MAX_HEAD: usize = 64 * 1024;
+/// What the first read of a connection asks for; doubled after each read that filled it, up
+/// to [`MAX_READ`].
+const FIRST_READ: usize = 8 * 1024;
+const MAX_READ: usize = 256 * 1024;
+/// The longest chunk-size line (with its extensions).
+const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// The most trailer bytes read after the last chunk.
+const MAX_TRAILERS: usize = 16 * 1024;
+/// A request body up to this size goes out in the head's write, copied after it; a larger one
+/// in a write of its own.
+const INLINE_BODY: usize = 16 * 1024;
+
+/// Why an exchange failed before its answer's head was read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error("writing the request: {0}")]
+    Write(io::Error),
+    #[error("reading the answer: {0}")]
+    Read(io::Error),
+    #[error("the connection closed before the answer's head")]
+    Closed {
+        /// Whether any byte of an answer had arrived.
+        partial: bool,
+    },
+    #[error("invalid answer head: {0}")]
+    Head(&'static str),
+    #[error("answer head larger than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("no answer in time")]
+    TimedOut,
+}
+
+impl Error {
+    /// Whether the request can go out again on another connection when this one had been used
+    /// before: it did not reach the upstream whole (the write failed), or the connection
+    /// closed before any answer and the request is one that may be repeated.
+    pub(crate) fn may_retry(&self, method: &Method) -> bool {
+        match self {
+            Error::Write(_) => true,
+            Error::Closed { partial: false } => *method == Method::GET || *method == Method::HEAD,
+            _ => false,
+        }
+    }
+}
+
+/// Why a body stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error("reading: {0}")]
+    Read(io::Error),
+    #[error("the connection closed before the body's end")]
+    Closed,
+    #[error("invalid chunked body: {0}")]
+    Chunked(&'static str),
+}
+
+/// How an answer's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// No body (a `HEAD`, a 204, a 304, or a length of 0).
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// An answer's head.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub status: StatusCode,
+    /// Its text, from the status line to the empty line: [`header_map`] reads its headers.
+    pub head: Bytes,
+    pub framing: Framing,
+    /// Whether the connection may carry another request once the body has been read.
+    pub keep_alive: bool,
+}
+
+/// One HTTP/1.1 connection: its socket and the bytes read from it that nobody took yet.
+pub(crate) struct Conn<T> {
+    io: T,
+    buf: BytesMut,
+    read_size: usize,
+    /// The request's head as it is written (its capacity kept for the next).
+    out: Vec<u8>,
+    /// The timer of an exchange's [`Limit`], kept for the next (moved, not made again).
+    timer: Deadline,
+}
+
+/// When an exchange must have its answer's head: by an instant, or a time after its first
+/// wait (the clock is read only if it waits at all).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit {
+    at: Option<Instant>,
+    after: Duration,
+}
+
+impl Limit {
+    pub(crate) fn at(at: Instant) -> Limit {
+        Limit {
+            at: Some(at),
+            after: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn after(after: Duration) -> Limit {
+        Limit { at: None, after }
+    }
+
+    fn at_instant(&mut self) -> Instant {
+        let after = self.after;
+        *self.at.get_or_insert_with(|| Instant::now() + after)
+    }
+}
+
+/// `f`'s output, or `None` once `limit` has passed first.
+async fn within<F: Future>(timer: &mut Deadline, limit: &mut Limit, f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = f.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        timer.poll_until(limit.at_instant(), cx).map(|()| None)
+    })
+    .await
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
+    pub(crate) fn new(io: T) -> Conn<T> {
+        Conn {
+            io,
+            buf: BytesMut::new(),
+            read_size: FIRST_READ,
+            out: Vec::new(),
+            timer: Deadline::default(),
+        }
+    }
+
+    /// Whether the upstream closed the connection (or sent bytes nobody asked for) while it
+    /// was idle: looked at without waiting, and without a read when nothing arrived.
+    pub(crate) fn is_closed(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return true;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut probe = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut probe);
+        // Ready means the end, an error or unasked bytes: the connection is done with.
+        Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut probe)
+            .is_ready()
+    }
+
+    /// Sends a request (`path` on its request line, `host` as its `Host` unless its headers
+    /// name one) and reads its answer's head.
+    /// The write and the wait for the head end at `limit` ([`Error::TimedOut`] then).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn exchange(
+        &mut self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        host: Option<&HeaderValue>,
+        body: &[u8],
+        mut limit: Limit,
+    ) -> Result<Head, Error> {
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        encode_head(&mut out, method, path, headers, host, body.len());
+        let inline = body.len() <= INLINE_BODY;
+        if inline {
+            out.extend_from_slice(body);
+        }
+        // The other requests this turn of the runtime has begun reach their writes too before
+        // this one goes out: the upstream is woken once for them all, not once each.
+        together().await;
+        let rest = if inline { &[][..] } else { body };
+        let written = self.write(&out, rest, &mut limit).await;
+        self.out = out;
+        written?;
+        self.read_head(method, &mut limit).await
+    }
+
+    async fn write(&mut self, head: &[u8], body: &[u8], limit: &mut Limit) -> Result<(), Error> {
+        let Conn { io, timer, .. } = self;
+        let written = within(timer, limit, async {
+            io.write_all(head).await?;
+            if !body.is_empty() {
+                io.write_all(body).await?;
+            }
+            // Through TLS the bytes may wait in its buffer until flushed.
+            io.flush().await
+        })
+        .await;
+        match written {
+            Some(result) => result.map_err(Error::Write),
+            None => Err(Error::TimedOut),
+        }
+    }
+
+    async fn read_head(&mut self, method: &Method, limit: &mut Limit) -> Result<Head, Error> {
+        loop {
+            if !self.buf.is_empty() {
+                match parse_head(&mut self.buf, method)? {
+                    Some(head) => return Ok(head),
+                    None if self.buf.len() >= MAX_HEAD => return Err(Error::HeadTooLarge),
+                    None => {}
+                }
+            }
+            let filled = std::future::poll_fn(|cx| match self.poll_fill(cx) {
+                Poll::Ready(filled) => Poll::Ready(Some(filled)),
+                Poll::Pending => self.timer.poll_until(limit.at_instant(), cx).map(|()| None),
+            })
+            .await;
+            let n = match filled.ok_or(Error::TimedOut)? {
+                Ok(n) => n,
+                // Reset before any answer: as good as closed.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buf.is_empty() => 0,
+                Err(e) => return Err(Error::Read(e)),
+            };
+            if n == 0 {
+                return Err(Error::Closed {
+                    partial: !self.buf.is_empty(),
+                });
+            }
+        }
+    }
+
+    /// Reads what the socket has into the buffer: the count read, 0 at the connection's end.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.buf.reserve(self.read_size);
+        let n = std::task::ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut (&mut self.buf).limit(self.read_size)
+        ))?;
+        if n == self.read_size && self.read_size < MAX_READ {
+            self.read_size *= 2;
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// The request line and headers, and the empty line after them. `Content-Length` is the
+/// body's (any the caller set is left out, as is `Transfer-Encoding`: the body is whole).
+fn encode_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    host: Option<&HeaderValue>,
+    body_len: usize,
+) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = host
+        && !headers.contains_key(header::HOST)
+    {
+        line(out, b"host", host.as_bytes());
+    }
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        line(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let carries_body = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
+    if body_len > 0 || carries_body {
+        let mut digits = [0u8; 20];
+        line(
+            out,
+            b"content-length",
+            decimal(body_len as u64, &mut digits),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal, in the end of `digits`.
+fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[at..];
+        }
+    }
+}
+
+/// Parses the answer head at the start of `buf`, taking it off (and any informational answer
+/// before it): `None` while it is incomplete. The head is cut off first (at its empty line),
+/// then parsed where it lies: the header values are pieces of its bytes, not copies.
+fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Error> {
+    loop {
+        let Some(end) = head_end(buf) else {
+            return Ok(None);
+        };
+        let head = buf.split_to(end).freeze();
+        let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        match parser().parse_response_with_uninit_headers(&mut res, &head, &mut slots) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Err(httparse::Error::TooManyHeaders) => return Err(Error::Head("too many headers")),
+            Ok(httparse::Status::Partial) | Err(_) => {
+                return Err(Error::Head("not an HTTP/1.x status line and headers"));
+            }
+        }
+        let code = res.code.unwrap_or(0);
+        let status = StatusCode::from_u16(code).map_err(|_| Error::Head("invalid status code"))?;
+        if status.is_informational() {
+            if status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(Error::Head("an upgrade nobody asked for"));
+            }
+            // 100 Continue, 103 Early Hints: the answer follows.
+            continue;
+        }
+        let version = res.version.unwrap_or(0);
+        let (framing, keep_alive) = frame(res.headers, status, version, method)?;
+        return Ok(Some(Head {
+            status,
+            head,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// Where the head at the start of `buf` ends: just past its empty line (`\r\n` or a bare
+/// `\n`, as the parser takes them).
+fn head_end(buf: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', buf).find_map(|nl| match &buf[nl + 1..] {
+        [b'\n', ..] => Some(nl + 2),
+        [b'\r', b'\n', ..] => Some(nl + 3),
+        _ => None,
+    })
+}
+
+/// How the body of an answer with these headers is framed, and whether its connection may
+/// carry another request after it.
+fn frame(
+    parsed: &[httparse::Header<'_>],
+    status: StatusCode,
+    version: u8,
+    method: &Method,
+) -> Result<(Framing, bool), Error> {
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut encoded = false;
+    let mut close = version == 0;
+    // Only the headers that frame the body are read here; the rest wait in the head's text
+    // for a caller that asks ([`header_map`]).
+    for h in parsed {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or(Error::Head("invalid content-length"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Error::Head("content-lengths that disagree"));
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            encoded = true;
+            // Chunked only when it is the last coding.
+            chunked = value
+                .rsplit(|b| *b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|b| *b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if version == 0 && token.eq_ignore_ascii_case(b"keep-alive") {
+                    close = false;
+                }
+            }
+        }
+    }
+    let bodiless = *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    Ok(if bodiless {
+        (Framing::Empty, !close)
+    } else if encoded {
+        // A length beside a coding is not to be trusted, nor is what follows on the connection.
+        let framing = if chunked {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        };
+        (framing, !close && chunked && length.is_none())
+    } else {
+        match length {
+            Some(0) => (Framing::Empty, !close),
+            Some(n) => (Framing::Length(n), !close),
+            None => (Framing::Close, false),
+        }
+    })
+}
+
+/// The headers of a head [`parse_head`] took (its text, kept whole): the values are pieces of
+/// that text, not copies. The parser accepted the head already, so nothing is refused here.
+pub(crate) fn header_map(head: &Bytes) -> HeaderMap {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = parser().parse_response_with_uninit_headers(&mut res, head, &mut slots);
+    let mut headers = HeaderMap::new();
+    if parsed.is_err() {
+        return headers;
+    }
+    headers.reserve(res.headers.len());
+    for h in res.headers.iter() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    headers
+}
+
+/// How answers are parsed: spaces after a header's name and folded lines taken, as some
+/// servers write them.
+fn parser() -> httparse::ParserConfig {
+    let mut config = httparse::ParserConfig::default();
+    config
+        .allow_spaces_after_header_name_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true);
+    config
+}
+
+/// Where a body's reader stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Bytes left of a body of known length.
+    Length(u64),
+    /// Before a chunk-size line.
+    ChunkSize,
+    /// Bytes left of the current chunk.
+    ChunkData(u64),
+    /// The line end after a chunk's data.
+    ChunkEnd,
+    /// After the last chunk: trailer bytes read so far, until the empty line.
+    Trailers(usize),
+    UntilClose,
+    Done,
+}
+
+/// An answer's body, read from its connection as the reader asks for it.
+pub(crate) struct Body<T> {
+    /// None once the body failed.
+    conn: Option<Box<Conn<T>>>,
+    state: State,
+    keep_alive: bool,
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Body<T> {
+    pub(crate) fn new(conn: Box<Conn<T>>, framing: Framing, keep_alive: bool) -> Body<T> {
+        let state = match framing {
+            Framing::Empty => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+            Framing::Close => State::UntilClose,
+        };
+        Body {
+            conn: Some(conn),
+            state,
+            keep_alive,
+        }
+    }
+
+    /// The connection, when the body has been read to its end and the connection may carry
+    /// another request (nothing past the body arrived on it).
+    pub(crate) fn take_reusable(&mut self) -> Option<Box<Conn<T>>> {
+        let reusable = self.state == State::Done
+            && self.keep_alive
+            && self.conn.as_ref().is_some_and(|c| c.buf.is_empty());
+        if reusable { self.conn.take() } else { None }
+    }
+
+    /// The next piece of the body (the bytes as read, no copy); `None` at its end.
+    pub(crate) fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, BodyError>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(Err(BodyError::Closed));
+        };
+        loop {
+            let buf = &mut conn.buf;
+            match self.state {
+                State::Done => return Poll::Ready(Ok(None)),
+                State::Length(0) => {
+                    self.state = State::Done;
+                    continue;
+                }
+                State::Length(left) if !buf.is_empty() => {
+                    let n = take_len(left, buf.len());
+                    self.state = State::Length(left - n as u64);
+                    return Poll::Ready(Ok(Some(buf.split_to(n).freeze())));
+                }
+                State::UntilClose if !buf.is_empty() => {
+                    return Poll::Ready(Ok(Some(buf.split().freeze())));
+                }
+                State::ChunkData(left) if !buf.is_empty() => {
+                    let n = take_len(left, buf.len());
+                    let left = left - n as u64;
+                    self.state = if left == 0 {
+                        State::ChunkEnd
+                    } else {
+                        State::ChunkData(left)
+                    };
+                    return Poll::Ready(Ok(Some(buf.split_to(n).freeze())));
+                }
+                State::ChunkSize => match find_line(buf) {
+                    Some((len, end)) => {
+                        let size = chunk_size(&buf[..len]);
+                        buf.advance(end);
+                        let size = match size {
+                            Some(size) => size,
+                            None => return self.fail(BodyError::Chunked("invalid chunk size")),
+                        };
+                        self.state = if size == 0 {
+                            State::Trailers(0)
+                        } else {
+                            State::ChunkData(size)
+                        };
+                        continue;
+                    }
+                    None if buf.len() > MAX_CHUNK_LINE => {
+                        return self.fail(BodyError::Chunked("chunk-size line too long"));
+                    }
+                    None => {}
+                },
+                State::ChunkEnd => match buf.first() {
+                    Some(b'\n') => {
+                        buf.advance(1);
+                        self.state = State::ChunkSize;
+                        continue;
+                    }
+                    Some(b'\r') if buf.len() >= 2 => {
+                        if buf[1] != b'\n' {
+                            return self.fail(BodyError::Chunked("a chunk without its line end"));
+                        }
+                        buf.advance(2);
+                        self.state = State::ChunkSize;
+                        continue;
+                    }
+                    Some(b'\r') | None => {}
+                    Some(_) => {
+                        return self.fail(BodyError::Chunked("a chunk longer than its size"));
+                    }
+                },
+                State::Trailers(seen) => match find_line(buf) {
+                    Some((len, end)) => {
+                        buf.advance(end);
+                        if len == 0 {
+                            self.state = State::Done;
+                            continue;
+                        }
+                        if seen + end > MAX_TRAILERS {
+                            return self.fail(BodyError::Chunked("trailers too long"));
+                        }
+                        self.state = State::Trailers(seen + end);
+                        continue;
+                    }
+                    None if seen + buf.len() > MAX_TRAILERS => {
+                        return self.fail(BodyError::Chunked("trailers too long"));
+                    }
+                    None => {}
+                },
+                // Nothing buffered: read below.
+                State::Length(_) | State::UntilClose | State::ChunkData(_) => {}
+            }
+            match std::task::ready!(conn.poll_fill(cx)) {
+                Ok(0) if self.state == State::UntilClose => {
+                    self.state = State::Done;
+                    self.keep_alive = false;
+                }
+                Ok(0) => return self.fail(BodyError::Closed),
+                Ok(_) => {}
+                Err(e) => return self.fail(BodyError::Read(e)),
+            }
+        }
+    }
+
+    /// Ends the body with `e`: the connection is closed.
+    fn fail(&mut self, e: BodyError) -> Poll<Result<Option<Bytes>, BodyError>> {
+        self.conn = None;
+        Poll::Ready(Err(e))
+    }
+}
+
+/// How many of `available` bytes a body with `left` to go takes.
+fn take_len(left: u64, available: usize) -> usize {
+    usize::try_from(left).map_or(available, |left| left.min(available))
+}
+
+/// The first line of `buf`: its length without the line end, and where the next begins.
+fn find_line(buf: &[u8]) -> Option<(usize, usize)> {
+    let nl = memchr::memchr(b'\n', buf)?;
+    let len = if nl > 0 && buf[nl - 1] == b'\r' {
+        nl - 1
+    } else {
+        nl
+    };
+    Some((len, nl + 1))
+}
+
+/// A chunk-size line's size (hex digits, then optional whitespace and extensions).
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let digits = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    if digits == 0 || digits > 16 {
+        return None;
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !rest.is_empty() && rest[0] != b';' {
+        return None;
+    }
+    let text = std::str::from_utf8(&line[..digits]).ok()?;
+    u64::from_str_radix(text, 16).ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+//! The pool as the channels use it: through [`UpstreamHttp`], against an upstream of our own
+//! on 127.0.0.1 that counts the connections it accepts and notes every request's head.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Response, body::Incoming};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::http::client::{UpstreamHttp, UpstreamTimeouts};
+
+/// What the fake upstream saw.
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    /// "METHOD target host" of every request.
+    heads: Mutex<Vec<String>>,
+}
+
+/// An upstream answering `GET /big` with 4 MiB, `GET /empty` with no body and anything else
+/// with `hello`; every connection kept alive unless `keep_alive` is false.
+async fn upstream(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let shared = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            shared.accepted.fetch_add(1, Ordering::SeqCst);
+            let seen = shared.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let host = req
+                        .headers()
+                        .get(http::header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                        .unwrap_or("-")
+                        .to_owned();
+                    seen.heads.lock().unwrap().push(format!(
+                        "{} {} {host}",
+                        req.method(),
+                        req.uri()
+                    ));
+                    let body = match req.uri().path() {
+                        "/big" => Bytes::from(vec![b'x'; 4 << 20]),
+                        "/empty" => Bytes::new(),
+                        _ => Bytes::from_static(b"hello"),
+                    };
+                    async move { Ok::<_, Infallible>(Response::new(Full::new(body))) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(keep_alive)
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn client() -> UpstreamHttp {
+    UpstreamHttp::new(UpstreamTimeouts {
+        connect: Duration::from_secs(5),
+        first_byte: Duration::from_secs(10),
+        idle: Duration::from_secs(10),
+    })
+}
+
+async fn get(http: &UpstreamHttp, addr: SocketAddr, path: &str) -> Bytes {
+    let req = Request::get(format!("http://{addr}{path}"))
+        .body(Bytes::new())
+        .unwrap();
+    let res = http.send(req).await.unwrap();
+    assert_eq!(res.status, 200);
+    res.body.collect(8 << 20).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_read_answer_gives_its_connection_back() {
+    let (addr, seen) = upstream(true).await;
+    let http = client();
+    for _ in 0..5 {
+        assert_eq!(get(&http, addr, "/v1/messages?beta=true").await, "hello");
+    }
+    assert_eq!(
+        seen.accepted.load(Ordering::SeqCst),
+        1,
+        "one connection, reused"
+    );
+    // Origin form on the request line, the origin in Host.
+    let heads = seen.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 5);
+    assert!(
+        heads
+            .iter()
+            .all(|h| *h == format!("GET /v1/messages?beta=true {addr}")),
+        "{heads:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_half_read_answer_closes_its_connection() {
+    let (addr, seen) = upstream(true).await;
+    let http = client();
+    let req = Request::get(format!("http://{addr}/big"))
+        .body(Bytes::new())
+        .unwrap();
+    let mut res = http.send(req).await.unwrap();
+    assert!(res.body.chunk().await.unwrap().is_some());
+    drop(res);
+    // The rest of that answer is not taken for the next one's.
+    assert_eq!(get(&http, addr, "/").await, "hello");
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(get(&http, addr, "/").await, "hello");
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_answer_without_a_body_gives_its_connection_back_unread() {
+    let (addr, seen) = upstream(true).await;
+    let http = client();
+    for _ in 0..3 {
+        let req = Request::get(format!("http://{addr}/empty"))
+            .body(Bytes::new())
+            .unwrap();
+        let res = http.send(req).await.unwrap();
+        assert_eq!(res.status, 200);
+        drop(res);
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_connection_the_upstream_closed_is_not_reused() {
+    let (addr, seen) = upstream(false).await;
+    let http = client();
+    for i in 1..=3 {
+        assert_eq!(get(&http, addr, "/").await, "hello");
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), i);
+    }
+}
+
+#[tokio::test]
+async fn a_burst_keeps_its_connections_for_the_next() {
+    let (addr, seen) = upstream(true).await;
+    let http = client();
+    let burst = |n: usize| {
+        let calls = (0..n).map(|_| {
+            let http = http.clone();
+            tokio::spawn(async move { get(&http, addr, "/").await })
+        });
+        futures_util::future::join_all(calls)
+    };
+    for answer in burst(8).await {
+        assert_eq!(answer.unwrap(), "hello");
+    }
+    let opened = seen.accepted.load(Ordering::SeqCst);
+    assert!((1..=8).contains(&opened), "{opened}");
+    for answer in burst(8).await {
+        assert_eq!(answer.unwrap(), "hello");
+    }
+    for _ in 0..8 {
+        assert_eq!(get(&http, addr, "/").await, "hello");
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), opened);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_an_error_that_names_the_url() {
+    // A port that was free a moment ago: nothing listens there now.
+    let addr = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let req = Request::get(format!("http://{addr}/v1/x?key=secret"))
+        .body(Bytes::new())
+        .unwrap();
+    let err = client().send(req).await.unwrap_err().to_string();
+    assert!(err.contains(&format!("http://{addr}/v1/x")), "{err}");
+    assert!(!err.contains("secret"), "{err}");
+    assert!(err.contains("connecting"), "{err}");
+}
+
+#[tokio::test]
+async fn tls_to_a_plain_upstream_fails_in_the_connect() {
+    // The TLS branch of the connector: the upstream answers a ClientHello with plain HTTP.
+    let (addr, seen) = upstream(true).await;
+    let req = Request::get(format!("https://{addr}/v1/x"))
+        .body(Bytes::new())
+        .unwrap();
+    let err = client().send(req).await.unwrap_err();
+    assert!(matches!(err, crate::UpstreamError::Send { .. }), "{err:?}");
+    assert!(err.to_string().contains("connecting"), "{err}");
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    assert!(seen.heads.lock().unwrap().is_empty());
+}

@@ -1,0 +1,381 @@
+//! What the HTTP video adapters share: their settings, the classification of upstream
+//! answers, upstream ids in URL paths, reading reference images from the blob store, and
+//! result downloads.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{Method, Request, StatusCode};
+use store::BlobStore;
+
+use crate::http::client::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
+use crate::video::job::{PollOutcome, SubmitOutcome};
+
+/// Largest JSON answer read from a video upstream.
+pub const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Settings of one HTTP video channel (`openai-videos`, `ark`).
+#[derive(Debug, Clone)]
+pub struct RemoteSettings {
+    pub name: String,
+    /// Our model names it serves.
+    pub models: Vec<String>,
+    /// e.g. `https://api.example.com` (`openai-videos`) or `https://host/api/v3` (`ark`).
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Our model name -> the upstream's.
+    pub model_map: BTreeMap<String, String>,
+    pub timeouts: UpstreamTimeouts,
+    /// Polls of one task never come faster than this.
+    pub min_poll_interval: Duration,
+    /// Reference images up to this size are sent inline (`data:` URI or file part).
+    pub max_inline_bytes: u64,
+    /// How result URLs that do not point at `base_url` are fetched.
+    pub result_urls: ResultUrls,
+}
+
+/// The guard on result URLs an upstream hands over: like a client's reference URLs, they may
+/// not reach private addresses, unless the operator allows private URLs or trusts the host.
+#[derive(Debug, Clone, Default)]
+pub struct ResultUrls {
+    /// `security.allow_private_urls`: every address allowed (tests, closed networks).
+    pub allow_private: bool,
+    /// Hosts (as in the URL, lowercase, `host` or `host:port`) fetched without the guard,
+    /// e.g. the upstream's own file host on a private network.
+    pub trusted_hosts: Vec<String>,
+}
+
+/// The pieces every HTTP video adapter holds.
+pub struct Remote {
+    pub settings: RemoteSettings,
+    /// Calls to the channel's own API (`base_url`, configured and trusted).
+    pub http: UpstreamHttp,
+    /// Result downloads from anywhere else, through the SSRF guard.
+    pub guarded: UpstreamHttp,
+    pub blobs: Arc<dyn BlobStore>,
+}
+
+impl Remote {
+    pub fn new(settings: RemoteSettings, blobs: Arc<dyn BlobStore>) -> Remote {
+        let http = UpstreamHttp::new(settings.timeouts);
+        let policy = fetch::GuardPolicy::new(settings.result_urls.allow_private);
+        let guarded = UpstreamHttp::guarded(settings.timeouts, policy);
+        Remote {
+            settings,
+            http,
+            guarded,
+            blobs,
+        }
+    }
+
+    /// Whether `url` may be fetched without the guard: it is on the channel's own origin
+    /// (scheme, host and port of `base_url`, configured by the operator), or on a host the
+    /// operator trusts.
+    pub fn is_trusted(&self, url: &str) -> bool {
+        let Ok(uri) = url.parse::<http::Uri>() else {
+            return false;
+        };
+        let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
+            return false;
+        };
+        let same_origin = self
+            .settings
+            .base_url
+            .parse::<http::Uri>()
+            .is_ok_and(|base| {
+                base.scheme() == uri.scheme()
+                    && base
+                        .authority()
+                        .is_some_and(|a| a.as_str().eq_ignore_ascii_case(authority.as_str()))
+            });
+        same_origin
+            || self
+                .settings
+                .result_urls
+                .trusted_hosts
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(host) || t.eq_ignore_ascii_case(authority.as_str()))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.settings.base_url.trim_end_matches('/'))
+    }
+
+    /// Whether `url` points at this channel's own API (so it may carry the key).
+    pub fn is_own(&self, url: &str) -> bool {
+        let base = self.settings.base_url.trim_end_matches('/');
+        url.strip_prefix(base)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
+    /// A request with the user agent and, when `with_key`, the upstream key.
+    pub fn request(&self, method: Method, url: &str, with_key: bool) -> http::request::Builder {
+        let mut req = Request::builder().method(method).uri(url).header(
+            "user-agent",
+            concat!("video-relay/", env!("CARGO_PKG_VERSION")),
+        );
+        if with_key && let Some(key) = &self.settings.api_key {
+            req = req.header("authorization", format!("Bearer {key}"));
+        }
+        req
+    }
+
+    /// Sends a request and reads its whole (small) answer.
+    pub async fn exchange(
+        &self,
+        req: Result<Request<Bytes>, http::Error>,
+    ) -> Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError> {
+        let req = req.map_err(|e| UpstreamError::Build(e.to_string()))?;
+        let res = self.http.send(req).await?;
+        let status = res.status;
+        let headers = res.headers();
+        let body = res.body.collect(MAX_JSON_BYTES).await?;
+        Ok((status, headers, body))
+    }
+
+    /// GETs a task's status at `url` and reads it as `T`; a failed call, a status that is not a
+    /// success, or an answer that is not a `T` comes back as the poll's outcome.
+    pub async fn poll_json<T: serde::de::DeserializeOwned>(
+        &self,
+        url: &str,
+    ) -> Result<T, PollOutcome> {
+        let name = self.name();
+        let req = self.request(Method::GET, url, true).body(Bytes::new());
+        let result = self.exchange(req).await;
+        if let Some(outcome) = poll_failure(name, &result) {
+            return Err(outcome);
+        }
+        let Ok((_, _, body)) = result else {
+            return Err(PollOutcome::Transient(format!("channel {name}: no answer")));
+        };
+        serde_json::from_slice(&body).map_err(|_| {
+            PollOutcome::Unknown(format!(
+                "channel {name}: unreadable poll answer: {}",
+                snippet(&body)
+            ))
+        })
+    }
+
+    /// Starts a download of a result URL; the key goes along only to the channel's own host,
+    /// and a URL elsewhere that is not trusted goes through the SSRF guard.
+    pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
+        let req = self
+            .request(Method::GET, url, self.is_own(url))
+            .header("accept", "application/binary")
+            .body(Bytes::new())
+            .map_err(|e| UpstreamError::Build(e.to_string()))?;
+        if self.is_trusted(url) {
+            self.http.send(req).await
+        } else {
+            self.guarded.send(req).await
+        }
+    }
+
+    /// Best effort DELETE; failures are logged.
+    pub async fn delete(&self, url: &str) {
+        let req = self.request(Method::DELETE, url, true).body(Bytes::new());
+        match self.exchange(req).await {
+            Ok((status, _, _)) if status.is_success() => {}
+            Ok((status, _, _)) => {
+                tracing::warn!(channel = self.name(), %status, "upstream cancel refused")
+            }
+            Err(e) => tracing::warn!(channel = self.name(), error = %e, "upstream cancel failed"),
+        }
+    }
+
+    /// A stored reference (image, video or audio) and its media type (sniffed), when it is at
+    /// most `max_inline_bytes`: its length is looked at before any byte is read.
+    pub async fn read_blob(&self, blob_id: &str) -> Result<(Vec<u8>, &'static str), ReadBlobError> {
+        let failed = |e: &dyn std::fmt::Display| ReadBlobError::Failed {
+            id: blob_id.to_owned(),
+            message: e.to_string(),
+        };
+        let max = self.settings.max_inline_bytes;
+        let blob = self.blobs.open(blob_id).await.map_err(|e| failed(&e))?;
+        let len = blob.len();
+        if len > max {
+            return Err(ReadBlobError::OverInlineCap {
+                id: blob_id.to_owned(),
+                len,
+                max,
+            });
+        }
+        let mut buf = Vec::with_capacity(len as usize);
+        let mut chunks = blob.read_all().await.map_err(|e| failed(&e))?;
+        while let Some(chunk) = chunks.next().await {
+            buf.extend_from_slice(&chunk.map_err(|e| failed(&e))?);
+            if buf.len() as u64 > max {
+                return Err(ReadBlobError::OverInlineCap {
+                    id: blob_id.to_owned(),
+                    len: buf.len() as u64,
+                    max,
+                });
+            }
+        }
+        let mime = media_mime(&buf);
+        Ok((buf, mime))
+    }
+}
+
+/// Why a stored reference cannot be sent inline.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadBlobError {
+    #[error("reference {id} is {len} bytes, over the inline cap of {max}")]
+    OverInlineCap { id: String, len: u64, max: u64 },
+    #[error("reading reference {id}: {message}")]
+    Failed { id: String, message: String },
+}
+
+/// The media type of a stored reference by its first bytes (images, videos and audio the
+/// relay accepts), `application/octet-stream` when it is none of them.
+pub fn media_mime(bytes: &[u8]) -> &'static str {
+    fetch::sniff(bytes).map_or("application/octet-stream", fetch::Format::mime)
+}
+
+/// A submission's answer by status: 2xx is for the caller to read; connect errors, 408, 429
+/// and 5xx may work later or elsewhere; any other 4xx will not.
+pub fn submit_failure(
+    name: &str,
+    result: &Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError>,
+) -> Option<SubmitOutcome> {
+    match result {
+        Err(e) => Some(SubmitOutcome::Retry(format!("channel {name}: {e}"))),
+        Ok((status, headers, body)) if !status.is_success() => {
+            let detail = format!(
+                "channel {name}: submission answered {status}: {}",
+                snippet(body)
+            );
+            Some(if *status == StatusCode::TOO_MANY_REQUESTS {
+                SubmitOutcome::RateLimited {
+                    retry_after: retry_after(headers),
+                    reason: detail,
+                }
+            } else if status.is_server_error() || *status == StatusCode::REQUEST_TIMEOUT {
+                SubmitOutcome::Retry(detail)
+            } else {
+                SubmitOutcome::Fatal(detail)
+            })
+        }
+        Ok(_) => None,
+    }
+}
+
+/// A poll's answer by status: `None` when the caller should read the body.
+pub fn poll_failure(
+    name: &str,
+    result: &Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError>,
+) -> Option<PollOutcome> {
+    match result {
+        Err(e) => Some(PollOutcome::Transient(format!("channel {name}: {e}"))),
+        Ok((status, _, _)) if *status == StatusCode::NOT_FOUND => Some(PollOutcome::Failed {
+            code: "upstream_error".into(),
+            message: "the upstream no longer knows the task".into(),
+        }),
+        Ok((status, _, body)) if !status.is_success() => Some(PollOutcome::Transient(format!(
+            "channel {name}: poll answered {status}: {}",
+            snippet(body)
+        ))),
+        Ok(_) => None,
+    }
+}
+
+/// `retry-after-ms` or `retry-after` (seconds), capped at a minute.
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let read = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    read("retry-after-ms")
+        .map(|ms| ms / 1000.0)
+        .or_else(|| read("retry-after"))
+        .map(|secs| Duration::from_secs_f64(secs.min(60.0)))
+}
+
+/// The start of an upstream body, for logs only.
+pub fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
+    text.replace(['\n', '\r'], " ")
+}
+
+/// An upstream id as one path segment: anything but unreserved characters is escaped.
+pub fn path_part(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The failure recorded when an upstream ends a task without a result. The upstream's own
+/// message goes to the log only.
+pub fn upstream_failed(name: &str, status: &str, detail: &str) -> PollOutcome {
+    tracing::warn!(
+        channel = name,
+        status,
+        detail,
+        "upstream ended a task without a result"
+    );
+    let message = match status {
+        "cancelled" => "the upstream cancelled the task",
+        "expired" => "the upstream task expired before it finished",
+        _ => "the upstream failed the task",
+    };
+    PollOutcome::Failed {
+        code: "upstream_error".into(),
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_classify() {
+        let ok = |s: u16| -> Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError> {
+            Ok((
+                StatusCode::from_u16(s).unwrap(),
+                http::HeaderMap::new(),
+                Bytes::new(),
+            ))
+        };
+        assert!(submit_failure("c", &ok(200)).is_none());
+        assert!(matches!(
+            submit_failure("c", &ok(500)),
+            Some(SubmitOutcome::Retry(_))
+        ));
+        assert!(matches!(
+            submit_failure("c", &ok(400)),
+            Some(SubmitOutcome::Fatal(_))
+        ));
+        assert!(matches!(
+            submit_failure("c", &ok(429)),
+            Some(SubmitOutcome::RateLimited { .. })
+        ));
+        assert!(matches!(
+            poll_failure("c", &ok(404)),
+            Some(PollOutcome::Failed { .. })
+        ));
+        assert!(matches!(
+            poll_failure("c", &ok(503)),
+            Some(PollOutcome::Transient(_))
+        ));
+        let mut h = http::HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+    }
+}

@@ -1,0 +1,131 @@
+//! The shared types of video channels: the job a channel is given, the stored references that
+//! go with it, and the answers to a submission and a poll. Every adapter and the dispatching
+//! [`VideoChannel`](crate::VideoChannel) speak in these; this module knows none of them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sim::directives::SimDirectives;
+
+/// A task as a channel sees it: the normalised request, nothing of the client's key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VideoJob {
+    pub task_id: String,
+    /// The model name as the upstream knows it.
+    pub model: String,
+    pub prompt: String,
+    pub width: u32,
+    pub height: u32,
+    /// `16:9`, `9:16`, ...
+    pub ratio: String,
+    /// Second format's tier (`720p`), when the request had one.
+    pub resolution: Option<String>,
+    pub duration_secs: u32,
+    /// Blob ids of stored reference images.
+    pub first_frame: Option<String>,
+    pub last_frame: Option<String>,
+    /// Signed URLs of the relay's own copies of the frames, when the relay is reachable from
+    /// the internet (`public_base_url`): used by upstreams that fetch references themselves
+    /// when a frame is too large to send inline.
+    #[serde(default)]
+    pub first_frame_url: Option<String>,
+    #[serde(default)]
+    pub last_frame_url: Option<String>,
+    pub audio_url: Option<String>,
+    pub reference_video: Option<String>,
+    pub reference_video_audio: bool,
+    pub return_last_frame: bool,
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub sim: SimDirectives,
+}
+
+/// What a stored reference is to the upstream (the second format's asset roles beyond the
+/// first and last frames, which [`VideoJob`] carries itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceRole {
+    Image,
+    Video,
+    Audio,
+}
+
+impl ReferenceRole {
+    /// The role as the `ark` protocol names it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReferenceRole::Image => "reference_image",
+            ReferenceRole::Video => "reference_video",
+            ReferenceRole::Audio => "reference_audio",
+        }
+    }
+}
+
+/// A reference the relay keeps in its blob store (an asset's bytes), sent along with a
+/// submission in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredReference {
+    pub role: ReferenceRole,
+    /// Blob id of the relay's copy.
+    pub blob: String,
+    /// The relay's signed URL of that copy, when the internet can reach the relay
+    /// (`public_base_url`): used when the bytes are too large to send inline.
+    pub url: Option<String>,
+}
+
+/// Answer to a submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// The upstream took the task; it must never be submitted again.
+    Accepted { upstream_id: String },
+    /// Not accepted; trying again (here or on another channel) may work.
+    Retry(String),
+    /// Not accepted because the upstream is busy (429): try elsewhere, and give this channel
+    /// a rest (`retry_after` when the upstream said how long).
+    RateLimited {
+        retry_after: Option<Duration>,
+        reason: String,
+    },
+    /// Not accepted, and retrying cannot help.
+    Fatal(String),
+}
+
+/// Where a finished task's file can be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResultSource {
+    /// A temporary file written by the channel, to be committed into the blob store.
+    LocalFile(PathBuf),
+    /// An upstream URL to download (it may expire).
+    Url(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultFiles {
+    pub video: ResultSource,
+    pub thumbnail: Option<ResultSource>,
+    pub last_frame: Option<ResultSource>,
+    /// A grid of frames (the simulator's own; remote channels have none).
+    pub spritesheet: Option<ResultSource>,
+}
+
+/// Answer to a poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollOutcome {
+    /// Still running; `next_poll` is the channel's hint for the next look.
+    Running {
+        progress: u8,
+        next_poll: Option<Duration>,
+    },
+    Succeeded(ResultFiles),
+    /// Ended without a result; `code` is the task record's `error.code`.
+    Failed {
+        code: String,
+        message: String,
+    },
+    /// The poll itself failed; the task is unchanged and will be polled again.
+    Transient(String),
+    /// The upstream answered with a status we do not know (or an unreadable body): counted
+    /// as still running for a bounded number of polls, then the task fails.
+    Unknown(String),
+}

@@ -1,0 +1,244 @@
+//! Builds the relay's parts from a configuration: the video and chat channels, their routes,
+//! and the second format's catalog.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use channels::{
+    ChatChannel, ChatSettings, Simulator, SimulatorSettings, UpstreamTimeouts, VideoChannel,
+};
+use engine::ChannelRoute;
+use store::BlobStore;
+use video_generations::{Catalog, JointRule, ModelSpec};
+
+use crate::config::{ChannelConfig, ChannelKind, Config, ModelKind};
+
+/// The video channels of a configuration: the remote ones, then the simulators.
+pub fn video_channels(
+    config: &Config,
+    blobs: &Arc<dyn BlobStore>,
+    public_base: &Arc<OnceLock<String>>,
+) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
+    let mut video_channels = remote_video_channels(config, blobs, public_base)?;
+    let simulators = config
+        .channels
+        .iter()
+        .filter(|c| c.kind == ChannelKind::Simulator)
+        .map(|c| {
+            Arc::new(VideoChannel::Simulator(Simulator::new(
+                SimulatorSettings {
+                    name: c.name.clone(),
+                    models: c.models.clone(),
+                    task_ms: (config.simulator.task_secs * 1000.0) as u64,
+                    fps: config.simulator.fps,
+                    scenarios: config.simulator.scenarios,
+                    blocked_words: config.simulator.blocked_words.clone(),
+                },
+                blobs.clone(),
+            )))
+        });
+    video_channels.extend(simulators);
+    Ok(video_channels)
+}
+
+/// The `openai-videos` and `ark` channels of a configuration. A channel serves the video
+/// models it lists and every video model of its `family`.
+fn remote_video_channels(
+    config: &Config,
+    blobs: &Arc<dyn BlobStore>,
+    public_base: &Arc<OnceLock<String>>,
+) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
+    let mut out = Vec::new();
+    for c in &config.channels {
+        if !matches!(c.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
+            continue;
+        }
+        let mut models: Vec<String> = c
+            .models
+            .iter()
+            .filter(|m| config.models.get(*m).map(|m| m.kind) != Some(ModelKind::Chat))
+            .cloned()
+            .collect();
+        if let Some(family) = &c.family {
+            for (name, model) in &config.models {
+                if model.kind != ModelKind::Chat
+                    && model.family.as_deref() == Some(family.as_str())
+                    && !models.contains(name)
+                {
+                    models.push(name.clone());
+                }
+            }
+        }
+        let api_key = api_key(c)?;
+        let defaults = channels::UpstreamTimeouts::default();
+        let request = c
+            .request_timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(Duration::from_secs(60));
+        let settings = channels::RemoteSettings {
+            name: c.name.clone(),
+            models,
+            base_url: c.base_url.clone().unwrap_or_default(),
+            api_key,
+            model_map: c.model_map.clone(),
+            timeouts: channels::UpstreamTimeouts {
+                connect: c
+                    .connect_timeout_secs
+                    .map(Duration::from_secs)
+                    .unwrap_or(defaults.connect),
+                first_byte: request,
+                idle: request,
+            },
+            min_poll_interval: Duration::from_millis(config.tasks.poll_interval_min_ms),
+            max_inline_bytes: c.max_inline_bytes.unwrap_or(10 * 1024 * 1024),
+            result_urls: channels::ResultUrls {
+                allow_private: config.security.allow_private_urls,
+                trusted_hosts: c.trusted_hosts.clone(),
+            },
+        };
+        let channel = if c.kind == ChannelKind::Ark {
+            let callback =
+                c.callback_secret
+                    .clone()
+                    .map(|secret| channels::vendors::ark::ArkCallback {
+                        secret,
+                        public_base: public_base.clone(),
+                    });
+            VideoChannel::Ark(channels::vendors::ark::Ark::new(
+                settings,
+                blobs.clone(),
+                callback,
+            ))
+        } else {
+            VideoChannel::OpenaiVideos(channels::vendors::openai_videos::OpenaiVideos::new(
+                settings,
+                blobs.clone(),
+            ))
+        };
+        out.push(Arc::new(channel));
+    }
+    Ok(out)
+}
+
+/// How each channel is routed to and capped.
+pub fn routes(config: &Config) -> Vec<ChannelRoute> {
+    config
+        .channels
+        .iter()
+        .map(|c| ChannelRoute {
+            name: c.name.clone(),
+            priority: c.priority,
+            weight: c.weight,
+            tracked: c.kind != ChannelKind::Simulator,
+            max_concurrency: c.max_concurrency,
+            max_calls_per_sec: c.max_calls_per_sec,
+        })
+        .collect()
+}
+
+/// Builds the chat channels of a configuration: every `anthropic` and `openai-chat` channel,
+/// and every `simulator` channel that lists a chat model.
+pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
+    let mut out = Vec::new();
+    for c in &config.channels {
+        let chat_models: Vec<String> = c
+            .models
+            .iter()
+            .filter(|m| config.models.get(*m).map(|m| m.kind) == Some(ModelKind::Chat))
+            .cloned()
+            .collect();
+        let api_key = api_key(c)?;
+        let settings = ChatSettings {
+            name: c.name.clone(),
+            models: chat_models,
+            base_url: c.base_url.clone().unwrap_or_default(),
+            api_key,
+            model_map: c.model_map.clone(),
+            timeouts: timeouts(c),
+        };
+        let channel = match c.kind {
+            ChannelKind::Simulator if !settings.models.is_empty() => {
+                ChatChannel::Simulator(channels::chat::SimChat::new(settings))
+            }
+            ChannelKind::Anthropic => {
+                ChatChannel::Anthropic(channels::chat::AnthropicChat::new(settings))
+            }
+            ChannelKind::OpenaiChat => {
+                ChatChannel::OpenaiChat(channels::chat::OpenaiChat::new(settings))
+            }
+            _ => continue,
+        };
+        out.push(Arc::new(channel));
+    }
+    Ok(out)
+}
+
+/// A channel's API key: `api_key`, or the environment variable `api_key_env` names.
+fn api_key(c: &ChannelConfig) -> anyhow::Result<Option<String>> {
+    Ok(match (&c.api_key, &c.api_key_env) {
+        (Some(key), _) => Some(key.clone()),
+        (None, Some(var)) => Some(std::env::var(var).with_context(|| {
+            format!(
+                "channel {}: the environment variable {var} (api_key_env) is not set",
+                c.name
+            )
+        })?),
+        (None, None) => None,
+    })
+}
+
+fn timeouts(c: &ChannelConfig) -> UpstreamTimeouts {
+    let default = UpstreamTimeouts::default();
+    let secs = |v: Option<u64>, d: Duration| v.map(Duration::from_secs).unwrap_or(d);
+    UpstreamTimeouts {
+        connect: secs(c.connect_timeout_secs, default.connect),
+        first_byte: secs(
+            c.first_byte_timeout_secs.or(c.request_timeout_secs),
+            default.first_byte,
+        ),
+        idle: secs(c.idle_timeout_secs, default.idle),
+    }
+}
+
+/// The second format's catalog, from the configuration's `[models.*]` of kind `generation`.
+pub fn catalog(config: &Config) -> Catalog {
+    Catalog::new(
+        config
+            .models
+            .iter()
+            .filter(|(_, m)| m.kind == ModelKind::Generation)
+            .map(|(name, m)| ModelSpec {
+                name: name.clone(),
+                family: m.family.clone().unwrap_or_default(),
+                resolutions: m.resolutions.clone(),
+                durations: m.durations.clone(),
+                ratios: m.ratios.clone(),
+                joint_rules: m
+                    .max_duration_by_resolution
+                    .iter()
+                    .map(|(resolution, max)| JointRule::MaxDuration {
+                        resolution: resolution.clone(),
+                        max_secs: *max,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_catalog_has_the_contract_models() {
+        let config = Config::embedded().unwrap();
+        let catalog = catalog(&config);
+        let pro = catalog.model("gen2-pro").unwrap();
+        assert_eq!(pro.family, "gen2");
+        assert_eq!(pro.max_duration_at("1080p"), Some(10));
+        assert!(catalog.model("motion-1").is_some());
+        assert!(catalog.model("model_h3").is_none());
+    }
+}
