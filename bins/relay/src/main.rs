@@ -129,7 +129,7 @@ enum ConfigCommand {
 /// The variable that sets the allocator's purge delay, in milliseconds: how long mimalloc keeps
 /// the pages it freed before it returns them to the system. Under load hyper's read buffers free pages all the
 /// time, and with mimalloc's default (1 s) a serving relay's memory climbs by megabytes before
-/// they go back; returned at once, it stays flat, at no CPU cost measured (BENCHMARKS.md).
+/// they go back; returned at once, it stays flat, at no CPU cost measured (docs/benchmarks-history.md).
 const PURGE_DELAY_VAR: &str = "MIMALLOC_PURGE_DELAY";
 
 /// mimalloc reads its options from the environment once, when the process starts, and this
