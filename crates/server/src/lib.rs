@@ -1,5 +1,5 @@
-//! The relay's HTTP service over the task engine (the `engine` crate), in floors, each folder
-//! importing only what stands below it (ARCHITECTURE.md):
+//! The relay's HTTP service over the task engine (the `engine` crate), its folders listed top
+//! down (no file imports in a circle: `cargo xtask floors`; ARCHITECTURE.md):
 //!
 //! - [`serve`]: the accept loop, the connection threads, their timers and the connection caps;
 //! - [`router`]: a request's route, then auth, then its handler;
