@@ -124,7 +124,7 @@ impl UpstreamHttp {
             .enable_http2()
             .wrap_connector(http);
         UpstreamHttp {
-            pool: Arc::new(Pool::new(connector)),
+            pool: Arc::new(Pool::new(connector, timeouts.connect)),
             timeouts,
         }
     }
@@ -180,7 +180,7 @@ impl UpstreamHttp {
                 return Err(UpstreamError::Send {
                     url: url(),
                     message: error_chain(&e),
-                    unsent: false,
+                    unsent: e.is_unsent(),
                 });
             }
             Ok(answer) => answer,

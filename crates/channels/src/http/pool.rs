@@ -163,13 +163,16 @@ enum Taken {
 pub(crate) struct Pool {
     lanes: Box<[Mutex<Lane>]>,
     connector: Connector,
+    /// The longest a new connection's set-up (TCP, a proxy's tunnel, TLS) may take.
+    connect_timeout: Duration,
 }
 
 impl Pool {
-    pub(crate) fn new(connector: Connector) -> Pool {
+    pub(crate) fn new(connector: Connector, connect_timeout: Duration) -> Pool {
         Pool {
             lanes: (0..LANES).map(|_| Mutex::new(Lane::default())).collect(),
             connector,
+            connect_timeout,
         }
     }
 
@@ -316,23 +319,45 @@ impl Pool {
         until: Instant,
     ) -> Result<Answer, ExchangeError> {
         let mut connector = self.connector.clone();
-        let connected = tokio::time::timeout_at(until.into(), async {
+        // The whole set-up (the name's lookup, TCP, a proxy's tunnel, TLS) within the connect
+        // time, and within the first-byte time, which counts it too. Nothing of the request has
+        // left while it lasts.
+        let connect_by = Instant::now() + self.connect_timeout;
+        let connected = tokio::time::timeout_at(connect_by.min(until).into(), async {
             std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
             connector.call(uri.clone()).await
         })
-        .await
-        .map_err(|_| ExchangeError::FirstByte)?;
-        let io = connected.map_err(ExchangeError::Connect)?;
+        .await;
+        let io = match connected {
+            Ok(connected) => connected.map_err(ExchangeError::Connect)?,
+            Err(_) if connect_by <= until => {
+                return Err(ExchangeError::Connect(
+                    format!("no connection within {:?}", self.connect_timeout).into(),
+                ));
+            }
+            Err(_) => {
+                return Err(ExchangeError::Connect(
+                    "no connection before the first-byte time ran out".into(),
+                ));
+            }
+        };
         if io.connected().is_negotiated_h2() {
-            let answered = tokio::time::timeout_at(until.into(), async {
-                let (mut conn, driver) = http2::Builder::new(TokioExecutor::new())
+            let handshake = tokio::time::timeout_at(
+                until.into(),
+                http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
-                    .handshake(io)
-                    .await?;
-                drive(driver, "upstream HTTP/2 connection");
-                self.share(lane, &origin, conn.clone());
-                conn.send_request(h2_request(parts, uri, &body)).await
-            })
+                    .handshake(io),
+            )
+            .await
+            .map_err(|_| ExchangeError::FirstByte)?;
+            // Nothing of the request has left before the handshake is done.
+            let (mut conn, driver) = handshake.map_err(|e| ExchangeError::Connect(Box::new(e)))?;
+            drive(driver, "upstream HTTP/2 connection");
+            self.share(lane, &origin, conn.clone());
+            let answered = tokio::time::timeout_at(
+                until.into(),
+                conn.send_request(h2_request(parts, uri, &body)),
+            )
             .await
             .map_err(|_| ExchangeError::FirstByte)?;
             return Ok(h2_answer(answered.map_err(ExchangeError::Http)?));

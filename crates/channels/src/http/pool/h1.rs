@@ -1,6 +1,12 @@
-//! HTTP/1.1 on one upstream connection, run by the request that uses it: the request written,
+//! HTTP/1.1 on one upstream connection, run by the request that uses it: the request written
+//! while the answer is read (an early answer, such as a 413 to a large body, stops the write),
 //! the answer's head parsed (httparse), its body read as it comes (a length, chunks, or until
 //! the connection closes), each piece handed out as the bytes it was read into.
+//!
+//! What an exchange's failure says about the request: whether no byte of it was written (the
+//! connection turned out closed first), which makes it safe to send anywhere again, and
+//! otherwise whether the request may be repeated on another connection at all (only a `GET` or
+//! `HEAD`: an upstream may have acted on anything else).
 //!
 //! hyper's client connection runs as a task of its own beside the request: the request is
 //! handed to it through a channel, it wakes to write it and to read the answer, and every
@@ -9,7 +15,6 @@
 //! reads the socket when it wants more. A connection is used by one exchange at a time and
 //! kept by the pool between them.
 
-use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
@@ -19,7 +24,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use tokio::time::Instant;
 
@@ -45,8 +50,16 @@ const INLINE_BODY: usize = 16 * 1024;
 /// Why an exchange failed before its answer's head was read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("writing the request: {0}")]
-    Write(io::Error),
+    /// The connection had ended (or sent bytes nobody asked for) before any byte of the request
+    /// was written: the request never left.
+    #[error("the connection closed before the request was written")]
+    Stale,
+    #[error("writing the request: {source}")]
+    Write {
+        source: io::Error,
+        /// Whether the connection had taken any byte of the request.
+        sent: bool,
+    },
     #[error("reading the answer: {0}")]
     Read(io::Error),
     #[error("the connection closed before the answer's head")]
@@ -63,15 +76,18 @@ pub(crate) enum Error {
 }
 
 impl Error {
+    /// Whether it is certain that no byte of the request was written.
+    pub(crate) fn is_unsent(&self) -> bool {
+        matches!(self, Error::Stale | Error::Write { sent: false, .. })
+    }
+
     /// Whether the request can go out again on another connection when this one had been used
-    /// before: it did not reach the upstream whole (the write failed), or the connection
-    /// closed before any answer and the request is one that may be repeated.
+    /// before: nothing of it was written, or it is a `GET` or `HEAD` (which an upstream does not
+    /// act on) that the connection failed before any answer.
     pub(crate) fn may_retry(&self, method: &Method) -> bool {
-        match self {
-            Error::Write(_) => true,
-            Error::Closed { partial: false } => *method == Method::GET || *method == Method::HEAD,
-            _ => false,
-        }
+        let repeatable = *method == Method::GET || *method == Method::HEAD;
+        self.is_unsent()
+            || repeatable && matches!(self, Error::Write { .. } | Error::Closed { partial: false })
     }
 }
 
@@ -145,18 +161,6 @@ impl Limit {
     }
 }
 
-/// `f`'s output, or `None` once `limit` has passed first.
-async fn within<F: Future>(timer: &mut Deadline, limit: &mut Limit, f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = f.as_mut().poll(cx) {
-            return Poll::Ready(Some(out));
-        }
-        timer.poll_until(limit.at_instant(), cx).map(|()| None)
-    })
-    .await
-}
-
 impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     pub(crate) fn new(io: T) -> Conn<T> {
         Conn {
@@ -184,7 +188,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     }
 
     /// Sends a request (`path` on its request line, `host` as its `Host` unless its headers
-    /// name one) and reads its answer's head.
+    /// name one) and reads its answer's head, which may come before the request is written
+    /// whole: the write stops then, and the connection is not kept after the answer.
     /// The write and the wait for the head end at `limit` ([`Error::TimedOut`] then).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn exchange(
@@ -207,54 +212,101 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         // this one goes out: the upstream is woken once for them all, not once each.
         together().await;
         let rest = if inline { &[][..] } else { body };
-        let written = self.write(&out, rest, &mut limit).await;
+        let mut outgoing = Outgoing {
+            parts: [&out, rest],
+            taken: 0,
+            state: Writing::On,
+        };
+        let answered =
+            std::future::poll_fn(|cx| self.poll_exchange(&mut outgoing, method, &mut limit, cx))
+                .await;
         self.out = out;
-        written?;
-        self.read_head(method, &mut limit).await
+        answered
     }
 
-    async fn write(&mut self, head: &[u8], body: &[u8], limit: &mut Limit) -> Result<(), Error> {
-        let Conn { io, timer, .. } = self;
-        let written = within(timer, limit, async {
-            io.write_all(head).await?;
-            if !body.is_empty() {
-                io.write_all(body).await?;
+    /// Writes as much of the request as the connection takes and reads what has come back,
+    /// until the answer's head is there or the exchange has failed. What came in is looked at
+    /// first: bytes (or the end) before anything was written mean the connection was done with
+    /// before the request.
+    fn poll_exchange(
+        &mut self,
+        outgoing: &mut Outgoing<'_>,
+        method: &Method,
+        limit: &mut Limit,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Head, Error>> {
+        loop {
+            // Everything the connection has, and the head if it is there.
+            loop {
+                if !self.buf.is_empty() {
+                    if outgoing.taken == 0 {
+                        return Poll::Ready(Err(Error::Stale));
+                    }
+                    match parse_head(&mut self.buf, method)? {
+                        Some(mut head) => {
+                            if outgoing.state != Writing::Done {
+                                // An answer before the request's end: the rest is not sent, and
+                                // the connection is not in a state to carry another request.
+                                head.keep_alive = false;
+                            }
+                            return Poll::Ready(Ok(head));
+                        }
+                        None if self.buf.len() >= MAX_HEAD => {
+                            return Poll::Ready(Err(Error::HeadTooLarge));
+                        }
+                        None => {}
+                    }
+                }
+                match self.poll_fill(cx) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(self.ended(outgoing, None))),
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(self.ended(outgoing, Some(e)))),
+                    Poll::Pending => break,
+                }
             }
-            // Through TLS the bytes may wait in its buffer until flushed.
-            io.flush().await
-        })
-        .await;
-        match written {
-            Some(result) => result.map_err(Error::Write),
-            None => Err(Error::TimedOut),
+            if outgoing.state != Writing::On {
+                break;
+            }
+            match outgoing.poll_write(&mut self.io, cx) {
+                // Written, or failed (an answer may be on its way: the upstream may have answered
+                // and closed): what came in is looked at again.
+                Poll::Ready(Ok(())) => outgoing.state = Writing::Done,
+                Poll::Ready(Err(e)) => outgoing.state = Writing::Failed(e.kind()),
+                Poll::Pending => break,
+            }
+        }
+        match self.timer.poll_until(limit.at_instant(), cx) {
+            Poll::Ready(()) => Poll::Ready(Err(match outgoing.state {
+                Writing::Failed(kind) => Error::Write {
+                    source: kind.into(),
+                    sent: outgoing.taken > 0,
+                },
+                _ => Error::TimedOut,
+            })),
+            Poll::Pending => Poll::Pending,
         }
     }
 
-    async fn read_head(&mut self, method: &Method, limit: &mut Limit) -> Result<Head, Error> {
-        loop {
-            if !self.buf.is_empty() {
-                match parse_head(&mut self.buf, method)? {
-                    Some(head) => return Ok(head),
-                    None if self.buf.len() >= MAX_HEAD => return Err(Error::HeadTooLarge),
-                    None => {}
-                }
-            }
-            let filled = std::future::poll_fn(|cx| match self.poll_fill(cx) {
-                Poll::Ready(filled) => Poll::Ready(Some(filled)),
-                Poll::Pending => self.timer.poll_until(limit.at_instant(), cx).map(|()| None),
-            })
-            .await;
-            let n = match filled.ok_or(Error::TimedOut)? {
-                Ok(n) => n,
-                // Reset before any answer: as good as closed.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buf.is_empty() => 0,
-                Err(e) => return Err(Error::Read(e)),
+    /// Why an exchange failed whose connection ended (or failed to read, `read`) before the
+    /// answer's head.
+    fn ended(&self, outgoing: &Outgoing<'_>, read: Option<io::Error>) -> Error {
+        if outgoing.taken == 0 {
+            return Error::Stale;
+        }
+        if let Writing::Failed(kind) = outgoing.state {
+            return Error::Write {
+                source: kind.into(),
+                sent: true,
             };
-            if n == 0 {
-                return Err(Error::Closed {
-                    partial: !self.buf.is_empty(),
-                });
+        }
+        match read {
+            // Reset before any answer: as good as closed.
+            Some(e) if e.kind() != io::ErrorKind::ConnectionReset || !self.buf.is_empty() => {
+                Error::Read(e)
             }
+            _ => Error::Closed {
+                partial: !self.buf.is_empty(),
+            },
         }
     }
 
@@ -270,6 +322,49 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             self.read_size *= 2;
         }
         Poll::Ready(Ok(n))
+    }
+}
+
+/// Where a request's write stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writing {
+    On,
+    Done,
+    /// The connection refused the rest (the error's kind: the error itself is not `Copy`).
+    Failed(io::ErrorKind),
+}
+
+/// A request on its way out: its head (with a small body copied in) and a large body after it.
+struct Outgoing<'a> {
+    parts: [&'a [u8]; 2],
+    /// How many of their bytes the connection has taken.
+    taken: usize,
+    state: Writing,
+}
+
+impl Outgoing<'_> {
+    /// Writes what the connection takes, then flushes (through TLS the bytes may wait in its
+    /// buffer until then): ready once all is written.
+    fn poll_write<T: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut T,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let [head, body] = self.parts;
+            let rest = match head.get(self.taken..) {
+                Some(rest) if !rest.is_empty() => rest,
+                _ => &body[self.taken - head.len()..],
+            };
+            if rest.is_empty() {
+                return Pin::new(&mut *io).poll_flush(cx);
+            }
+            let n = std::task::ready!(Pin::new(&mut *io).poll_write(cx, rest))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.taken += n;
+        }
     }
 }
 
