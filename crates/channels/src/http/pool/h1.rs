@@ -490,14 +490,15 @@ fn frame(
     for h in parsed {
         let (name, value) = (h.name.as_bytes(), h.value);
         if name.eq_ignore_ascii_case(b"content-length") {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or(Error::Head("invalid content-length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Error::Head("content-lengths that disagree"));
+            // One length, or a list of the same length repeated (RFC 9112 §6.3), in any number
+            // of fields; lengths that differ are refused.
+            for item in value.split(|b| *b == b',') {
+                let n = content_length(item).ok_or(Error::Head("invalid content-length"))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(Error::Head("content-lengths that disagree"));
+                }
+                length = Some(n);
             }
-            length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             encoded = true;
             // Chunked only when it is the last coding.
@@ -522,19 +523,37 @@ fn frame(
     Ok(if bodiless {
         (Framing::Empty, !close)
     } else if encoded {
-        // A length beside a coding is not to be trusted, nor is what follows on the connection.
+        // A length beside a coding is not to be trusted, nor is what follows on the connection;
+        // nor is anything after an HTTP/1.0 answer with a coding, which HTTP/1.0 does not have
+        // (RFC 9112 §6.1: its framing is faulty, the connection is closed after it).
         let framing = if chunked {
             Framing::Chunked
         } else {
             Framing::Close
         };
-        (framing, !close && chunked && length.is_none())
+        (
+            framing,
+            !close && chunked && length.is_none() && version == 1,
+        )
     } else {
         match length {
             Some(0) => (Framing::Empty, !close),
             Some(n) => (Framing::Length(n), !close),
             None => (Framing::Close, false),
         }
+    })
+}
+
+/// A `Content-Length` value (or an item of a list of them): decimal digits and nothing else
+/// (no sign), around them only spaces and tabs (and a folded line's break, which stands for
+/// spaces); `None` when it is anything else or too large.
+fn content_length(item: &[u8]) -> Option<u64> {
+    let digits = item.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
 }
 
@@ -550,18 +569,41 @@ pub(crate) fn header_map(head: &Bytes) -> HeaderMap {
     }
     headers.reserve(res.headers.len());
     for h in res.headers.iter() {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
-        ) {
+        let value = if h.value.iter().any(|b| matches!(b, b'\r' | b'\n')) {
+            HeaderValue::from_bytes(&unfold(h.value))
+        } else {
+            HeaderValue::from_maybe_shared(head.slice_ref(h.value))
+        };
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) {
             headers.append(name, value);
         }
     }
     headers
 }
 
+/// A value continued on folded lines (obs-fold: a line break, then spaces or tabs), as one
+/// line: each fold becomes a single space (RFC 9112 §5.2).
+fn unfold(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut folding = false;
+    for &b in value {
+        match b {
+            b'\r' | b'\n' => folding = true,
+            b' ' | b'\t' if folding => {}
+            _ => {
+                if folding {
+                    out.push(b' ');
+                    folding = false;
+                }
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
 /// How answers are parsed: spaces after a header's name and folded lines taken, as some
-/// servers write them.
+/// servers write them (a folded value is read as one line, see [`unfold`]).
 fn parser() -> httparse::ParserConfig {
     let mut config = httparse::ParserConfig::default();
     config
@@ -749,20 +791,29 @@ fn find_line(buf: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// A chunk-size line's size (hex digits, then optional whitespace and extensions).
+/// Leading zeros are as many as come (the line's own bound holds them); past them at most 16
+/// digits, which fit in 64 bits.
 fn chunk_size(line: &[u8]) -> Option<u64> {
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(line.len());
-    if digits == 0 || digits > 16 {
+    if digits == 0 {
         return None;
     }
     let rest = line[digits..].trim_ascii_start();
     if !rest.is_empty() && rest[0] != b';' {
         return None;
     }
-    let text = std::str::from_utf8(&line[..digits]).ok()?;
-    u64::from_str_radix(text, 16).ok()
+    let zeros = line[..digits].iter().take_while(|b| **b == b'0').count();
+    let significant = &line[zeros..digits];
+    if significant.len() > 16 {
+        return None;
+    }
+    significant.iter().try_fold(0u64, |n, d| {
+        let d = (*d as char).to_digit(16)?;
+        Some((n << 4) | u64::from(d))
+    })
 }
 
 #[cfg(test)]

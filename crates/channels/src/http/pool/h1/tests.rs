@@ -591,4 +591,5 @@ async fn a_body_that_stops_is_an_idle_timeout() {
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
 
+mod conformance;
 mod faults;
