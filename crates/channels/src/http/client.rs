@@ -193,6 +193,22 @@ impl UpstreamHttp {
     }
 }
 
+#[cfg(test)]
+impl UpstreamHttp {
+    /// The client, its idle connections closed after `idle` instead.
+    pub(crate) fn with_pool_idle_timeout(mut self, idle: Duration) -> UpstreamHttp {
+        if let Some(pool) = Arc::get_mut(&mut self.pool) {
+            pool.set_idle_timeout(idle);
+        }
+        self
+    }
+
+    /// How many idle connections this thread's lane of the pool keeps.
+    pub(crate) fn idle_connections(&self) -> usize {
+        self.pool.idle()
+    }
+}
+
 /// The URL without its query (which may carry a key).
 fn redact(url: &str) -> String {
     url.split('?').next().unwrap_or(url).to_owned()

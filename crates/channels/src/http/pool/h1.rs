@@ -18,7 +18,7 @@
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -173,18 +173,16 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     }
 
     /// Whether the upstream closed the connection (or sent bytes nobody asked for) while it
-    /// was idle: looked at without waiting, and without a read when nothing arrived.
-    pub(crate) fn is_closed(&mut self) -> bool {
+    /// was idle: looked at without waiting, and without a read when nothing arrived. Until
+    /// something arrives, `cx`'s waker is woken when it does.
+    pub(crate) fn is_closed(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.buf.is_empty() {
             return true;
         }
-        let mut cx = Context::from_waker(Waker::noop());
         let mut probe = [0u8; 1];
         let mut probe = ReadBuf::new(&mut probe);
         // Ready means the end, an error or unasked bytes: the connection is done with.
-        Pin::new(&mut self.io)
-            .poll_read(&mut cx, &mut probe)
-            .is_ready()
+        Pin::new(&mut self.io).poll_read(cx, &mut probe).is_ready()
     }
 
     /// Sends a request (`path` on its request line, `host` as its `Host` unless its headers
