@@ -44,8 +44,8 @@ pub(crate) mod h1;
 use crate::http::deadline::Deadline;
 
 /// How the pool reaches an origin: TLS (ALPN picks HTTP/2 or HTTP/1.1) or plain TCP, through
-/// the SSRF guard.
-pub(crate) type Connector = HttpsConnector<fetch::GuardedConnector>;
+/// the SSRF guard or a proxy's tunnel.
+pub(crate) type Connector = HttpsConnector<crate::http::network::Dial>;
 
 type Body = Full<Bytes>;
 
