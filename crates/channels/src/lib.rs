@@ -26,6 +26,7 @@ pub use http::client::{
     UpstreamBody, UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts,
 };
 pub use http::deadline::Deadline;
+pub use http::network::{Network, NetworkError, NetworkSettings, ProxyChoice, Roots};
 pub use http::together::together;
 pub use sim::directives::SimDirectives;
 pub use sim::simulator::{Simulator, SimulatorSettings};

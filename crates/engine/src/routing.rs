@@ -389,6 +389,7 @@ mod tests {
                     min_poll_interval: Duration::from_secs(2),
                     max_inline_bytes: 1024,
                     result_urls: Default::default(),
+                    network: Default::default(),
                 };
                 Arc::new(VideoChannel::OpenaiVideos(
                     channels::vendors::openai_videos::OpenaiVideos::new(settings, blobs.clone()),

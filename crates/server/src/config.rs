@@ -36,6 +36,7 @@ pub struct Config {
     pub tasks: TasksConfig,
     pub assets: AssetsConfig,
     pub security: SecurityConfig,
+    pub upstream: UpstreamConfig,
     pub webhooks: WebhooksConfig,
     pub limits: LimitsConfig,
     pub simulator: SimulatorConfig,
@@ -53,12 +54,15 @@ mod sections;
 #[cfg(test)]
 mod tests;
 
-pub use channels::{ChannelConfig, ChannelKind, ModelConfig, ModelKind};
-use channels::{MAX_CALLS_PER_SEC, MIN_CALLS_PER_SEC, check_chat_channel, check_video_channel};
+pub use channels::{ChannelConfig, ChannelKind, ModelConfig, ModelKind, NO_PROXY};
+use channels::{
+    MAX_CALLS_PER_SEC, MIN_CALLS_PER_SEC, check_chat_channel, check_network, check_video_channel,
+    system_roots_usable,
+};
 pub use sections::{
     AssetsConfig, BlobBackend, BlobsConfig, ClusterConfig, ContentMode, DEFAULT_S3_REGION,
-    LimitsConfig, SecurityConfig, ServerConfig, SimulatorConfig, StoreBackend, StoreConfig,
-    WebhooksConfig,
+    LimitsConfig, RootsChoice, SecurityConfig, ServerConfig, SimulatorConfig, StoreBackend,
+    StoreConfig, UpstreamConfig, WebhooksConfig,
 };
 
 impl Config {
@@ -193,6 +197,9 @@ impl Config {
             return Err("simulator.fps must be from 1 to 60".into());
         }
         self.blobs.check()?;
+        if self.upstream.roots == RootsChoice::System {
+            system_roots_usable()?;
+        }
         for (name, model) in &self.models {
             match model.kind {
                 ModelKind::Video => {
@@ -247,6 +254,7 @@ impl Config {
             if matches!(channel.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
                 check_video_channel(&self.models, channel)?;
             }
+            check_network(channel)?;
             match (&channel.callback_secret, channel.kind) {
                 (Some(_), kind) if kind != ChannelKind::Ark => {
                     return Err(format!(

@@ -35,7 +35,7 @@ const PATHS: [&str; 2] = ["/v1/messages", "/v1/messages/count_tokens"];
 
 impl AnthropicChat {
     pub fn new(settings: ChatSettings) -> AnthropicChat {
-        let http = UpstreamHttp::new(settings.timeouts);
+        let http = UpstreamHttp::reaching(settings.timeouts, None, &settings.network);
         let urls =
             Box::new(PATHS.map(|path| Uri::try_from(url(&settings.base_url, path, None)).ok()));
         let api_key = settings.api_key.as_deref().map(|key| {

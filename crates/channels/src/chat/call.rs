@@ -13,6 +13,7 @@ use messages::{Checked, MessagesRequest, Usage};
 
 use super::stream::ChatEventStream;
 use crate::http::client::{UpstreamError, UpstreamTimeouts};
+use crate::http::network::Network;
 use crate::sim::directives::SimDirectives;
 
 /// How a chat channel is set up.
@@ -30,6 +31,8 @@ pub struct ChatSettings {
     /// The relay's model name -> the upstream's.
     pub model_map: BTreeMap<String, String>,
     pub timeouts: UpstreamTimeouts,
+    /// The TLS roots and proxy of the upstream calls.
+    pub network: Network,
 }
 
 impl ChatSettings {

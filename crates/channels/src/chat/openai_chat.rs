@@ -18,7 +18,7 @@ pub struct OpenaiChat {
 
 impl OpenaiChat {
     pub fn new(settings: ChatSettings) -> OpenaiChat {
-        let http = UpstreamHttp::new(settings.timeouts);
+        let http = UpstreamHttp::reaching(settings.timeouts, None, &settings.network);
         OpenaiChat { settings, http }
     }
 

@@ -1,7 +1,9 @@
-//! A small pooled HTTP client for upstream APIs: http and https (rustls with the ring provider
-//! and the webpki roots), HTTP/1.1 and HTTP/2 by ALPN, with a connect timeout, a first-byte
-//! timeout (until the answer's head arrives) and an idle timeout (the longest silence inside a
-//! streamed body). Bodies are streamed, never buffered unless asked.
+//! A small pooled HTTP client for upstream APIs: http and https (rustls with the ring provider;
+//! the webpki roots or the system's, and an operator's CA, see [`Network`]), directly or
+//! through an HTTP proxy's tunnel, HTTP/1.1 and HTTP/2 by ALPN, with a connect timeout (the
+//! whole set-up: lookup, TCP, tunnel, TLS), a first-byte timeout (until the answer's head
+//! arrives) and an idle timeout (the longest silence inside a streamed body). Bodies are
+//! streamed, never buffered unless asked.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use hyper::body::Body;
 use tokio::time::Instant;
 
 use crate::http::deadline::Deadline;
+use crate::http::network::{Dial, Network};
 use crate::http::pool::{AnswerBody, Connector, ExchangeError, Headers, Pool};
 pub use crate::http::pool::{LANES, set_lane};
 
@@ -105,26 +108,35 @@ impl std::fmt::Debug for UpstreamHttp {
 }
 
 impl UpstreamHttp {
-    /// Builds the client for a configured upstream's own API: every address allowed. Needs a
-    /// tokio runtime when used, not when built.
+    /// Builds the client for a configured upstream's own API: every address allowed, the
+    /// built-in roots, no proxy. Needs a tokio runtime when used, not when built.
     pub fn new(timeouts: UpstreamTimeouts) -> UpstreamHttp {
-        UpstreamHttp::guarded(timeouts, fetch::GuardPolicy::new(true))
+        UpstreamHttp::reaching(timeouts, None, &Network::default())
     }
 
     /// Builds a client whose every connection goes through the SSRF guard with `policy`: for
     /// URLs an upstream hands over (result downloads), which are no more trusted than a
-    /// client's.
+    /// client's. The built-in roots, no proxy.
     pub fn guarded(timeouts: UpstreamTimeouts, policy: fetch::GuardPolicy) -> UpstreamHttp {
-        let tls = fetch::tls_config();
-        let http = fetch::GuardedConnector::new(Arc::new(policy), timeouts.connect);
+        UpstreamHttp::reaching(timeouts, Some(policy), &Network::default())
+    }
+
+    /// Builds a client that reaches its upstreams as `network` says (roots, proxy), through
+    /// the SSRF guard with `guard` if one is given.
+    pub fn reaching(
+        timeouts: UpstreamTimeouts,
+        guard: Option<fetch::GuardPolicy>,
+        network: &Network,
+    ) -> UpstreamHttp {
+        let dial = Dial::new(guard.map(Arc::new), timeouts.connect, network);
         let connector: Connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config((*network.tls).clone())
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .wrap_connector(http);
+            .wrap_connector(dial);
         UpstreamHttp {
-            pool: Arc::new(Pool::new(connector)),
+            pool: Arc::new(Pool::new(connector, timeouts.connect)),
             timeouts,
         }
     }
@@ -180,7 +192,7 @@ impl UpstreamHttp {
                 return Err(UpstreamError::Send {
                     url: url(),
                     message: error_chain(&e),
-                    unsent: false,
+                    unsent: e.is_unsent(),
                 });
             }
             Ok(answer) => answer,
@@ -190,6 +202,22 @@ impl UpstreamHttp {
             headers: answer.headers,
             body: UpstreamBody::new(answer.body, self.timeouts.idle),
         })
+    }
+}
+
+#[cfg(test)]
+impl UpstreamHttp {
+    /// The client, its idle connections closed after `idle` instead.
+    pub(crate) fn with_pool_idle_timeout(mut self, idle: Duration) -> UpstreamHttp {
+        if let Some(pool) = Arc::get_mut(&mut self.pool) {
+            pool.set_idle_timeout(idle);
+        }
+        self
+    }
+
+    /// How many idle connections this thread's lane of the pool keeps.
+    pub(crate) fn idle_connections(&self) -> usize {
+        self.pool.idle()
     }
 }
 

@@ -9,15 +9,24 @@
 //! ([`h1`]), no task drives the connection beside them, no hash of the origin is taken; a
 //! lane's origins are few and compared as they are. HTTP/2 (by ALPN, over TLS) is hyper's.
 //!
-//! An idle connection is let go when a request or a return to its origin finds it idle for
-//! longer than [`IDLE_TIMEOUT`], or when a request finds that the upstream closed it; no timer
-//! sweeps the pool.
+//! An idle connection is let go as soon as the upstream closes it (or sends bytes nobody asked
+//! for), and once it has been idle for longer than [`IDLE_TIMEOUT`]: the most recently used are
+//! taken first, so the connections a burst opened beyond what the load since needs age and go.
+//! Both are the work of a lane's sweeper ([`Sweeper`]), a task that the reactor wakes when an
+//! idle connection's socket has something, and its own timer when the oldest idle connection
+//! expires: a request's only part in it is that the return of its connection leaves the
+//! sweeper's waker on the socket, and a quiet lane never wakes it. A request passes over
+//! expired connections, and finds one closed meanwhile before it writes a byte (then it goes
+//! on to the next: nothing was sent).
 
 use std::cell::Cell;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri};
@@ -32,9 +41,11 @@ use tower_service::Service;
 
 pub(crate) mod h1;
 
+use crate::http::deadline::Deadline;
+
 /// How the pool reaches an origin: TLS (ALPN picks HTTP/2 or HTTP/1.1) or plain TCP, through
-/// the SSRF guard.
-pub(crate) type Connector = HttpsConnector<fetch::GuardedConnector>;
+/// the SSRF guard or a proxy's tunnel.
+pub(crate) type Connector = HttpsConnector<crate::http::network::Dial>;
 
 type Body = Full<Bytes>;
 
@@ -123,6 +134,10 @@ struct OriginConns {
 struct Lane {
     /// In the order they were first met.
     origins: Vec<OriginConns>,
+    /// What wakes the lane's sweeper task, once one runs.
+    sweeper: Option<Arc<Sweeper>>,
+    /// Whether the sweeper's timer waits for the lane's oldest idle connection to expire.
+    timed: bool,
 }
 
 impl Lane {
@@ -163,14 +178,26 @@ enum Taken {
 pub(crate) struct Pool {
     lanes: Box<[Mutex<Lane>]>,
     connector: Connector,
+    /// The longest a new connection's set-up (TCP, a proxy's tunnel, TLS) may take.
+    connect_timeout: Duration,
+    /// An idle connection older than this is closed rather than reused.
+    idle_timeout: Duration,
 }
 
 impl Pool {
-    pub(crate) fn new(connector: Connector) -> Pool {
+    pub(crate) fn new(connector: Connector, connect_timeout: Duration) -> Pool {
         Pool {
             lanes: (0..LANES).map(|_| Mutex::new(Lane::default())).collect(),
             connector,
+            connect_timeout,
+            idle_timeout: IDLE_TIMEOUT,
         }
+    }
+
+    /// Closes idle connections after `idle_timeout` instead.
+    #[cfg(test)]
+    pub(crate) fn set_idle_timeout(&mut self, idle_timeout: Duration) {
+        self.idle_timeout = idle_timeout;
     }
 
     fn lane(&self, lane: usize) -> MutexGuard<'_, Lane> {
@@ -181,7 +208,7 @@ impl Pool {
     }
 
     /// An open connection to `origin` on `lane`: the shared HTTP/2 one, or the most recently
-    /// used idle HTTP/1.1 one (closed and expired ones are dropped on the way).
+    /// used idle HTTP/1.1 one (expired ones are dropped on the way).
     fn take(&self, lane: usize, origin: &Origin) -> Option<Taken> {
         let mut lane = self.lane(lane);
         let conns = lane.find(origin)?;
@@ -192,28 +219,82 @@ impl Pool {
             conns.shared = None;
         }
         let now = Instant::now();
-        while let Some(mut idle) = conns.idle.pop() {
-            if now.duration_since(idle.since) < IDLE_TIMEOUT && !idle.one.conn.is_closed() {
+        while let Some(idle) = conns.idle.pop() {
+            // One the upstream closed since the sweeper last looked is found so by the
+            // exchange, before it writes anything, and the request goes on to the next.
+            if now.duration_since(idle.since) < self.idle_timeout {
                 return Some(Taken::One(idle.one));
             }
         }
         None
     }
 
-    /// Keeps `conn` for the next request to `origin` on `lane`.
-    fn put(&self, lane: usize, origin: &Origin, one: One) {
+    /// Keeps `conn` for the next request to `origin` on `lane`, watched by the lane's sweeper.
+    fn put(self: &Arc<Self>, lane_at: usize, origin: &Origin, mut one: One) {
         let now = Instant::now();
-        let mut lane = self.lane(lane);
+        let mut lane = self.lane(lane_at);
+        if lane.sweeper.is_none() {
+            lane.sweeper = Sweeper::start(self, lane_at);
+        }
+        let Some(sweeper) = lane.sweeper.clone() else {
+            // No runtime to sweep on: kept unwatched.
+            return self.keep(&mut lane, origin, one, now);
+        };
+        // From now on the socket wakes the sweeper when the upstream closes it.
+        if one
+            .conn
+            .is_closed(&mut Context::from_waker(&Waker::from(sweeper.clone())))
+        {
+            return;
+        }
+        if !lane.timed {
+            lane.timed = true;
+            sweeper.wake_by_ref();
+        }
+        self.keep(&mut lane, origin, one, now);
+    }
+
+    /// Puts `one` among `origin`'s idle connections (unless they are as many as kept), those
+    /// expired by `now` let go first.
+    fn keep(&self, lane: &mut Lane, origin: &Origin, one: One, now: Instant) {
         let conns = lane.entry(origin);
         let expired = conns
             .idle
             .iter()
-            .take_while(|i| now.duration_since(i.since) >= IDLE_TIMEOUT)
+            .take_while(|i| now.duration_since(i.since) >= self.idle_timeout)
             .count();
         conns.idle.drain(..expired);
         if conns.idle.len() < IDLE_PER_ORIGIN {
             conns.idle.push(Idle { one, since: now });
         }
+    }
+
+    /// Lets go of `lane`'s idle connections that the upstream closed or that expired, each
+    /// kept one watched again by `waker`: when the oldest of those left expires, if any.
+    fn sweep(&self, lane: usize, waker: &Waker) -> Option<Instant> {
+        let now = Instant::now();
+        let mut cx = Context::from_waker(waker);
+        let mut lane = self.lane(lane);
+        let mut next: Option<Instant> = None;
+        for conns in &mut lane.origins {
+            conns.idle.retain_mut(|idle| {
+                now.duration_since(idle.since) < self.idle_timeout
+                    && !idle.one.conn.is_closed(&mut cx)
+            });
+            if let Some(oldest) = conns.idle.first() {
+                let at = oldest.since + self.idle_timeout;
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        lane.timed = next.is_some();
+        next
+    }
+
+    /// How many idle HTTP/1.1 connections this thread's lane keeps.
+    #[cfg(test)]
+    pub(crate) fn idle(&self) -> usize {
+        let lane = LANE.with(Cell::get);
+        self.lane(lane).origins.iter().map(|o| o.idle.len()).sum()
     }
 
     fn share(&self, lane: usize, origin: &Origin, conn: http2::SendRequest<Body>) {
@@ -316,23 +397,45 @@ impl Pool {
         until: Instant,
     ) -> Result<Answer, ExchangeError> {
         let mut connector = self.connector.clone();
-        let connected = tokio::time::timeout_at(until.into(), async {
+        // The whole set-up (the name's lookup, TCP, a proxy's tunnel, TLS) within the connect
+        // time, and within the first-byte time, which counts it too. Nothing of the request has
+        // left while it lasts.
+        let connect_by = Instant::now() + self.connect_timeout;
+        let connected = tokio::time::timeout_at(connect_by.min(until).into(), async {
             std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
             connector.call(uri.clone()).await
         })
-        .await
-        .map_err(|_| ExchangeError::FirstByte)?;
-        let io = connected.map_err(ExchangeError::Connect)?;
+        .await;
+        let io = match connected {
+            Ok(connected) => connected.map_err(ExchangeError::Connect)?,
+            Err(_) if connect_by <= until => {
+                return Err(ExchangeError::Connect(
+                    format!("no connection within {:?}", self.connect_timeout).into(),
+                ));
+            }
+            Err(_) => {
+                return Err(ExchangeError::Connect(
+                    "no connection before the first-byte time ran out".into(),
+                ));
+            }
+        };
         if io.connected().is_negotiated_h2() {
-            let answered = tokio::time::timeout_at(until.into(), async {
-                let (mut conn, driver) = http2::Builder::new(TokioExecutor::new())
+            let handshake = tokio::time::timeout_at(
+                until.into(),
+                http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
-                    .handshake(io)
-                    .await?;
-                drive(driver, "upstream HTTP/2 connection");
-                self.share(lane, &origin, conn.clone());
-                conn.send_request(h2_request(parts, uri, &body)).await
-            })
+                    .handshake(io),
+            )
+            .await
+            .map_err(|_| ExchangeError::FirstByte)?;
+            // Nothing of the request has left before the handshake is done.
+            let (mut conn, driver) = handshake.map_err(|e| ExchangeError::Connect(Box::new(e)))?;
+            drive(driver, "upstream HTTP/2 connection");
+            self.share(lane, &origin, conn.clone());
+            let answered = tokio::time::timeout_at(
+                until.into(),
+                conn.send_request(h2_request(parts, uri, &body)),
+            )
             .await
             .map_err(|_| ExchangeError::FirstByte)?;
             return Ok(h2_answer(answered.map_err(ExchangeError::Http)?));
@@ -483,6 +586,86 @@ fn host_value(origin: &Origin) -> Option<HeaderValue> {
             HeaderValue::from_str(all.rsplit('@').next().unwrap_or(all)).ok()
         }
         _ => HeaderValue::from_str(authority.host()).ok(),
+    }
+}
+
+/// What wakes a lane's sweeper task: the socket of one of the lane's idle connections, which
+/// the reactor readies when the upstream closes it, or a connection put in a lane whose oldest
+/// idle connection's expiry is not timed yet. One per lane that ever had an idle connection.
+#[derive(Default)]
+struct Sweeper {
+    task: AtomicWaker,
+    woken: AtomicBool,
+}
+
+impl Wake for Sweeper {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Sweeper {
+    /// Starts the sweeper of `pool`'s `lane` on this thread's runtime (none outside one: then
+    /// requests alone let go of what they find closed or expired).
+    fn start(pool: &Arc<Pool>, lane: usize) -> Option<Arc<Sweeper>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let sweeper = Arc::new(Sweeper::default());
+        runtime.spawn(Sweeper::run(Arc::downgrade(pool), lane, sweeper.clone()));
+        Some(sweeper)
+    }
+
+    /// Sweeps the lane whenever it is woken or its oldest idle connection expires, until the
+    /// pool is gone.
+    async fn run(pool: Weak<Pool>, lane: usize, sweeper: Arc<Sweeper>) {
+        // Should the runtime end first, the next connection put in the lane starts another.
+        struct Stopped(Weak<Pool>, usize);
+        impl Drop for Stopped {
+            fn drop(&mut self) {
+                if let Some(pool) = self.0.upgrade() {
+                    pool.lane(self.1).sweeper = None;
+                }
+            }
+        }
+        let _stopped = Stopped(pool.clone(), lane);
+        let waker = Waker::from(sweeper.clone());
+        let mut timer = Deadline::default();
+        let mut expiry: Option<Instant> = None;
+        loop {
+            std::future::poll_fn(|cx| {
+                sweeper.task.register(cx.waker());
+                if sweeper.woken.swap(false, Ordering::AcqRel) {
+                    return std::task::Poll::Ready(());
+                }
+                match expiry {
+                    Some(at) => timer.poll_until(at.into(), cx),
+                    None => std::task::Poll::Pending,
+                }
+            })
+            .await;
+            let Some(pool) = pool.upgrade() else {
+                return;
+            };
+            expiry = pool.sweep(lane, &waker);
+        }
+    }
+}
+
+impl Drop for Pool {
+    /// Ends the sweepers, which hold the pool only weakly.
+    fn drop(&mut self) {
+        for lane in &self.lanes {
+            let lane = lane
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(sweeper) = &lane.sweeper {
+                sweeper.wake_by_ref();
+            }
+        }
     }
 }
 

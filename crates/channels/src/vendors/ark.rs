@@ -339,6 +339,7 @@ mod tests {
                 min_poll_interval: std::time::Duration::from_secs(2),
                 max_inline_bytes: 32,
                 result_urls: Default::default(),
+                network: Default::default(),
             },
             blobs,
             None,
@@ -405,6 +406,7 @@ mod tests {
             min_poll_interval: std::time::Duration::from_secs(2),
             max_inline_bytes,
             result_urls: Default::default(),
+            network: Default::default(),
         };
         (Ark::new(settings, blobs, None), dir)
     }

@@ -12,6 +12,7 @@ use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
 use crate::http::client::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
+use crate::http::network::Network;
 use crate::video::job::{PollOutcome, SubmitOutcome};
 
 /// Largest JSON answer read from a video upstream.
@@ -35,6 +36,8 @@ pub struct RemoteSettings {
     pub max_inline_bytes: u64,
     /// How result URLs that do not point at `base_url` are fetched.
     pub result_urls: ResultUrls,
+    /// The TLS roots and proxy of every upstream call of the channel.
+    pub network: Network,
 }
 
 /// The guard on result URLs an upstream hands over: like a client's reference URLs, they may
@@ -60,9 +63,9 @@ pub struct Remote {
 
 impl Remote {
     pub fn new(settings: RemoteSettings, blobs: Arc<dyn BlobStore>) -> Remote {
-        let http = UpstreamHttp::new(settings.timeouts);
+        let http = UpstreamHttp::reaching(settings.timeouts, None, &settings.network);
         let policy = fetch::GuardPolicy::new(settings.result_urls.allow_private);
-        let guarded = UpstreamHttp::guarded(settings.timeouts, policy);
+        let guarded = UpstreamHttp::reaching(settings.timeouts, Some(policy), &settings.network);
         Remote {
             settings,
             http,

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use channels::{
-    ChatChannel, ChatSettings, Simulator, SimulatorSettings, UpstreamTimeouts, VideoChannel,
+    ChatChannel, ChatSettings, Network, NetworkSettings, ProxyChoice, Roots, Simulator,
+    SimulatorSettings, UpstreamTimeouts, VideoChannel,
 };
 use engine::ChannelRoute;
 use store::BlobStore;
 use video_generations::{Catalog, JointRule, ModelSpec};
 
-use crate::config::{ChannelConfig, ChannelKind, Config, ModelKind};
+use crate::config::{ChannelConfig, ChannelKind, Config, ModelKind, NO_PROXY, RootsChoice};
 
 /// The video channels of a configuration: the remote ones, then the simulators.
 pub fn video_channels(
@@ -96,6 +97,7 @@ fn remote_video_channels(
                 allow_private: config.security.allow_private_urls,
                 trusted_hosts: c.trusted_hosts.clone(),
             },
+            network: network(config, c)?,
         };
         let channel = if c.kind == ChannelKind::Ark {
             let callback =
@@ -156,6 +158,11 @@ pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
             api_key,
             model_map: c.model_map.clone(),
             timeouts: timeouts(c),
+            network: if c.is_remote() {
+                network(config, c)?
+            } else {
+                Network::default()
+            },
         };
         let channel = match c.kind {
             ChannelKind::Simulator if !settings.models.is_empty() => {
@@ -186,6 +193,24 @@ fn api_key(c: &ChannelConfig) -> anyhow::Result<Option<String>> {
         })?),
         (None, None) => None,
     })
+}
+
+/// How a remote channel reaches its upstream: `[upstream] roots`, its `ca_file`, and its
+/// `proxy` (unset: the environment's).
+fn network(config: &Config, c: &ChannelConfig) -> anyhow::Result<Network> {
+    let settings = NetworkSettings {
+        roots: match config.upstream.roots {
+            RootsChoice::Webpki => Roots::Webpki,
+            RootsChoice::System => Roots::System,
+        },
+        ca_file: c.ca_file.as_ref().map(std::path::PathBuf::from),
+        proxy: match c.proxy.as_deref() {
+            None => ProxyChoice::Env,
+            Some(NO_PROXY) => ProxyChoice::Direct,
+            Some(url) => ProxyChoice::Url(url.to_owned()),
+        },
+    };
+    Network::build(&settings).with_context(|| format!("channel {}", c.name))
 }
 
 fn timeouts(c: &ChannelConfig) -> UpstreamTimeouts {

@@ -82,6 +82,54 @@ pub struct ChannelConfig {
     /// `ark` channels: with a secret, submissions carry a `callback_url` on the relay
     /// (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's poll.
     pub callback_secret: Option<String>,
+    /// Remote channels: a PEM file of CA certificates trusted beside `[upstream] roots`.
+    pub ca_file: Option<String>,
+    /// Remote channels: the HTTP proxy of every upstream call (`http://[user:pass@]host:port`),
+    /// or `"none"`; unset: the environment's `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
+    pub proxy: Option<String>,
+}
+
+/// The `proxy` value that means no proxy, whatever the environment says.
+pub const NO_PROXY: &str = "none";
+
+impl ChannelConfig {
+    /// Whether the channel calls an upstream over HTTP (not the built-in simulator).
+    pub fn is_remote(&self) -> bool {
+        self.kind != ChannelKind::Simulator
+    }
+}
+
+/// A channel's `ca_file` (a readable PEM file of certificates) and `proxy` (`"none"` or an
+/// http:// URL), for remote channels only.
+pub(super) fn check_network(channel: &ChannelConfig) -> Result<(), String> {
+    let name = &channel.name;
+    if !channel.is_remote() {
+        for (key, set) in [
+            ("ca_file", channel.ca_file.is_some()),
+            ("proxy", channel.proxy.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "channels.{name}: {key} applies to remote channels only (the simulator calls no upstream)"
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if let Some(path) = &channel.ca_file {
+        ::channels::http::network::check_ca_file(std::path::Path::new(path))
+            .map_err(|e| format!("channels.{name}: {e}"))?;
+    }
+    if let Some(proxy) = channel.proxy.as_deref().filter(|p| *p != NO_PROXY) {
+        ::channels::http::network::check_proxy_url(proxy)
+            .map_err(|message| format!("channels.{name}: proxy: {message}"))?;
+    }
+    Ok(())
+}
+
+/// Whether the system's trust store has roots (for `[upstream] roots = "system"`).
+pub(super) fn system_roots_usable() -> Result<(), String> {
+    ::channels::http::network::check_system_roots().map_err(|e| format!("upstream.roots: {e}"))
 }
 
 /// Bounds of a channel's `max_calls_per_sec` (one call in 100 s at the least).

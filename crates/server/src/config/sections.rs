@@ -1,5 +1,5 @@
 //! The plain sections of the configuration: `[server]`, `[store]`, `[cluster]`, `[blobs]`,
-//! `[assets]`, `[security]`, `[webhooks]`, `[limits]`, `[simulator]`.
+//! `[assets]`, `[security]`, `[upstream]`, `[webhooks]`, `[limits]`, `[simulator]`.
 
 use serde::Deserialize;
 
@@ -245,6 +245,24 @@ pub struct SecurityConfig {
     pub allow_private_urls: bool,
     pub url_fetch_timeout_secs: u64,
     pub max_image_bytes: u64,
+}
+
+/// `[upstream]`: how the channels reach their upstreams, beyond each channel's own settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// The roots upstream certificates are checked against.
+    pub roots: RootsChoice,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RootsChoice {
+    /// The Mozilla roots built into the relay.
+    #[default]
+    Webpki,
+    /// The system's trust store.
+    System,
 }
 
 /// `[webhooks]`: delivery of the signed webhooks of finished tasks.

@@ -244,3 +244,81 @@ fn channels_replace_the_default_list() {
     assert_eq!(config.channels.len(), 1);
     assert_eq!(config.channels[0].name, "only");
 }
+
+/// A remote chat channel with `extra` lines.
+fn remote_channel(extra: &str) -> String {
+    format!(
+        "[[channels]]\nname = \"up\"\nkind = \"anthropic\"\nbase_url = \"https://api.example.com\"\n\
+         models = [\"sim-chat\"]\n{extra}\n"
+    )
+}
+
+#[test]
+fn network_settings_are_checked_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let missing = dir.path().join("missing.pem");
+    let cases = [
+        (
+            format!("ca_file = {:?}", missing.display().to_string()),
+            "channels.up: ca_file",
+        ),
+        (
+            format!("ca_file = {:?}", not_pem.display().to_string()),
+            "no certificate in it",
+        ),
+        (
+            "proxy = \"socks5://127.0.0.1:1080\"".to_owned(),
+            "channels.up: proxy: socks5:// proxies are not supported",
+        ),
+        (
+            "proxy = \"proxy.example.com:3128\"".to_owned(),
+            "channels.up: proxy",
+        ),
+        (
+            "proxy = \"http://u:secret@proxy.example.com:3128/path\"".to_owned(),
+            "must have no path",
+        ),
+    ];
+    for (line, expected) in cases {
+        let err = Config::from_toml(Some(&remote_channel(&line)), "relay.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("relay.toml"), "{line}: {err}");
+        assert!(err.contains(expected), "{line}: {err}");
+        assert!(!err.contains("secret"), "{line}: {err}");
+    }
+    let err = Config::from_toml(Some("[upstream]\nroots = \"mine\"\n"), "relay.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("roots") || err.contains("webpki"), "{err}");
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"s\"\nmodels = [\"model_h3\"]\nproxy = \"none\"\n"),
+        "relay.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("channels.s: proxy applies to remote channels only"),
+        "{err}"
+    );
+}
+
+#[test]
+fn network_settings_that_make_sense_load() {
+    let config = Config::from_toml(
+        Some(&format!(
+            "[upstream]\nroots = \"webpki\"\n{}",
+            remote_channel("proxy = \"http://user:pass@127.0.0.1:3128\"")
+        )),
+        "relay.toml",
+    )
+    .unwrap();
+    assert_eq!(config.upstream.roots, RootsChoice::Webpki);
+    assert_eq!(
+        config.channels[0].proxy.as_deref(),
+        Some("http://user:pass@127.0.0.1:3128")
+    );
+    Config::from_toml(Some(&remote_channel("proxy = \"none\"")), "relay.toml").unwrap();
+}

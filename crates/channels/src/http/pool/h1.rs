@@ -1,6 +1,12 @@
-//! HTTP/1.1 on one upstream connection, run by the request that uses it: the request written,
+//! HTTP/1.1 on one upstream connection, run by the request that uses it: the request written
+//! while the answer is read (an early answer, such as a 413 to a large body, stops the write),
 //! the answer's head parsed (httparse), its body read as it comes (a length, chunks, or until
 //! the connection closes), each piece handed out as the bytes it was read into.
+//!
+//! What an exchange's failure says about the request: whether no byte of it was written (the
+//! connection turned out closed first), which makes it safe to send anywhere again, and
+//! otherwise whether the request may be repeated on another connection at all (only a `GET` or
+//! `HEAD`: an upstream may have acted on anything else).
 //!
 //! hyper's client connection runs as a task of its own beside the request: the request is
 //! handed to it through a channel, it wakes to write it and to read the answer, and every
@@ -9,17 +15,16 @@
 //! reads the socket when it wants more. A connection is used by one exchange at a time and
 //! kept by the pool between them.
 
-use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use tokio::time::Instant;
 
@@ -45,8 +50,16 @@ const INLINE_BODY: usize = 16 * 1024;
 /// Why an exchange failed before its answer's head was read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("writing the request: {0}")]
-    Write(io::Error),
+    /// The connection had ended (or sent bytes nobody asked for) before any byte of the request
+    /// was written: the request never left.
+    #[error("the connection closed before the request was written")]
+    Stale,
+    #[error("writing the request: {source}")]
+    Write {
+        source: io::Error,
+        /// Whether the connection had taken any byte of the request.
+        sent: bool,
+    },
     #[error("reading the answer: {0}")]
     Read(io::Error),
     #[error("the connection closed before the answer's head")]
@@ -63,15 +76,18 @@ pub(crate) enum Error {
 }
 
 impl Error {
+    /// Whether it is certain that no byte of the request was written.
+    pub(crate) fn is_unsent(&self) -> bool {
+        matches!(self, Error::Stale | Error::Write { sent: false, .. })
+    }
+
     /// Whether the request can go out again on another connection when this one had been used
-    /// before: it did not reach the upstream whole (the write failed), or the connection
-    /// closed before any answer and the request is one that may be repeated.
+    /// before: nothing of it was written, or it is a `GET` or `HEAD` (which an upstream does not
+    /// act on) that the connection failed before any answer.
     pub(crate) fn may_retry(&self, method: &Method) -> bool {
-        match self {
-            Error::Write(_) => true,
-            Error::Closed { partial: false } => *method == Method::GET || *method == Method::HEAD,
-            _ => false,
-        }
+        let repeatable = *method == Method::GET || *method == Method::HEAD;
+        self.is_unsent()
+            || repeatable && matches!(self, Error::Write { .. } | Error::Closed { partial: false })
     }
 }
 
@@ -145,18 +161,6 @@ impl Limit {
     }
 }
 
-/// `f`'s output, or `None` once `limit` has passed first.
-async fn within<F: Future>(timer: &mut Deadline, limit: &mut Limit, f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = f.as_mut().poll(cx) {
-            return Poll::Ready(Some(out));
-        }
-        timer.poll_until(limit.at_instant(), cx).map(|()| None)
-    })
-    .await
-}
-
 impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     pub(crate) fn new(io: T) -> Conn<T> {
         Conn {
@@ -169,22 +173,21 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     }
 
     /// Whether the upstream closed the connection (or sent bytes nobody asked for) while it
-    /// was idle: looked at without waiting, and without a read when nothing arrived.
-    pub(crate) fn is_closed(&mut self) -> bool {
+    /// was idle: looked at without waiting, and without a read when nothing arrived. Until
+    /// something arrives, `cx`'s waker is woken when it does.
+    pub(crate) fn is_closed(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.buf.is_empty() {
             return true;
         }
-        let mut cx = Context::from_waker(Waker::noop());
         let mut probe = [0u8; 1];
         let mut probe = ReadBuf::new(&mut probe);
         // Ready means the end, an error or unasked bytes: the connection is done with.
-        Pin::new(&mut self.io)
-            .poll_read(&mut cx, &mut probe)
-            .is_ready()
+        Pin::new(&mut self.io).poll_read(cx, &mut probe).is_ready()
     }
 
     /// Sends a request (`path` on its request line, `host` as its `Host` unless its headers
-    /// name one) and reads its answer's head.
+    /// name one) and reads its answer's head, which may come before the request is written
+    /// whole: the write stops then, and the connection is not kept after the answer.
     /// The write and the wait for the head end at `limit` ([`Error::TimedOut`] then).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn exchange(
@@ -207,54 +210,101 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         // this one goes out: the upstream is woken once for them all, not once each.
         together().await;
         let rest = if inline { &[][..] } else { body };
-        let written = self.write(&out, rest, &mut limit).await;
+        let mut outgoing = Outgoing {
+            parts: [&out, rest],
+            taken: 0,
+            state: Writing::On,
+        };
+        let answered =
+            std::future::poll_fn(|cx| self.poll_exchange(&mut outgoing, method, &mut limit, cx))
+                .await;
         self.out = out;
-        written?;
-        self.read_head(method, &mut limit).await
+        answered
     }
 
-    async fn write(&mut self, head: &[u8], body: &[u8], limit: &mut Limit) -> Result<(), Error> {
-        let Conn { io, timer, .. } = self;
-        let written = within(timer, limit, async {
-            io.write_all(head).await?;
-            if !body.is_empty() {
-                io.write_all(body).await?;
+    /// Writes as much of the request as the connection takes and reads what has come back,
+    /// until the answer's head is there or the exchange has failed. What came in is looked at
+    /// first: bytes (or the end) before anything was written mean the connection was done with
+    /// before the request.
+    fn poll_exchange(
+        &mut self,
+        outgoing: &mut Outgoing<'_>,
+        method: &Method,
+        limit: &mut Limit,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Head, Error>> {
+        loop {
+            // Everything the connection has, and the head if it is there.
+            loop {
+                if !self.buf.is_empty() {
+                    if outgoing.taken == 0 {
+                        return Poll::Ready(Err(Error::Stale));
+                    }
+                    match parse_head(&mut self.buf, method)? {
+                        Some(mut head) => {
+                            if outgoing.state != Writing::Done {
+                                // An answer before the request's end: the rest is not sent, and
+                                // the connection is not in a state to carry another request.
+                                head.keep_alive = false;
+                            }
+                            return Poll::Ready(Ok(head));
+                        }
+                        None if self.buf.len() >= MAX_HEAD => {
+                            return Poll::Ready(Err(Error::HeadTooLarge));
+                        }
+                        None => {}
+                    }
+                }
+                match self.poll_fill(cx) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(self.ended(outgoing, None))),
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(self.ended(outgoing, Some(e)))),
+                    Poll::Pending => break,
+                }
             }
-            // Through TLS the bytes may wait in its buffer until flushed.
-            io.flush().await
-        })
-        .await;
-        match written {
-            Some(result) => result.map_err(Error::Write),
-            None => Err(Error::TimedOut),
+            if outgoing.state != Writing::On {
+                break;
+            }
+            match outgoing.poll_write(&mut self.io, cx) {
+                // Written, or failed (an answer may be on its way: the upstream may have answered
+                // and closed): what came in is looked at again.
+                Poll::Ready(Ok(())) => outgoing.state = Writing::Done,
+                Poll::Ready(Err(e)) => outgoing.state = Writing::Failed(e.kind()),
+                Poll::Pending => break,
+            }
+        }
+        match self.timer.poll_until(limit.at_instant(), cx) {
+            Poll::Ready(()) => Poll::Ready(Err(match outgoing.state {
+                Writing::Failed(kind) => Error::Write {
+                    source: kind.into(),
+                    sent: outgoing.taken > 0,
+                },
+                _ => Error::TimedOut,
+            })),
+            Poll::Pending => Poll::Pending,
         }
     }
 
-    async fn read_head(&mut self, method: &Method, limit: &mut Limit) -> Result<Head, Error> {
-        loop {
-            if !self.buf.is_empty() {
-                match parse_head(&mut self.buf, method)? {
-                    Some(head) => return Ok(head),
-                    None if self.buf.len() >= MAX_HEAD => return Err(Error::HeadTooLarge),
-                    None => {}
-                }
-            }
-            let filled = std::future::poll_fn(|cx| match self.poll_fill(cx) {
-                Poll::Ready(filled) => Poll::Ready(Some(filled)),
-                Poll::Pending => self.timer.poll_until(limit.at_instant(), cx).map(|()| None),
-            })
-            .await;
-            let n = match filled.ok_or(Error::TimedOut)? {
-                Ok(n) => n,
-                // Reset before any answer: as good as closed.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buf.is_empty() => 0,
-                Err(e) => return Err(Error::Read(e)),
+    /// Why an exchange failed whose connection ended (or failed to read, `read`) before the
+    /// answer's head.
+    fn ended(&self, outgoing: &Outgoing<'_>, read: Option<io::Error>) -> Error {
+        if outgoing.taken == 0 {
+            return Error::Stale;
+        }
+        if let Writing::Failed(kind) = outgoing.state {
+            return Error::Write {
+                source: kind.into(),
+                sent: true,
             };
-            if n == 0 {
-                return Err(Error::Closed {
-                    partial: !self.buf.is_empty(),
-                });
+        }
+        match read {
+            // Reset before any answer: as good as closed.
+            Some(e) if e.kind() != io::ErrorKind::ConnectionReset || !self.buf.is_empty() => {
+                Error::Read(e)
             }
+            _ => Error::Closed {
+                partial: !self.buf.is_empty(),
+            },
         }
     }
 
@@ -270,6 +320,49 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             self.read_size *= 2;
         }
         Poll::Ready(Ok(n))
+    }
+}
+
+/// Where a request's write stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writing {
+    On,
+    Done,
+    /// The connection refused the rest (the error's kind: the error itself is not `Copy`).
+    Failed(io::ErrorKind),
+}
+
+/// A request on its way out: its head (with a small body copied in) and a large body after it.
+struct Outgoing<'a> {
+    parts: [&'a [u8]; 2],
+    /// How many of their bytes the connection has taken.
+    taken: usize,
+    state: Writing,
+}
+
+impl Outgoing<'_> {
+    /// Writes what the connection takes, then flushes (through TLS the bytes may wait in its
+    /// buffer until then): ready once all is written.
+    fn poll_write<T: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut T,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let [head, body] = self.parts;
+            let rest = match head.get(self.taken..) {
+                Some(rest) if !rest.is_empty() => rest,
+                _ => &body[self.taken - head.len()..],
+            };
+            if rest.is_empty() {
+                return Pin::new(&mut *io).poll_flush(cx);
+            }
+            let n = std::task::ready!(Pin::new(&mut *io).poll_write(cx, rest))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.taken += n;
+        }
     }
 }
 
@@ -395,14 +488,15 @@ fn frame(
     for h in parsed {
         let (name, value) = (h.name.as_bytes(), h.value);
         if name.eq_ignore_ascii_case(b"content-length") {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or(Error::Head("invalid content-length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Error::Head("content-lengths that disagree"));
+            // One length, or a list of the same length repeated (RFC 9112 §6.3), in any number
+            // of fields; lengths that differ are refused.
+            for item in value.split(|b| *b == b',') {
+                let n = content_length(item).ok_or(Error::Head("invalid content-length"))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(Error::Head("content-lengths that disagree"));
+                }
+                length = Some(n);
             }
-            length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             encoded = true;
             // Chunked only when it is the last coding.
@@ -427,19 +521,37 @@ fn frame(
     Ok(if bodiless {
         (Framing::Empty, !close)
     } else if encoded {
-        // A length beside a coding is not to be trusted, nor is what follows on the connection.
+        // A length beside a coding is not to be trusted, nor is what follows on the connection;
+        // nor is anything after an HTTP/1.0 answer with a coding, which HTTP/1.0 does not have
+        // (RFC 9112 §6.1: its framing is faulty, the connection is closed after it).
         let framing = if chunked {
             Framing::Chunked
         } else {
             Framing::Close
         };
-        (framing, !close && chunked && length.is_none())
+        (
+            framing,
+            !close && chunked && length.is_none() && version == 1,
+        )
     } else {
         match length {
             Some(0) => (Framing::Empty, !close),
             Some(n) => (Framing::Length(n), !close),
             None => (Framing::Close, false),
         }
+    })
+}
+
+/// A `Content-Length` value (or an item of a list of them): decimal digits and nothing else
+/// (no sign), around them only spaces and tabs (and a folded line's break, which stands for
+/// spaces); `None` when it is anything else or too large.
+fn content_length(item: &[u8]) -> Option<u64> {
+    let digits = item.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
 }
 
@@ -455,18 +567,41 @@ pub(crate) fn header_map(head: &Bytes) -> HeaderMap {
     }
     headers.reserve(res.headers.len());
     for h in res.headers.iter() {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
-        ) {
+        let value = if h.value.iter().any(|b| matches!(b, b'\r' | b'\n')) {
+            HeaderValue::from_bytes(&unfold(h.value))
+        } else {
+            HeaderValue::from_maybe_shared(head.slice_ref(h.value))
+        };
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) {
             headers.append(name, value);
         }
     }
     headers
 }
 
+/// A value continued on folded lines (obs-fold: a line break, then spaces or tabs), as one
+/// line: each fold becomes a single space (RFC 9112 §5.2).
+fn unfold(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut folding = false;
+    for &b in value {
+        match b {
+            b'\r' | b'\n' => folding = true,
+            b' ' | b'\t' if folding => {}
+            _ => {
+                if folding {
+                    out.push(b' ');
+                    folding = false;
+                }
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
 /// How answers are parsed: spaces after a header's name and folded lines taken, as some
-/// servers write them.
+/// servers write them (a folded value is read as one line, see [`unfold`]).
 fn parser() -> httparse::ParserConfig {
     let mut config = httparse::ParserConfig::default();
     config
@@ -654,20 +789,29 @@ fn find_line(buf: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// A chunk-size line's size (hex digits, then optional whitespace and extensions).
+/// Leading zeros are as many as come (the line's own bound holds them); past them at most 16
+/// digits, which fit in 64 bits.
 fn chunk_size(line: &[u8]) -> Option<u64> {
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(line.len());
-    if digits == 0 || digits > 16 {
+    if digits == 0 {
         return None;
     }
     let rest = line[digits..].trim_ascii_start();
     if !rest.is_empty() && rest[0] != b';' {
         return None;
     }
-    let text = std::str::from_utf8(&line[..digits]).ok()?;
-    u64::from_str_radix(text, 16).ok()
+    let zeros = line[..digits].iter().take_while(|b| **b == b'0').count();
+    let significant = &line[zeros..digits];
+    if significant.len() > 16 {
+        return None;
+    }
+    significant.iter().try_fold(0u64, |n, d| {
+        let d = (*d as char).to_digit(16)?;
+        Some((n << 4) | u64::from(d))
+    })
 }
 
 #[cfg(test)]

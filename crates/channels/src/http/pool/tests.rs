@@ -205,3 +205,78 @@ async fn tls_to_a_plain_upstream_fails_in_the_connect() {
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
     assert!(seen.heads.lock().unwrap().is_empty());
 }
+
+/// An upstream that answers one request on its one connection, then (once `close` is
+/// notified, if given) closes its side, and notes when the relay's side has closed too.
+async fn answers_once(close: Option<Arc<tokio::sync::Notify>>) -> (SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let relay_closed = Arc::new(AtomicUsize::new(0));
+    let noted = relay_closed.clone();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut more = [0u8; 1024];
+            let n = stream.read(&mut more).await.unwrap();
+            assert!(n > 0, "the request never came");
+            buf.extend_from_slice(&more[..n]);
+        }
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        stream.write_all(answer).await.unwrap();
+        if let Some(close) = close {
+            close.notified().await;
+            // The upstream's side closed: the relay's sits in CLOSE-WAIT until it closes too.
+            stream.shutdown().await.unwrap();
+        }
+        let mut rest = [0u8; 64];
+        while let Ok(n) = stream.read(&mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+        noted.fetch_add(1, Ordering::SeqCst);
+    });
+    (addr, relay_closed)
+}
+
+/// Until `done` holds, looked at every few milliseconds for at most 5 s.
+async fn within_5s(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_upstream_closes_is_closed_without_another_request() {
+    let close = Arc::new(tokio::sync::Notify::new());
+    let (addr, relay_closed) = answers_once(Some(close.clone())).await;
+    let http = client();
+    assert_eq!(get(&http, addr, "/").await, "ok");
+    assert_eq!(http.idle_connections(), 1);
+    close.notify_one();
+    within_5s("the relay's side closed", || {
+        relay_closed.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(http.idle_connections(), 0);
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_once_it_expires_without_another_request() {
+    let (addr, relay_closed) = answers_once(None).await;
+    let http = client().with_pool_idle_timeout(Duration::from_millis(200));
+    assert_eq!(get(&http, addr, "/").await, "ok");
+    assert_eq!(http.idle_connections(), 1);
+    within_5s("the relay's side closed", || {
+        relay_closed.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(http.idle_connections(), 0);
+}

@@ -590,3 +590,6 @@ async fn a_body_that_stops_is_an_idle_timeout() {
     assert!(took >= Duration::from_millis(300), "{took:?}");
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+mod conformance;
+mod faults;
