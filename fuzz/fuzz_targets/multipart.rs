@@ -16,7 +16,7 @@ use http_body_util::StreamBody;
 use libfuzzer_sys::fuzz_target;
 use relay_fuzz::chunkings;
 use server::ground::http::Limit;
-use server::ground::multipart::{Limits, PREFIX_BYTES, read};
+use server::ground::multipart::{Limits, PREFIX_BYTES, UploadLimit, read};
 use store::{BlobStore, LocalBlobs};
 use videos_v1::FieldValue;
 
@@ -24,9 +24,12 @@ const BOUNDARY: &str = "fuzzboundary";
 const CONTENT_TYPE: &str = "multipart/form-data; boundary=fuzzboundary";
 /// A body of 1 MiB (text parts together as much), with no reference field allowed long text.
 const LIMITS: Limits<'static> = Limits {
-    body: Limit {
-        bytes: 1 << 20,
-        idle: std::time::Duration::from_secs(3600),
+    body: UploadLimit {
+        body: Limit {
+            bytes: 1 << 20,
+            idle: std::time::Duration::from_secs(3600),
+        },
+        files: 4096,
     },
     text: 1 << 20,
     long_text: &[],

@@ -128,20 +128,55 @@ async fn a_key_rate_limit_holds_across_relays() {
     assert!(refused > 0);
 }
 
+/// Copies the directory tree `from` into `to` (a stopped relay's data directory).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
 /// (b) Polls of one task: 2/s per task (burst 4) in all, whichever relay is asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_poll_limit_holds_across_relays() {
     let url = redis_url().await;
+    let prefix = prefix();
     let (key, secret) = server::app::new_key("poller", "gen2", None);
-    let (a, b) = two_relays(&key, &secret, &url, &prefix(), LIMITS).await;
+    // One task in both relays' stores: made on the first, whose store is then copied.
+    let config = cluster_config(&url, &prefix, "a", LIMITS);
+    let first = Relay::start_in(dir_with(&key).await, Some(secret.clone()), &config).await;
+    let res = first
+        .post_json(
+            "/v1/videos",
+            json!({"model": "model_h3", "prompt": "p", "size": "64x64"}),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let id = res.json()["id"].as_str().expect("task id").to_owned();
+    let dir_a = first.stop().await;
+    let dir_b = tempfile::tempdir().expect("temp dir");
+    copy_tree(dir_a.path(), dir_b.path());
+    let a = Relay::start_in(dir_a, Some(secret.clone()), &config).await;
+    let b = Relay::start_in(
+        dir_b,
+        Some(secret.clone()),
+        &cluster_config(&url, &prefix, "b", LIMITS),
+    )
+    .await;
+    let path = format!("/v1/videos/{id}");
     let start = Instant::now();
     let mut passed = 0u32;
     for i in 0..20 {
         let relay = if i % 2 == 0 { &a } else { &b };
-        // No such task: the limit comes first, then 404.
-        let res = relay.get("/v1/videos/video_nosuchtask").await;
+        let res = relay.get(&path).await;
         match res.status {
-            404 => passed += 1,
+            200 => passed += 1,
             429 => assert!(res.header("retry-after").is_some()),
             other => panic!("unexpected {other}: {}", res.text()),
         }
@@ -153,8 +188,75 @@ async fn a_task_poll_limit_holds_across_relays() {
         "{passed} polls passed in {elapsed:.2}s; one shared bucket allows {one_bucket}"
     );
     assert!(passed >= 4, "the burst passes: {passed}");
-    // Another task of the same key has a bucket of its own.
-    assert_eq!(b.get("/v1/videos/video_othertask").await.status, 404);
+    // An id of no task of the key's is a 404 (the key's poll budget is large here), and
+    // makes no bucket in Redis: the one task's is all there is.
+    for i in 0..20 {
+        let relay = if i % 2 == 0 { &a } else { &b };
+        let res = relay.get(&format!("/v1/videos/video_madeup{i}")).await;
+        assert_eq!(res.status, 404, "{}", res.text());
+    }
+    let mut conn = redis_conn(&url).await;
+    let task_buckets: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}rlp:*"))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert_eq!(task_buckets, [format!("{prefix}rlp:{}:{id}", key.id)]);
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&task_buckets[0])
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!(
+        (1..=3000).contains(&ttl),
+        "a task bucket expires once full: {ttl} ms"
+    );
+}
+
+/// (b') Polls of made-up ids from one key share the key's poll budget across relays (here 5/s,
+/// burst 5, the key's own rate limit), and leave nothing per id in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_of_made_up_ids_spend_the_keys_budget_across_relays() {
+    let url = redis_url().await;
+    let prefix = prefix();
+    let (mut key, secret) = server::app::new_key("prober", "gen2", None);
+    key.rate_limit = Some(RateLimit { rps: 5, burst: 5 });
+    let (a, b) = two_relays(&key, &secret, &url, &prefix, LIMITS).await;
+    let start = Instant::now();
+    let (mut passed, mut refused) = (0u32, 0u32);
+    for i in 0..60 {
+        let relay = if i % 2 == 0 { &a } else { &b };
+        let res = relay.get(&format!("/v1/videos/video_madeup{i}")).await;
+        match res.status {
+            404 => passed += 1,
+            429 => {
+                refused += 1;
+                res.assert_error(429, "rate limited", None);
+            }
+            other => panic!("unexpected {other}: {}", res.text()),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let one_bucket = 5 + (elapsed * 5.0).floor() as u32;
+    assert!(
+        passed <= one_bucket,
+        "{passed} made-up polls passed in {elapsed:.2}s; one shared budget allows {one_bucket}"
+    );
+    assert!(
+        passed >= 5 && refused > 0,
+        "{passed} passed, {refused} refused"
+    );
+    let mut conn = redis_conn(&url).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}rl*"))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert_eq!(
+        keys,
+        [format!("{prefix}rlq:{}", key.id)],
+        "one poll bucket, nothing per id"
+    );
 }
 
 /// A `sim-chat` stream whose estimate is 60 credits (max_tokens 19,900 at 3,000 per million

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::process::Child;
 use tokio::sync::oneshot;
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-5f0c9e2b7a1d4386";
 
 /// Test defaults: fast simulated tasks, small frames, local media allowed.
 pub const FAST: &str = r#"
@@ -599,7 +599,7 @@ pub async fn start_binary(data: &std::path::Path, config: &std::path::Path) -> R
         .arg(data)
         .arg("--listen")
         .arg("127.0.0.1:0")
-        .env("RELAY_ADMIN_TOKEN", "restart-admin")
+        .env("RELAY_ADMIN_TOKEN", "restart-admin-token-5f0c9e2b7a1d4386")
         .env("RELAY_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())

@@ -340,7 +340,10 @@ async fn retry_after_sigkill(
 
 /// An admin listing's ids (`/admin/tasks`, `/admin/keys`) on a relay binary.
 async fn admin_ids(http: &Http, base: &str, path: &str) -> Vec<String> {
-    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let admin = [(
+        "authorization",
+        "Bearer restart-admin-token-5f0c9e2b7a1d4386".to_owned(),
+    )];
     let v = http
         .send(Method::GET, &format!("{base}{path}"), Body::Empty, &admin)
         .await
@@ -371,7 +374,10 @@ async fn idempotent_retry_after_sigkill_answers_the_written_task() {
     };
     let base = &after.relay.base;
     let key_id = admin_ids(&after.http, base, "/admin/keys").await[0].clone();
-    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let admin = [(
+        "authorization",
+        "Bearer restart-admin-token-5f0c9e2b7a1d4386".to_owned(),
+    )];
     let ledger = after
         .http
         .send(

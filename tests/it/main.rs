@@ -1,6 +1,7 @@
 //! The relay's integration tests: the real server (in process, or the built binary) on port
 //! 0, spoken to over HTTP; media and upstreams stood in for by small local servers.
 
+mod abuse;
 mod admin;
 mod assets;
 mod batches;

@@ -157,7 +157,10 @@ async fn crash_at_random_moments_keeps_billing_invariants() {
     )
     .unwrap();
     let http = Http::new();
-    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let admin = [(
+        "authorization",
+        "Bearer restart-admin-token-5f0c9e2b7a1d4386".to_owned(),
+    )];
     let mut key: Option<(String, String)> = None;
     let mut acknowledged: Vec<String> = Vec::new();
     for round in 0..20 {
@@ -267,7 +270,7 @@ async fn crash_at_random_moments_keeps_billing_invariants() {
     crate::billing::check_ledger_at(
         &http,
         &last.base,
-        "restart-admin",
+        "restart-admin-token-5f0c9e2b7a1d4386",
         &key_id,
         1_000_000,
         0,
@@ -292,7 +295,7 @@ async fn operator_commands_talk_to_the_running_relay() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_relay"));
         cmd.args(&args)
             .env("RELAY_URL", &running.base)
-            .env("RELAY_ADMIN_TOKEN", "restart-admin");
+            .env("RELAY_ADMIN_TOKEN", "restart-admin-token-5f0c9e2b7a1d4386");
         async move {
             let out = cmd.output().await.unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -366,7 +369,10 @@ async fn a_message_cut_off_by_a_crash_costs_nothing() {
     .unwrap();
     let first = start_binary(&data, &config).await;
     let http = Http::new();
-    let admin = [("authorization", "Bearer restart-admin".to_owned())];
+    let admin = [(
+        "authorization",
+        "Bearer restart-admin-token-5f0c9e2b7a1d4386".to_owned(),
+    )];
     let created = http
         .send(
             Method::POST,

@@ -19,7 +19,7 @@ pub const USAGE: &str = "usage: cargo xtask console [--screenshots]
   --screenshots  also writes a screenshot of each page to docs/console/*.png";
 
 /// The admin token of the relay the browser test runs against.
-const ADMIN_TOKEN: &str = "console-check-admin-token";
+const ADMIN_TOKEN: &str = "console-check-admin-token-5f0c9e2b7a1d4386";
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";

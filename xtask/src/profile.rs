@@ -32,7 +32,7 @@ pub const USAGE: &str = "usage: cargo xtask profile [--requests N] [--relay PATH
   with the relay's connection threads not spinning between requests ([server] spin_us = 0).
   --relay PATH profiles that relay binary instead of building this tree's (to compare builds).";
 
-const ADMIN: &str = "profile-admin-token";
+const ADMIN: &str = "profile-admin-token-5f0c9e2b7a1d4386";
 const MESSAGE: &str = r#"{"model":"sim-chat","max_tokens":64,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 const STREAM: &str = r#"{"model":"sim-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 const NATIVE: &str = r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;

@@ -22,7 +22,7 @@ pub const USAGE: &str = "cargo xtask schemathesis [--max-examples N] [--max-time
   --max-time      the run's time budget in seconds (default 300)
   --seed          Schemathesis' seed, to repeat a run";
 
-const ADMIN_TOKEN: &str = "schemathesis-admin-token";
+const ADMIN_TOKEN: &str = "schemathesis-admin-token-5f0c9e2b7a1d4386";
 
 /// The checks: no 5xx, and every answer as documented.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\

@@ -12,7 +12,7 @@ use crate::cmd::{cargo, drain, python_with, root, run, stdout_lines, target_dir}
 use crate::relay::{StartedRelay, start_relay};
 
 /// The admin token of the relay the SDK checks run against.
-const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token";
+const SDK_ADMIN_TOKEN: &str = "sdk-check-admin-token-5f0c9e2b7a1d4386";
 
 /// The OpenAI Python SDK version the check pins.
 const OPENAI_SDK: &str = "openai==3.54.0";

@@ -18,10 +18,10 @@ use store::{
 use tokio::sync::Notify;
 
 use crate::config::{BlobBackend, BlobsConfig, Config, DEFAULT_S3_REGION, StoreBackend};
-use crate::ground::auth::{KeyCache, generate_secret, hash_secret};
+use crate::ground::auth::{KeyCache, admin_token_weakness, generate_secret, hash_secret};
 use crate::ground::chat_ledger::{ChargeQueue, Reservations};
 use crate::ground::cluster::Cluster;
-use crate::ground::limits::Limiter;
+use crate::ground::limits::{AuthThrottle, Limiter};
 use crate::ground::signed::{self, Signer};
 use crate::ops::metrics::Metrics;
 
@@ -57,6 +57,8 @@ pub struct App {
     pub public_base: Arc<std::sync::OnceLock<String>>,
     /// Rate-limit buckets of this process (all of them without a cluster; the fallback with one).
     pub limiter: Limiter,
+    /// Client addresses and credential prefixes whose authentication failed lately.
+    pub auth_throttle: AuthThrottle,
     /// State shared with the other relays through Redis (`[cluster] redis_url`); `None`:
     /// limits, key-cache invalidation and chat reservations hold in this process only.
     pub cluster: Option<Arc<Cluster>>,
@@ -105,6 +107,9 @@ impl App {
         admin_token: Option<&str>,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> anyhow::Result<(Arc<App>, Bootstrap)> {
+        if let Some(why) = admin_token.and_then(admin_token_weakness) {
+            anyhow::bail!(why);
+        }
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("creating data dir {}", data_dir.display()))?;
         let store: Arc<dyn Store> = match config.store.backend() {
@@ -203,6 +208,8 @@ impl App {
                 .filter(|(_, m)| m.kind == crate::config::ModelKind::Chat)
                 .map(|(name, _)| name),
         );
+        let limiter = Limiter::new(config.limits.task_buckets_max);
+        let auth_throttle = AuthThrottle::of(&config.limits);
         let app = App {
             config,
             store,
@@ -215,7 +222,8 @@ impl App {
             asset_wake: Notify::new(),
             batch_wake: Notify::new(),
             shutting_down: AtomicBool::new(false),
-            limiter: Limiter::default(),
+            limiter,
+            auth_throttle,
             metrics,
             key_cache,
             cluster,

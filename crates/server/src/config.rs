@@ -16,6 +16,10 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
 /// The longest `server.spin_us` taken: 10 ms.
 pub const MAX_SPIN_US: u64 = 10_000;
 
+/// The range of `server.max_head_bytes`: hyper reads no less than 8 KiB, and 16 MiB is more
+/// than any client needs.
+pub const HEAD_BYTES: std::ops::RangeInclusive<u64> = 8192..=16 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {origin}: {message}")]
@@ -136,6 +140,16 @@ impl Config {
                 "server.spin_us must be at most {MAX_SPIN_US} (a connection thread would burn its core for that long after every request)"
             ));
         }
+        if !HEAD_BYTES.contains(&self.server.max_head_bytes) {
+            return Err(format!(
+                "server.max_head_bytes must be from {} to {}",
+                HEAD_BYTES.start(),
+                HEAD_BYTES.end()
+            ));
+        }
+        if self.server.max_upload_files == 0 {
+            return Err("server.max_upload_files must be above 0".into());
+        }
         if self.server.header_read_timeout_secs == 0 || self.server.body_read_timeout_secs == 0 {
             return Err(
                 "server.header_read_timeout_secs and server.body_read_timeout_secs must be above 0"
@@ -187,9 +201,21 @@ impl Config {
         if !(self.simulator.task_secs >= 0.0 && self.simulator.task_secs <= 3600.0) {
             return Err("simulator.task_secs must be from 0 to 3600".into());
         }
-        if self.limits.rps == 0 || self.limits.burst == 0 || self.limits.poll_rps_per_task == 0 {
+        let limits = &self.limits;
+        if limits.rps == 0 || limits.burst == 0 || limits.poll_rps_per_task == 0 {
             return Err(
                 "limits.rps, limits.burst and limits.poll_rps_per_task must be above 0".into(),
+            );
+        }
+        if limits.task_buckets_max == 0
+            || limits.auth_failures_burst == 0
+            || limits.auth_failures_per_minute == 0
+            || limits.auth_failure_sources_max == 0
+        {
+            return Err(
+                "limits.task_buckets_max, limits.auth_failures_burst, \
+                 limits.auth_failures_per_minute and limits.auth_failure_sources_max must be above 0"
+                    .into(),
             );
         }
         self.check_cluster()?;

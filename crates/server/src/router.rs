@@ -1,6 +1,8 @@
-//! Routing: the route of a request (`routes`), then auth, then the handler.
+//! Routing: the route of a request (`routes`), then the throttle of failed authentication,
+//! auth and the rate limit, then the handler.
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,9 +20,9 @@ use crate::formats::messages::RequestId;
 use crate::formats::tasks;
 use crate::formats::videos::Videos;
 use crate::formats::{assets, batches, characters, generations, video_models, videos};
-use crate::ground::auth::{authenticate, authenticate_admin};
+use crate::ground::auth::{authenticate, authenticate_admin, presented_secret};
 use crate::ground::http::{Answer, error, ok};
-use crate::ground::limits::Class;
+use crate::ground::limits::{Class, Credential, Limited, Source};
 use crate::ops::{admin, webhooks};
 
 #[cfg(test)]
@@ -48,8 +50,12 @@ fn request_id(req: &Request<Incoming>) -> RequestId {
         .unwrap_or_default()
 }
 
-/// The hyper service function.
-pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer, Infallible> {
+/// The hyper service function, for a request from client address `peer`.
+pub async fn handle(
+    app: Arc<App>,
+    peer: IpAddr,
+    mut req: Request<Incoming>,
+) -> Result<Answer, Infallible> {
     let started = Instant::now();
     crate::serve::spin::work(started);
     let id = request_id(&req);
@@ -59,7 +65,8 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
         req.extensions_mut().insert(id.clone());
     }
     let mut slot = crate::ops::metrics::UNMATCHED;
-    let mut res = dispatch(&app, req, &mut slot).await;
+    let from = Origin { peer, at: started };
+    let mut res = dispatch(&app, req, from, &mut slot).await;
     let ended = Instant::now();
     app.metrics
         .request(slot, res.status().as_u16(), ended - started);
@@ -70,9 +77,95 @@ pub async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Answer,
     Ok(res)
 }
 
+/// Where and when a request came from.
+#[derive(Debug, Clone, Copy)]
+struct Origin {
+    peer: IpAddr,
+    at: Instant,
+}
+
+impl Origin {
+    /// Refuses a request whose client address or credential prefix has no tries left (see
+    /// `limits::AuthThrottle`), before its credential is checked; `credential` is read only
+    /// while some source is out of tries.
+    fn throttle<'h>(
+        self,
+        app: &App,
+        credential: impl FnOnce() -> Option<&'h str>,
+    ) -> Result<(), Limited> {
+        if !app.auth_throttle.any_out(self.at) {
+            return Ok(());
+        }
+        app.auth_throttle.check(
+            &Source {
+                addr: self.peer,
+                credential: credential(),
+            },
+            self.at,
+        )
+    }
+
+    /// Counts `err` against this request's sources when it refused a credential the request
+    /// presented.
+    fn failed(self, app: &App, credential: Option<&str>, kind: Credential, err: &ApiError) {
+        if err.code == ErrorCode::Unauthorized && credential.is_some() {
+            let source = Source {
+                addr: self.peer,
+                credential,
+            };
+            app.auth_throttle
+                .failed(&source, kind, &err.detail, self.at);
+        }
+    }
+
+    /// Checks the admin token: the refusal's answer, or `None` when it is the token.
+    fn refuse_admin(self, app: &App, headers: &http::HeaderMap) -> Option<Answer> {
+        let credential = || presented_secret(headers, false);
+        if let Err(limited) = self.throttle(app, credential) {
+            let mut res = error(&limited.failures_error());
+            limited.set_headers(&mut res);
+            return Some(res);
+        }
+        let Err(e) = authenticate_admin(headers, &app.admin_hash) else {
+            return None;
+        };
+        self.failed(app, credential(), Credential::Admin, &e);
+        Some(error(&e))
+    }
+}
+
+/// A `429` of `limited` (a rate limit).
+fn limited_answer(limited: &Limited) -> Answer {
+    let mut res = error(&limited.error());
+    limited.set_headers(&mut res);
+    res
+}
+
+/// A poll's answer, once its handler found the caller's own task or asset (a `200`): the poll
+/// also takes from that task's bucket, made only now. Any other answer stands as it is.
+async fn own_task_poll(app: &App, key: &store::Key, id: &str, res: Answer) -> Answer {
+    if res.status() != http::StatusCode::OK {
+        return res;
+    }
+    let class = Class::OwnTask(id);
+    match app
+        .limiter
+        .check_shared(app.cluster.as_deref(), &app.config.limits, key, class)
+        .await
+    {
+        Ok(()) => res,
+        Err(limited) => limited_answer(&limited),
+    }
+}
+
 /// Routes and answers a request; `slot` is set to the route's place in the metrics once
 /// matched.
-async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> Answer {
+async fn dispatch(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    from: Origin,
+    slot: &mut usize,
+) -> Answer {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let query = parts.uri.query();
@@ -131,8 +224,22 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
         | Route::CancelBatch(_)
         | Route::BatchResults(_) => {
             use crate::formats::messages;
+            let credential = || presented_secret(headers, true);
+            if let Err(limited) = from.throttle(app, credential) {
+                let mut res = answer(&limited.failures_error());
+                limited.set_headers(&mut res);
+                return res;
+            }
             let (mut res, key) = match messages::admit(app, &parts).await {
-                Err(refused) => (refused.answer, refused.key),
+                Err(refused) => {
+                    if refused.key.is_none()
+                        && refused.answer.status() == http::StatusCode::UNAUTHORIZED
+                    {
+                        let err = ApiError::new(ErrorCode::Unauthorized, "the key was refused");
+                        from.failed(app, credential(), Credential::ApiKey, &err);
+                    }
+                    (refused.answer, refused.key)
+                }
                 Ok(key) => {
                     let res = match route {
                         Route::Messages => messages::create(app, &key, &parts, body).await,
@@ -169,9 +276,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
             }
             res
         }
-        Route::Metrics => match authenticate_admin(headers, &app.admin_hash) {
-            Ok(()) => admin::metrics(app).await,
-            Err(e) => error(&e),
+        Route::Metrics => match from.refuse_admin(app, headers) {
+            None => admin::metrics(app).await,
+            Some(refused) => refused,
         },
         Route::CreateKey
         | Route::ListKeys
@@ -183,8 +290,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
         | Route::AdminTasks
         | Route::AdminWebhooks
         | Route::AdminChannels => {
-            if let Err(e) = authenticate_admin(headers, &app.admin_hash) {
-                return error(&e);
+            if let Some(refused) = from.refuse_admin(app, headers) {
+                return refused;
             }
             if matches!(route, Route::RevokeKey(_) | Route::PatchKey(_)) {
                 // Whatever the outcome, no request is authenticated by the key as it was.
@@ -220,15 +327,24 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
             }
         }
         _ => {
+            let credential = || presented_secret(headers, false);
+            if let Err(limited) = from.throttle(app, credential) {
+                let mut res = error(&limited.failures_error());
+                limited.set_headers(&mut res);
+                return res;
+            }
             let key =
                 match authenticate(&*app.store, &app.key_cache, headers, false, now_secs()).await {
                     Ok(key) => key,
-                    Err(e) => return error(&e),
+                    Err(e) => {
+                        from.failed(app, credential(), Credential::ApiKey, &e);
+                        return error(&e);
+                    }
                 };
+            // A poll takes from its key's poll budget whatever the id, before the lookup;
+            // its task's bucket only once the lookup found the key's own (`own_task_poll`).
             let class = match route {
-                Route::GetVideo(id) | Route::GetGeneration(id) | Route::GetAsset(id) => {
-                    Class::Poll(id)
-                }
+                Route::GetVideo(_) | Route::GetGeneration(_) | Route::GetAsset(_) => Class::Poll,
                 _ => Class::Request,
             };
             if let Err(limited) = app
@@ -236,9 +352,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                 .check_shared(app.cluster.as_deref(), &app.config.limits, &key, class)
                 .await
             {
-                let mut res = error(&limited.error());
-                limited.set_headers(&mut res);
-                return res;
+                return limited_answer(&limited);
             }
             match route {
                 Route::CreateVideo => {
@@ -251,7 +365,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::ListVideos => tasks::list::<Videos>(app, &key, query).await,
-                Route::GetVideo(id) => tasks::get::<Videos>(app, &key, id).await,
+                Route::GetVideo(id) => {
+                    let res = tasks::get::<Videos>(app, &key, id).await;
+                    own_task_poll(app, &key, id, res).await
+                }
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
                 Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
@@ -292,7 +409,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                         .await
                 }
                 Route::ListGenerations => tasks::list::<Generations>(app, &key, query).await,
-                Route::GetGeneration(id) => tasks::get::<Generations>(app, &key, id).await,
+                Route::GetGeneration(id) => {
+                    let res = tasks::get::<Generations>(app, &key, id).await;
+                    own_task_poll(app, &key, id, res).await
+                }
                 Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,
                 Route::Moderation => generations::moderation(app, &key, body).await,
                 Route::ListVideoModels => video_models::list(app, &key),
@@ -311,7 +431,10 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, slot: &mut usize) -> A
                     idem.finish(app, res).await
                 }
                 Route::ListAssets(id) => assets::list_assets(app, &key, id, query).await,
-                Route::GetAsset(id) => assets::get_asset(app, &key, id).await,
+                Route::GetAsset(id) => {
+                    let res = assets::get_asset(app, &key, id).await;
+                    own_task_poll(app, &key, id, res).await
+                }
                 Route::DeleteAsset(id) => assets::delete_asset(app, &key, id).await,
                 _ => error(&ErrorCode::NotFound.into()),
             }

@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::generator::Generators;
 
 /// The admin token of every relay the bench starts.
-pub const ADMIN: &str = "bench-admin-token";
+pub const ADMIN: &str = "bench-admin-token-5f0c9e2b7a1d4386";
 
 /// A relay started for the bench.
 pub struct RelayProc {

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::client::{Client, Req};
 
-const ADMIN_TOKEN: &str = "conformance-admin-token";
+const ADMIN_TOKEN: &str = "conformance-admin-token-5f0c9e2b7a1d4386";
 const MAX_BODY_BYTES: usize = 1 << 20;
 const TASK_TIMEOUT_SECS: u64 = 8;
 

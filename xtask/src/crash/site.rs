@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-pub const ADMIN_TOKEN: &str = "crash-admin-token";
+pub const ADMIN_TOKEN: &str = "crash-admin-token-5f0c9e2b7a1d4386";
 /// The quota of the key under test: finite, and large enough never to run out.
 pub const QUOTA: i64 = 50_000_000;
 

@@ -34,6 +34,10 @@ pub struct ServerConfig {
     /// Threads serving connections, each with a single-threaded runtime of its own; 0: one
     /// per CPU core.
     pub workers: u32,
+    /// The largest request head (request line and headers) read, in bytes: past it `431`.
+    pub max_head_bytes: u64,
+    /// File parts one multipart body may carry.
+    pub max_upload_files: u32,
     /// How long a connection thread keeps looking for work after a request began or ended
     /// before it sleeps, in microseconds ([`crate::serve::spin`]); 0: it sleeps at once.
     pub spin_us: u64,
@@ -58,11 +62,14 @@ impl ServerConfig {
         }
     }
 
-    /// The limit of a multipart body.
-    pub fn upload_limit(&self) -> crate::ground::http::Limit {
-        crate::ground::http::Limit {
-            bytes: self.max_upload_bytes,
-            idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
+    /// The limit of a multipart body: its bytes and pace, and its file parts.
+    pub fn upload_limit(&self) -> crate::ground::multipart::UploadLimit {
+        crate::ground::multipart::UploadLimit {
+            body: crate::ground::http::Limit {
+                bytes: self.max_upload_bytes,
+                idle: std::time::Duration::from_secs(self.body_read_timeout_secs),
+            },
+            files: self.max_upload_files,
         }
     }
 }
@@ -289,6 +296,16 @@ pub struct LimitsConfig {
     pub rps: u32,
     pub burst: u32,
     pub poll_rps_per_task: u32,
+    /// Task poll buckets held at most (each made for a poll of the caller's own task).
+    pub task_buckets_max: usize,
+    /// Failed authentications a client address (or a credential prefix) may have in a row
+    /// before its requests are answered `429`.
+    pub auth_failures_burst: u32,
+    /// How fast those tries come back.
+    pub auth_failures_per_minute: u32,
+    /// Client addresses and credential prefixes tracked at most; past it they share one
+    /// bucket.
+    pub auth_failure_sources_max: usize,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

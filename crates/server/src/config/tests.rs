@@ -90,6 +90,30 @@ fn zero_intervals_and_sizes_are_refused() {
     for (text, named) in [
         ("[server]\nstream_ping_ms = 0\n", "server.stream_ping_ms"),
         ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
+        (
+            "[server]\nmax_upload_files = 0\n",
+            "server.max_upload_files",
+        ),
+        (
+            "[server]\nmax_head_bytes = 4096\n",
+            "server.max_head_bytes must be from 8192",
+        ),
+        (
+            "[limits]\ntask_buckets_max = 0\n",
+            "limits.task_buckets_max",
+        ),
+        (
+            "[limits]\nauth_failures_burst = 0\n",
+            "limits.auth_failures_burst",
+        ),
+        (
+            "[limits]\nauth_failures_per_minute = 0\n",
+            "limits.auth_failures_per_minute",
+        ),
+        (
+            "[limits]\nauth_failure_sources_max = 0\n",
+            "limits.auth_failure_sources_max",
+        ),
     ] {
         let err = Config::from_toml(Some(text), "relay.toml")
             .unwrap_err()
@@ -98,6 +122,14 @@ fn zero_intervals_and_sizes_are_refused() {
     }
     let ok = Config::from_toml(Some("[server]\nstream_ping_ms = 250\n"), "relay.toml").unwrap();
     assert_eq!(ok.server.stream_ping_ms, 250);
+    // The bounds against abuse, by default.
+    let default = Config::from_toml(None, "relay.toml").unwrap();
+    assert_eq!(default.server.max_head_bytes, 64 * 1024);
+    assert_eq!(default.server.max_upload_files, 16);
+    assert_eq!(default.limits.task_buckets_max, 100_000);
+    assert_eq!(default.limits.auth_failures_burst, 20);
+    assert_eq!(default.limits.auth_failures_per_minute, 10);
+    assert_eq!(default.limits.auth_failure_sources_max, 100_000);
 }
 
 #[test]

@@ -233,6 +233,31 @@ pub fn authenticate_admin(headers: &HeaderMap, admin_hash: &str) -> Result<(), A
     }
 }
 
+/// Fewest characters of an admin token the operator sets.
+pub const ADMIN_TOKEN_MIN_LEN: usize = 32;
+/// Fewest distinct characters in it.
+pub const ADMIN_TOKEN_MIN_DISTINCT: usize = 10;
+
+/// Why `token` may not be the admin token (too short, or from too few characters), if it may
+/// not; the message says how to make one and never shows the token.
+pub fn admin_token_weakness(token: &str) -> Option<String> {
+    let len = token.chars().count();
+    let mut seen: Vec<char> = token.chars().collect();
+    seen.sort_unstable();
+    seen.dedup();
+    let distinct = seen.len();
+    if len >= ADMIN_TOKEN_MIN_LEN && distinct >= ADMIN_TOKEN_MIN_DISTINCT {
+        return None;
+    }
+    Some(format!(
+        "RELAY_ADMIN_TOKEN is too weak to guard the admin API: it has {len} characters, {distinct} \
+         of them distinct; it needs at least {ADMIN_TOKEN_MIN_LEN} characters, at least \
+         {ADMIN_TOKEN_MIN_DISTINCT} of them distinct. Make one with `openssl rand -hex 32`, or \
+         leave RELAY_ADMIN_TOKEN unset: the relay then generates one on its first start and \
+         prints it once"
+    ))
+}
+
 /// Whether `key` may use `model` (its optional allow-list).
 pub fn may_use_model(key: &Key, model: &str) -> bool {
     key.models
@@ -255,6 +280,42 @@ mod tests {
         assert_eq!(
             hash_secret("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn weak_admin_tokens_are_refused_saying_how_to_make_one() {
+        for weak in [
+            "admin",
+            "restart-admin",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            // Long enough, but of 9 characters.
+            "abcabcabcabcabcabcabcabcdefghiabcdefghi",
+        ] {
+            let why = admin_token_weakness(weak).expect(weak);
+            assert!(why.contains("openssl rand -hex 32"), "{why}");
+            // ("admin" is a word of the message itself.)
+            assert!(
+                weak == "admin" || !why.contains(weak),
+                "the message shows the token: {why}"
+            );
+        }
+        assert!(
+            admin_token_weakness("admin")
+                .unwrap()
+                .contains("5 characters, 5 of them distinct")
+        );
+        // What the relay makes, and what the advice makes, pass.
+        assert_eq!(admin_token_weakness(&generate_secret("adm-relay-")), None);
+        assert_eq!(
+            admin_token_weakness(
+                "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+            ),
+            None
+        );
+        assert_eq!(
+            admin_token_weakness("0123456789abcdefghijklmnopqrstuv"),
+            None
         );
     }
 

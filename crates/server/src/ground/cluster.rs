@@ -1,5 +1,6 @@
 //! State shared by the relays of one deployment through Redis (`[cluster] redis_url`): the
-//! rate-limit buckets, the invalidation of every relay's key cache, and the chat reservations
+//! rate-limit buckets (each a hash that expires once it would be full again; a task's only for
+//! its owner's polls, so made-up ids make none), the invalidation of every relay's key cache, and the chat reservations
 //! held against a key's quota. Without `redis_url` none of this exists and each relay keeps
 //! that state in its own memory (`limits`, `auth::KeyCache`, `chat_ledger`).
 //!
@@ -312,12 +313,17 @@ impl Cluster {
         format!("{}rel:{key_id}", self.prefix)
     }
 
-    /// The bucket of `key_id`'s requests, or of its polls of `task`.
+    /// The bucket of `key_id`'s requests, or of its polls of its own `task`.
     pub fn bucket(&self, key_id: &str, task: Option<&str>) -> String {
         match task {
             None => format!("{}rl:{key_id}", self.prefix),
             Some(task) => format!("{}rlp:{key_id}:{task}", self.prefix),
         }
+    }
+
+    /// The bucket of all of `key_id`'s status polls, whatever their ids.
+    pub fn poll_bucket(&self, key_id: &str) -> String {
+        format!("{}rlq:{key_id}", self.prefix)
     }
 
     /// Notes a failed call: the first of an outage is logged, with what falls back.

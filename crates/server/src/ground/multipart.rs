@@ -1,7 +1,9 @@
 //! Streaming `multipart/form-data` reading: text parts in memory, file parts to temporary
 //! files (never a whole upload in memory), with the body limits of CONTRACT §4.3. A text part
 //! is at most 1 MiB unless its field may hold a `data:` URI; the text parts together are held
-//! to the JSON body limit, so what a multipart body keeps in memory is what a JSON one may.
+//! to the JSON body limit, so what a multipart body keeps in memory is what a JSON one may. A
+//! body carries at most [`UploadLimit::files`] file parts: the next is refused `413` before its
+//! temporary file is made.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,11 +25,21 @@ pub const PREFIX_BYTES: usize = 64 * 1024;
 /// its field is one of [`Limits::long_text`].
 const MAX_TEXT_PART: usize = 1024 * 1024;
 
+/// What one multipart body may be: its bytes and pace, and its file parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadLimit {
+    /// The whole body (`max_upload_bytes`, and how long it may stall).
+    pub body: Limit,
+    /// File parts it may carry (`max_upload_files`): the next is refused `413` before its
+    /// temporary file is made.
+    pub files: u32,
+}
+
 /// The limits of one multipart body.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits<'a> {
-    /// The whole body (`max_upload_bytes`, and how long it may stall).
-    pub body: Limit,
+    /// The whole body and its file parts.
+    pub body: UploadLimit,
     /// The text parts together (`max_body_bytes`): more is `413`.
     pub text: u64,
     /// Fields whose text parts may be longer than 1 MiB (references given as `data:` URIs).
@@ -98,6 +110,18 @@ impl Drop for Uploads {
     }
 }
 
+/// A file part past `max` of them.
+fn too_many_files(name: &str, max: u32) -> ApiError {
+    ApiError::field(
+        ErrorCode::PayloadTooLarge,
+        name,
+        format!(
+            "a multipart body may carry at most {max} file parts (server.max_upload_files); \
+             the part {name:?} is one more"
+        ),
+    )
+}
+
 fn bad_multipart(e: impl std::fmt::Display) -> ApiError {
     ApiError::field(
         ErrorCode::InvalidRequest,
@@ -118,7 +142,8 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let limit = limits.body;
+    let max_files = limits.body.files;
+    let limit = limits.body.body;
     let boundary = multer::parse_boundary(content_type).map_err(bad_multipart)?;
     let idle = limit.idle;
     let hard = limit.hard();
@@ -188,6 +213,9 @@ where
                 .is_some_and(|ct| !ct.starts_with("text/plain"));
         let mut field = field;
         if is_file {
+            if uploads.0.len() >= max_files as usize {
+                return Err(too_many_files(&name, max_files));
+            }
             // Registered before writing, so an early error still removes the file.
             let (index, path) = uploads.begin(&**blobs);
             let mut file = tokio::fs::File::create(&path)
@@ -259,4 +287,75 @@ where
         return Err(too_large());
     }
     Ok((fields, uploads))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+    use store::LocalBlobs;
+
+    use super::*;
+
+    const BOUNDARY: &str = "xyz";
+
+    fn file_parts(range: std::ops::Range<usize>) -> String {
+        range
+            .map(|n| {
+                format!(
+                    "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"f{n}\"; filename=\"{n}.png\"\r\n\
+                     Content-Type: image/png\r\n\r\npart {n}\r\n"
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_body_with_more_file_parts_than_allowed_is_refused_before_the_next_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs: Arc<dyn BlobStore> = Arc::new(LocalBlobs::open(dir.path()).unwrap());
+        let limits = Limits {
+            body: UploadLimit {
+                body: Limit {
+                    bytes: 1 << 20,
+                    idle: Duration::from_secs(30),
+                },
+                files: 16,
+            },
+            text: 1 << 20,
+            long_text: &[],
+        };
+        let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+        // Sixteen parts are read.
+        let whole = format!("{}--{BOUNDARY}--\r\n", file_parts(0..16));
+        let body = http_body_util::Full::new(Bytes::from(whole));
+        let (fields, uploads) = read(body, &content_type, limits, &blobs).await.unwrap();
+        assert_eq!((fields.len(), uploads.0.len()), (16, 16));
+        drop(uploads);
+        // The 17th is refused as it arrives: the 9,983 parts after it (never sent here: the
+        // body waits for them forever) are not waited for, let alone written.
+        let first = Bytes::from(file_parts(0..17));
+        let frames = futures_util::stream::iter([Ok::<_, Infallible>(Frame::data(first))])
+            .chain(futures_util::stream::pending());
+        let read = read(StreamBody::new(frames), &content_type, limits, &blobs);
+        let err = tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("refused without waiting for the rest")
+            .unwrap_err();
+        assert_eq!(err.status(), 413);
+        assert_eq!(err.param.as_deref(), Some("f16"));
+        assert!(
+            err.detail
+                .contains("at most 16 file parts (server.max_upload_files)"),
+            "{}",
+            err.detail
+        );
+        // Nothing is left behind.
+        let left = std::fs::read_dir(dir.path().join("tmp")).map_or(0, |d| d.count());
+        assert_eq!(left, 0);
+    }
 }

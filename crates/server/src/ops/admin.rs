@@ -15,7 +15,7 @@ use store::{AdminTaskQuery, Key, KeyStatus, RateLimit, StoreError, TaskKind, Tas
 
 use crate::app::{App, new_key};
 use crate::ground::http::{Answer, error, full, ok, parse_json, read_body, store_unavailable};
-use crate::ops::metrics::{CallLabels, ChannelLabels, ScopeLabels};
+use crate::ops::metrics::{CallLabels, ChannelLabels, CredentialLabels, KindLabels, ScopeLabels};
 
 /// A key as operators see it (never its secret or hash).
 pub fn key_record(key: &Key) -> Value {
@@ -554,13 +554,38 @@ pub async fn metrics(app: &Arc<App>) -> Answer {
     );
 
     let refused = Family::<ScopeLabels, Counter>::default();
-    for (scope, n) in app.limiter.refusals() {
+    let throttled = ("auth_failures", app.auth_throttle.throttled());
+    for (scope, n) in app.limiter.refusals().into_iter().chain([throttled]) {
         refused.get_or_create(&ScopeLabels { scope }).inc_by(n);
     }
     registry.register(
         "rate_limited",
-        "Requests refused by a rate limit, by scope (key, task polls)",
+        "Requests refused by a rate limit, by scope (a key's requests, a key's polls, one task's polls, a source's failed authentications)",
         refused,
+    );
+    let buckets = Family::<KindLabels, Gauge>::default();
+    let (keys, tasks) = app.limiter.buckets();
+    let sources = app.auth_throttle.sources();
+    for (kind, n) in [("key", keys), ("task", tasks), ("auth_source", sources)] {
+        buckets
+            .get_or_create(&KindLabels { kind })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "rate_limit_buckets",
+        "Rate-limit buckets held in this instance (keys', tasks', and failed-authentication sources')",
+        buckets,
+    );
+    let failures = Family::<CredentialLabels, Counter>::default();
+    for (credential, n) in app.auth_throttle.failures() {
+        failures
+            .get_or_create(&CredentialLabels { credential })
+            .inc_by(n);
+    }
+    registry.register(
+        "auth_failures",
+        "Presented credentials not accepted, by credential (API key, admin token)",
+        failures,
     );
     let open = Gauge::<i64>::default();
     if let Some(gate) = app.metrics.gate.get() {

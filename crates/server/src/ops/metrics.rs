@@ -3,7 +3,8 @@
 //! What is counted per request is a counter and a histogram bucket found by the route's index,
 //! and per message three counters found by the model's name: no allocation, no lock
 //! held across an await. Everything else (tasks by status from the store, channels' calls and
-//! health, open connections, rate-limit refusals) is read when scraped.
+//! health, open connections, rate-limit refusals and buckets, failed authentications) is read
+//! when scraped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,6 +58,16 @@ pub(crate) struct ChannelLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ScopeLabels {
     pub(crate) scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CredentialLabels {
+    pub(crate) credential: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabels {
+    pub(crate) kind: &'static str,
 }
 
 /// Request latencies, 100 µs to about 100 s.

@@ -58,22 +58,33 @@ pub async fn serve(
         let follow = tokio::spawn(cluster.clone().follow(move || cache_of.key_cache.clear()));
         (tokio::spawn(cluster.run()), follow)
     });
+    let limits_sweep = tokio::spawn(sweep_limits(app.clone(), stop_engine.subscribe()));
     let server = &app.config.server;
     let head_timeout = Duration::from_secs(server.header_read_timeout_secs);
+    // A head past `max_head_bytes` is answered `431` by hyper itself and the connection
+    // closed; HTTP/2 says so in its settings and answers a longer header list `431` on that
+    // stream. (An HTTP/1 connection whose first bytes were too few to tell it from HTTP/2 is
+    // served by hyper-util's, which bounds its read buffer to as much instead.)
+    let head_bytes = usize::try_from(server.max_head_bytes).unwrap_or(usize::MAX);
     // HTTP/1.1 is served by hyper's own connection; a connection that opens with HTTP/2's
     // preface (or too few bytes yet to tell) by hyper-util's, which reads the preface itself.
     let mut http1 = http1::Builder::new();
-    http1.timer(CoarseTimer).header_read_timeout(head_timeout);
+    http1
+        .timer(CoarseTimer)
+        .header_read_timeout(head_timeout)
+        .max_header_size(head_bytes);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(CoarseTimer)
-        .header_read_timeout(head_timeout);
+        .header_read_timeout(head_timeout)
+        .max_buf_size(head_bytes);
     builder
         .http2()
         .timer(CoarseTimer)
         .keep_alive_interval(head_timeout)
-        .keep_alive_timeout(head_timeout);
+        .keep_alive_timeout(head_timeout)
+        .max_header_list_size(u32::try_from(server.max_head_bytes).unwrap_or(u32::MAX));
     let gate = Arc::new(conns::Gate::new(server));
     let _ = app.metrics.gate.set(gate.clone());
     tracing::info!(
@@ -155,9 +166,10 @@ pub async fn serve(
                     // Set once the connection's first request has arrived.
                     let started = Arc::new(AtomicBool::new(false));
                     let seen = started.clone();
+                    let client = peer.ip();
                     let service = service_fn(move |req| {
                         seen.store(true, Ordering::Relaxed);
-                        router::handle(app.clone(), req)
+                        router::handle(app.clone(), client, req)
                     });
                     let io = TokioIo::new(stream);
                     let first_request = FirstRequest {
@@ -195,6 +207,7 @@ pub async fn serve(
     let _ = engine.await;
     let _ = asset_work.await;
     let _ = idempotency_sweep.await;
+    let _ = limits_sweep.await;
     let _ = batch_work.await;
     if !app.charges.drained(GRACE).await {
         tracing::warn!("chat charges still unwritten after {GRACE:?}");
@@ -215,6 +228,23 @@ pub async fn serve(
     app.store.close().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Forgets idle rate-limit buckets and authentication failures every `SWEEP_EVERY` until
+/// `stop`: off the request path, one shard locked at a time.
+async fn sweep_limits(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(crate::ground::limits::SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                let now = Instant::now();
+                app.limiter.sweep(now);
+                app.auth_throttle.sweep(now);
+            }
+            _ = stop.wait_for(|stop| *stop) => return,
+        }
+    }
 }
 
 /// What an HTTP/2 connection opens with.
