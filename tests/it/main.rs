@@ -11,6 +11,7 @@ mod cluster;
 mod errors;
 mod fake_chat;
 mod fake_video;
+mod files;
 mod generations;
 mod hardening;
 mod harness;
