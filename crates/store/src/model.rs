@@ -168,6 +168,10 @@ pub struct Task {
     pub upstream_id: Option<String>,
     /// Unix milliseconds when the upstream accepted the task.
     pub submitted_ms: Option<u64>,
+    /// Unix milliseconds of the engine's last poll of the upstream about the task (answered
+    /// or not); what bounds how soon a vendor's callback can have it polled again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polled_ms: Option<u64>,
     /// Submission or poll attempts that failed in a row (for retries and backoff).
     pub attempts: u32,
     /// `x-relay-sim` directives given at submission (simulator only).
