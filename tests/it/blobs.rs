@@ -177,7 +177,7 @@ async fn local_blobs() {
     suite(&blobs, &pattern(2 * PART + 12_345)).await;
     // A directory has no presigned URLs.
     let url = blobs
-        .presigned_get("video_01/thumbnail.png", WAIT, "image/png")
+        .presigned_get("video_01/thumbnail.png", WAIT, "image/png", "inline")
         .await
         .unwrap();
     assert_eq!(url, None);
@@ -210,7 +210,12 @@ async fn s3_blobs() {
 
     // A presigned URL serves the object, with the type asked for, without credentials.
     let url = blobs
-        .presigned_get("video_01/thumbnail.png", WAIT, "image/png")
+        .presigned_get(
+            "video_01/thumbnail.png",
+            WAIT,
+            "image/png",
+            "attachment; filename=\"video_01_thumbnail.png\"",
+        )
         .await
         .unwrap()
         .expect("a presigned URL");
@@ -219,6 +224,13 @@ async fn s3_blobs() {
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(got.body, "png");
     assert_eq!(got.header("content-type"), Some("image/png"));
+    // S3 answers with the disposition the URL signs (moto does not act on it).
+    assert!(
+        url.contains(
+            "response-content-disposition=attachment%3B%20filename%3D%22video_01_thumbnail.png%22"
+        ),
+        "{url}"
+    );
 
     // A bucket that does not exist: errors, not panics or empty reads.
     let missing = S3Blobs::open(moto.settings("no-such-bucket", "", PART), tmp.path()).unwrap();

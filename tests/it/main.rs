@@ -12,6 +12,7 @@ mod cluster;
 mod errors;
 mod fake_chat;
 mod fake_video;
+mod files;
 mod generations;
 mod hardening;
 mod harness;

@@ -1,11 +1,12 @@
 //! Signed webhooks of finished tasks: delivered to a receiver of our own on 127.0.0.1, signed
 //! per Standard Webhooks (checked here with HMAC-SHA256), retried until a 2xx, listed for
 //! operators with their attempts, delivered again (with the same `webhook-id`) after a restart
-//! in the middle of a delivery; the event types of both formats; bad callback URLs refused.
+//! in the middle of a delivery; the event types of both formats; bad callback URLs refused;
+//! receivers that never answer hold only their own share of the deliveries under way.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -38,6 +39,8 @@ poll_interval_ms = 50
 struct Delivery {
     headers: HeaderMap,
     body: Bytes,
+    /// When it arrived.
+    at: Instant,
 }
 
 impl Delivery {
@@ -60,6 +63,8 @@ enum Plan {
     Statuses(&'static [u16]),
     /// Holds the first request open for good (it is recorded), answers 200 after.
     HoldFirst,
+    /// Holds every request open for good (each is recorded): a receiver that never answers.
+    HoldAll,
 }
 
 /// A webhook receiver on 127.0.0.1 that records every request.
@@ -91,13 +96,14 @@ impl Receiver {
                                     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                                     let n = {
                                         let mut log = log.lock().unwrap();
-                                        log.push(Delivery { headers, body });
+                                        log.push(Delivery { headers, body, at: Instant::now() });
                                         log.len()
                                     };
                                     let status = match plan {
                                         Plan::Statuses(list) => list.get(n - 1).copied().unwrap_or(200),
                                         Plan::HoldFirst if n == 1 => std::future::pending().await,
                                         Plan::HoldFirst => 200,
+                                        Plan::HoldAll => std::future::pending().await,
                                     };
                                     Ok::<_, Infallible>(
                                         hyper::Response::builder()
@@ -550,4 +556,125 @@ async fn bad_callback_urls_are_refused_naming_the_field() {
             .await;
         res.assert_error(400, "invalid request", Some("webhook_url"));
     }
+}
+
+/// Deliveries that never end (the relay's attempts time out) and a short attempt timeout.
+const HELD: &str = r#"
+[webhooks]
+timeout_ms = 3000
+retry_initial_ms = 200
+retry_max_ms = 400
+poll_interval_ms = 50
+concurrency = 16
+per_receiver_concurrency = 4
+per_key_concurrency = 8
+"#;
+
+/// The attempt timeout of [`HELD`].
+const HELD_TIMEOUT: Duration = Duration::from_millis(3000);
+
+/// Ends a video of `key` whose webhook goes to `url` at once (cancelled while it runs, so no
+/// rendering comes between the request and the webhook).
+async fn cancelled_video(relay: &Relay, key: &str, url: &str) {
+    let body = json!({"model": "model_h3", "prompt": "flood", "callback_url": url});
+    let id = create_video(relay, key, body, "stuck").await;
+    let res = relay
+        .call_as(
+            key,
+            Method::POST,
+            &format!("/v1/videos/{id}/cancel"),
+            Body::Empty,
+            &[],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+/// `n` webhooks of `key` to `url`.
+async fn flood(relay: &Relay, key: &str, url: &str, n: usize) {
+    for _ in 0..n {
+        cancelled_video(relay, key, url).await;
+    }
+}
+
+/// Waits for another key's webhook to reach `fast` while the held deliveries, the first of
+/// which arrived at `held_since`, wait out their timeout: it must arrive before they time out.
+async fn arrives_while_held(relay: &Relay, fast: &Receiver, held_since: Instant) -> Delivery {
+    let (_, other, _) = hook_key(relay, None).await;
+    cancelled_video(relay, &other, &fast.url()).await;
+    let left = HELD_TIMEOUT.saturating_sub(held_since.elapsed());
+    let seen = poll_until(left, || async { fast.seen().first().cloned() }).await;
+    let delivery = seen.unwrap_or_else(|| {
+        panic!(
+            "another key's webhook did not arrive within {HELD_TIMEOUT:?} of the held ones \
+             (they time out then): one receiver's deliveries delayed another's"
+        )
+    });
+    assert!(
+        delivery.at < held_since + HELD_TIMEOUT,
+        "arrived {:?} after the held ones began",
+        delivery.at - held_since
+    );
+    delivery
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_never_answers_delays_no_other_key() {
+    let relay = Relay::start(HELD).await;
+    let slow = Receiver::start(Plan::HoldAll).await;
+    let fast = Receiver::start(Plan::Statuses(&[])).await;
+    let (_, key, _) = hook_key(&relay, None).await;
+    flood(&relay, &key, &slow.url(), 20).await;
+    // The receiver's share of the slots is taken, and held until the attempts time out.
+    let held = slow.wait_for(4).await;
+    let held_since = held[0].at;
+    let delivery = arrives_while_held(&relay, &fast, held_since).await;
+    assert_eq!(delivery.json()["type"], "video.cancelled");
+    // No more than the receiver's cap was under way at once: the fifth came only after the
+    // first attempts timed out.
+    assert_eq!(
+        slow.seen()
+            .iter()
+            .filter(|d| d.at < held_since + HELD_TIMEOUT)
+            .count(),
+        4,
+        "per_receiver_concurrency = 4"
+    );
+    // The rest of the flood goes on as slots free.
+    let later = slow.wait_for(5).await;
+    assert!(later[4].at >= held_since + HELD_TIMEOUT - Duration::from_millis(500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keys_many_receivers_hold_only_that_keys_share() {
+    let relay = Relay::start(HELD).await;
+    let slow = [
+        Receiver::start(Plan::HoldAll).await,
+        Receiver::start(Plan::HoldAll).await,
+        Receiver::start(Plan::HoldAll).await,
+        Receiver::start(Plan::HoldAll).await,
+    ];
+    let fast = Receiver::start(Plan::Statuses(&[])).await;
+    let (_, key, _) = hook_key(&relay, None).await;
+    for receiver in &slow {
+        flood(&relay, &key, &receiver.url(), 5).await;
+    }
+    // The key's cap (8) binds before the receivers' (4 each, 16 in all).
+    let first = poll_until(WAIT, || async {
+        let seen: Vec<Delivery> = slow.iter().flat_map(Receiver::seen).collect();
+        (seen.len() >= 8).then(|| seen.iter().map(|d| d.at).min().unwrap())
+    })
+    .await
+    .expect("the key's share of deliveries under way");
+    arrives_while_held(&relay, &fast, first).await;
+    let under_way: usize = slow
+        .iter()
+        .map(|r| {
+            r.seen()
+                .iter()
+                .filter(|d| d.at < first + HELD_TIMEOUT)
+                .count()
+        })
+        .sum();
+    assert_eq!(under_way, 8, "per_key_concurrency = 8");
 }

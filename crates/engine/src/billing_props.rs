@@ -52,6 +52,7 @@ fn task(n: u64, price: i64) -> Task {
         channel: None,
         upstream_id: None,
         submitted_ms: None,
+        polled_ms: None,
         attempts: 0,
         sim: None,
         outputs: Outputs::default(),

@@ -8,7 +8,7 @@ use store::{StoreError, Task, TaskStatus};
 use crate::calls::{call_permit_within, record};
 use crate::clock::now_ms;
 use crate::commit::succeed;
-use crate::schedule::{backoff, fail_task, reschedule};
+use crate::schedule::{backoff, fail_task, reschedule, reschedule_after};
 use crate::state::Engine;
 
 pub(crate) async fn poll(
@@ -68,6 +68,7 @@ pub(crate) async fn poll(
                         t.progress = t.progress.max(progress.min(99));
                         t.attempts = 0;
                         t.updated_at = now / 1000;
+                        t.polled_ms = Some(now);
                         t.next_poll_ms = Some(next);
                     },
                     &[],
@@ -87,7 +88,7 @@ pub(crate) async fn poll(
             let attempts = task.attempts + 1;
             tracing::warn!("engine: task {}: poll failed: {reason}", task.id);
             let next = now + backoff(engine, channel.min_poll_interval(), attempts);
-            reschedule(engine, &task, next, true).await;
+            reschedule_after(engine, &task, next, true, Some(now)).await;
         }
         PollOutcome::Unknown(reason) => {
             let attempts = task.attempts + 1;
@@ -105,7 +106,7 @@ pub(crate) async fn poll(
                 .await;
             } else {
                 let next = now + channel.min_poll_interval().as_millis() as u64;
-                reschedule(engine, &task, next, true).await;
+                reschedule_after(engine, &task, next, true, Some(now)).await;
             }
         }
     }

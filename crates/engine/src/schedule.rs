@@ -51,6 +51,17 @@ pub(crate) async fn reschedule(
     next_ms: u64,
     count_attempt: bool,
 ) {
+    reschedule_after(engine, task, next_ms, count_attempt, None).await;
+}
+
+/// [`reschedule`] after a poll of the upstream at `polled_ms` (recorded on the task).
+pub(crate) async fn reschedule_after(
+    engine: &Arc<Engine>,
+    task: &Task,
+    next_ms: u64,
+    count_attempt: bool,
+    polled_ms: Option<u64>,
+) {
     let status = task.status;
     let next = next_ms.min(task.deadline_ms);
     let result = engine
@@ -62,6 +73,9 @@ pub(crate) async fn reschedule(
             &|t| {
                 if count_attempt {
                     t.attempts += 1;
+                }
+                if polled_ms.is_some() {
+                    t.polled_ms = polled_ms;
                 }
                 t.next_poll_ms = Some(next);
             },

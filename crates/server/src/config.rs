@@ -188,10 +188,13 @@ impl Config {
             || hooks.retry_initial_ms == 0
             || hooks.poll_interval_ms == 0
             || hooks.concurrency == 0
+            || hooks.per_receiver_concurrency == 0
+            || hooks.per_key_concurrency == 0
         {
             return Err(
-                "webhooks.timeout_ms, webhooks.retry_initial_ms, webhooks.poll_interval_ms and \
-                 webhooks.concurrency must be above 0"
+                "webhooks.timeout_ms, webhooks.retry_initial_ms, webhooks.poll_interval_ms, \
+                 webhooks.concurrency, webhooks.per_receiver_concurrency and \
+                 webhooks.per_key_concurrency must be above 0"
                     .into(),
             );
         }

@@ -457,11 +457,29 @@ async fn file(
         (Some(expires), Some(sig)) => app.signer.verify(blob, expires, &sig, now),
         _ => false,
     };
-    let Some(expires) = expires.filter(|_| valid) else {
-        return error(&ApiError::new(
+    let gone = || {
+        error(&ApiError::new(
             ErrorCode::NotFound,
             "no such file, or its link is not valid (any more)",
-        ));
+        ))
+    };
+    let Some(expires) = expires.filter(|_| valid) else {
+        return gone();
+    };
+    match still_held(app, blob, now).await {
+        Ok(true) => {}
+        Ok(false) => return gone(),
+        Err(e) => {
+            tracing::error!("file {blob}: reading what it belongs to: {e}");
+            return error(&ApiError::new(
+                ErrorCode::Unavailable,
+                "the file cannot be read now",
+            ));
+        }
+    }
+    let inline = match crate::ground::content::wants_inline(query) {
+        Ok(inline) => inline,
+        Err(e) => return error(&e),
     };
     // A presigned URL lives no longer than the link it stands for.
     let presign = app
@@ -471,10 +489,41 @@ async fn file(
         &app.blobs,
         blob,
         crate::ground::signed::content_type(blob),
+        &crate::ground::content::Disposition::of(blob, inline),
         headers,
         presign,
     )
     .await
+}
+
+/// Whether a signed link to `blob` still stands: what the file belongs to is there and its
+/// content has not expired (a task's `expires_at`, an asset's expiry), and the key that owns
+/// it is active and unexpired (a revoked key's links die with it).
+async fn still_held(app: &Arc<App>, blob: &str, now: u64) -> Result<bool, store::StoreError> {
+    use crate::ground::signed::{Holder, holder};
+    let owner = match holder(blob) {
+        None => return Ok(false),
+        Some(Holder::Task(id)) => match app.store.task_shared(id).await? {
+            Some(task) if task.expires_at.is_none_or(|at| at > now) => task.owner.clone(),
+            _ => return Ok(false),
+        },
+        Some(Holder::Asset(id)) => match app.store.asset(id).await? {
+            Some(asset)
+                if asset.status != store::AssetStatus::Expired
+                    && asset.expires_at.is_none_or(|at| at > now) =>
+            {
+                asset.owner
+            }
+            _ => return Ok(false),
+        },
+        Some(Holder::Character(id)) => match app.store.character(id).await? {
+            Some(character) => character.owner,
+            None => return Ok(false),
+        },
+    };
+    Ok(app.store.key(&owner).await?.is_some_and(|key| {
+        key.status == store::KeyStatus::Active && key.expires_at.is_none_or(|at| at > now)
+    }))
 }
 
 /// The OpenAPI document of the API, as written in the repository's `docs/openapi.yaml`.

@@ -205,6 +205,7 @@ fn task(id: &str, owner: &str, params: &Params) -> Task {
         channel: None,
         upstream_id: None,
         submitted_ms: None,
+        polled_ms: None,
         attempts: 0,
         sim: None,
         outputs: Outputs::default(),

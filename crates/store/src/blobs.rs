@@ -42,15 +42,17 @@ pub trait BlobStore: Send + Sync + 'static {
     async fn delete(&self, id: &str) -> io::Result<()>;
     /// Removes every blob whose id starts with `prefix/` (e.g. all files of one task).
     async fn delete_prefix(&self, prefix: &str) -> io::Result<()>;
-    /// A URL at which a client can GET blob `id` for `ttl`, served as `content_type`, without
-    /// the relay in the way; `None` where the backend has no such URLs (a local directory).
+    /// A URL at which a client can GET blob `id` for `ttl`, served as `content_type` with
+    /// `disposition` as its `Content-Disposition`, without the relay in the way; `None` where
+    /// the backend has no such URLs (a local directory).
     async fn presigned_get(
         &self,
         id: &str,
         ttl: Duration,
         content_type: &str,
+        disposition: &str,
     ) -> io::Result<Option<String>> {
-        let _ = (id, ttl, content_type);
+        let _ = (id, ttl, content_type, disposition);
         Ok(None)
     }
 }

@@ -168,6 +168,10 @@ pub struct Task {
     pub upstream_id: Option<String>,
     /// Unix milliseconds when the upstream accepted the task.
     pub submitted_ms: Option<u64>,
+    /// Unix milliseconds of the engine's last poll of the upstream about the task (answered
+    /// or not); what bounds how soon a vendor's callback can have it polled again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polled_ms: Option<u64>,
     /// Submission or poll attempts that failed in a row (for retries and backoff).
     pub attempts: u32,
     /// `x-relay-sim` directives given at submission (simulator only).
@@ -511,6 +515,33 @@ pub enum WebhookOutcome {
     /// No more tries.
     Failed,
 }
+
+/// A due webhook as [`crate::Store::pick_webhooks`] shows it before taking it: whose it is
+/// and where it goes, read from the due index without the whole record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueWebhook<'a> {
+    pub id: &'a str,
+    /// The task's key.
+    pub owner: &'a str,
+    pub url: &'a str,
+}
+
+/// What [`crate::Store::pick_webhooks`] does with a due webhook it looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookPick {
+    /// Claim it: leased and handed out.
+    Take,
+    /// Leave it due and look at the next one.
+    Skip,
+    /// Make it due at this time (unix milliseconds) instead, recording no attempt, and look at
+    /// the next one.
+    Defer { at_ms: u64 },
+    /// Look no further.
+    Stop,
+}
+
+/// The caller's choice in [`crate::Store::pick_webhooks`], asked about each due webhook in turn.
+pub type WebhookPicker<'a> = &'a mut (dyn FnMut(&DueWebhook<'_>) -> WebhookPick + Send);
 
 /// Webhooks for operators: newest first, each filter optional.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! | `ledger`            | task entries, `seq` from `ledger_seq`; unique `(task_id, kind)`   |
 //! | `usage`             | charges of work without a task: a batch shares one `seq`, `ord` is its place |
 //! | `meta`              | name, value bytes                                                  |
-//! | `webhooks`          | id, `task_id`, `status`, `due_ms` (the next attempt while pending), the [`Webhook`] as jsonb |
+//! | `webhooks`          | id, `task_id`, `status`, `due_ms` (the next attempt while pending), `owner`, `url`, the [`Webhook`] as JSON text |
 //! | `libraries`         | id, owner, the [`Library`] (with its `asset_count`) as jsonb      |
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
 //! | `batches`           | id, owner, `open` (until it ended; indexed), the [`Batch`] as jsonb |
@@ -70,7 +70,7 @@ use crate::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Character,
     Charge, Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library,
     Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook,
-    WebhookAttempt, WebhookOutcome, WebhookQuery,
+    WebhookAttempt, WebhookOutcome, WebhookPicker, WebhookQuery,
 };
 
 mod assets;
@@ -200,16 +200,17 @@ impl Store for PgStore {
         tasks::counts(self).await
     }
 
-    async fn claim_webhooks(
+    async fn pick_webhooks(
         &self,
         now_ms: u64,
         lease_ms: u64,
-        limit: usize,
+        scan: usize,
+        pick: WebhookPicker<'_>,
     ) -> Result<Vec<Webhook>, StoreError> {
-        if limit == 0 {
+        if scan == 0 {
             return Ok(Vec::new());
         }
-        webhooks::claim(self, now_ms, lease_ms, limit).await
+        webhooks::pick(self, now_ms, lease_ms, scan, pick).await
     }
 
     async fn record_webhook_attempt(

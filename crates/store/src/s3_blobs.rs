@@ -323,9 +323,13 @@ impl BlobStore for S3Blobs {
         id: &str,
         ttl: Duration,
         content_type: &str,
+        disposition: &str,
     ) -> io::Result<Option<String>> {
         let key = self.key(id)?;
-        let options = SignedUrlOptions::new().with_query([("response-content-type", content_type)]);
+        let options = SignedUrlOptions::new().with_query([
+            ("response-content-type", content_type),
+            ("response-content-disposition", disposition),
+        ]);
         let url = self
             .store
             .signed_url_opts(

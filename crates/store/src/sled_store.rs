@@ -14,7 +14,7 @@
 //! | `ledger_by_task` | task id `\0` kind name                   | entry id         |
 //! | `meta`           | name                                     | raw bytes        |
 //! | `webhooks`       | webhook id                               | JSON [`Webhook`](crate::Webhook) |
-//! | `webhooks_due`   | next attempt (ms, 8 bytes big-endian) webhook id | empty    |
+//! | `webhooks_due`   | next attempt (ms, 8 bytes big-endian) webhook id | owner `\0` URL (empty when written by an earlier version) |
 //! | `webhooks_by_task` | task id `\0` webhook id               | empty            |
 //! | `characters`     | character id                             | JSON [`Character`] |
 //! | `idempotency`    | API key id `\0` idempotency key         | JSON [`IdemRecord`](crate::IdemRecord) |
@@ -69,7 +69,7 @@ use crate::{
     AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Batch, BatchItem, BatchResult, Character,
     Charge, Claim, IdemAnswer, IdemClaim, IdemTicket, Key, LedgerDraft, LedgerEntry, Library,
     Order, Page, Store, StoreError, Task, TaskCount, TaskQuery, TaskStatus, Webhook,
-    WebhookAttempt, WebhookOutcome, WebhookQuery,
+    WebhookAttempt, WebhookOutcome, WebhookPicker, WebhookQuery,
 };
 
 mod assets;
@@ -233,13 +233,14 @@ impl Store for SledStore {
         Ok(self.counts.all())
     }
 
-    async fn claim_webhooks(
+    async fn pick_webhooks(
         &self,
         now_ms: u64,
         lease_ms: u64,
-        limit: usize,
+        scan: usize,
+        pick: WebhookPicker<'_>,
     ) -> Result<Vec<Webhook>, StoreError> {
-        webhooks::claim(self, now_ms, lease_ms, limit)
+        webhooks::pick(self, now_ms, lease_ms, scan, pick)
     }
 
     async fn record_webhook_attempt(

@@ -6,9 +6,9 @@ use crate::batch::{Batch, BatchItem, BatchResult};
 use crate::error::StoreError;
 use crate::idempotency::{IdemAnswer, IdemClaim, IdemTicket};
 use crate::model::{
-    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Character, Charge, Claim, Key,
-    LedgerDraft, LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus,
-    Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery,
+    AdminTaskQuery, AssetQuery, AssetRecord, AssetStatus, Character, Charge, Claim, DueWebhook,
+    Key, LedgerDraft, LedgerEntry, Library, Order, Page, Task, TaskCount, TaskQuery, TaskStatus,
+    Webhook, WebhookAttempt, WebhookOutcome, WebhookPick, WebhookPicker, WebhookQuery,
 };
 
 /// An edit of a task inside a [`Store::transition`].
@@ -127,16 +127,43 @@ pub trait Store: Send + Sync + 'static {
     /// the metrics. Cheap: counted by the backend, not by reading every task.
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
 
-    /// Claims due webhook deliveries, as [`Store::claim_due`] claims tasks: `pending` webhooks
-    /// whose `next_attempt_ms` is at or before `now_ms`, earliest first, from an index; each
-    /// claimed one's `next_attempt_ms` moves to `now_ms + lease_ms` in the same transaction, so
-    /// no other caller gets it until the lease runs out or its attempt is recorded. Not flushed.
+    /// Claims due webhook deliveries that `pick` chooses. Looks at up to `scan` `pending`
+    /// webhooks whose `next_attempt_ms` is at or before `now_ms`, earliest first, from an index
+    /// that holds each one's owner and URL (the whole record is read only for those taken),
+    /// and asks `pick` about each in turn ([`WebhookPick`]). In one transaction: a taken one's
+    /// `next_attempt_ms` moves to `now_ms + lease_ms`, as [`Store::claim_due`] leases tasks, so
+    /// no other caller gets it until the lease runs out or its attempt is recorded; a deferred
+    /// one's moves to the time `pick` gave; a skipped one stays due. One that another caller
+    /// moved meanwhile is left alone. Returns the taken ones, earliest due first. Not flushed.
+    ///
+    /// `pick` runs once per webhook looked at, so it may count what it took.
+    async fn pick_webhooks(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        scan: usize,
+        pick: WebhookPicker<'_>,
+    ) -> Result<Vec<Webhook>, StoreError>;
+
+    /// [`Store::pick_webhooks`] taking the earliest `limit` due webhooks, whatever their
+    /// receivers.
     async fn claim_webhooks(
         &self,
         now_ms: u64,
         lease_ms: u64,
         limit: usize,
-    ) -> Result<Vec<Webhook>, StoreError>;
+    ) -> Result<Vec<Webhook>, StoreError> {
+        let mut left = limit;
+        let mut first = move |_: &DueWebhook<'_>| {
+            if left == 0 {
+                return WebhookPick::Stop;
+            }
+            left -= 1;
+            WebhookPick::Take
+        };
+        self.pick_webhooks(now_ms, lease_ms, limit, &mut first)
+            .await
+    }
 
     /// Appends `attempt` to webhook `id` and applies `outcome` (delivered, due again at a time,
     /// or failed), in one transaction, flushed. A webhook already delivered or failed keeps its

@@ -259,6 +259,7 @@ pub fn task(id: &str, owner: &str, status: TaskStatus, next_poll_ms: Option<u64>
         channel: None,
         upstream_id: None,
         submitted_ms: None,
+        polled_ms: None,
         attempts: 0,
         sim: None,
         outputs: Outputs::default(),

@@ -1,7 +1,9 @@
 //! What is particular to `ark` channels: a cancel that becomes the upstream's `DELETE`, and
-//! the upstream's callback waking the relay to poll a task at once.
+//! the upstream's callback bringing the relay's poll of a task forward, checked before it does
+//! anything and never to sooner than the minimum poll interval, however many come.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::{Value, json};
@@ -135,19 +137,24 @@ async fn a_cancel_on_ark_deletes_the_upstream_task_and_refunds() {
 
 const CALLBACK_SECRET: &str = "callback-secret-for-tests-0123";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ark_callback_wakes_the_poll_of_its_task() {
-    let fake = FakeVideo::start().await;
-    fake.switches.run_ms.store(1_500, Ordering::SeqCst);
-    // Polls 30 s apart: without the callback the task could not finish within the wait below.
-    let config = format!(
-        "[tasks]\npoll_interval_min_ms = 30000\npoll_interval_max_ms = 60000\n{}callback_secret = \"{CALLBACK_SECRET}\"\npriority = 10\n\n{}",
-        ark_channel("ark", &fake),
-        ark_channel("plain", &fake).replace(
+/// An `ark` channel taking callbacks (and a plain one that takes none), polls at least
+/// `min_ms` apart.
+fn callback_config(fake: &FakeVideo, min_ms: u64) -> String {
+    format!(
+        "[tasks]\npoll_interval_min_ms = {min_ms}\npoll_interval_max_ms = 60000\n{}callback_secret = \"{CALLBACK_SECRET}\"\npriority = 10\n\n{}",
+        ark_channel("ark", fake),
+        ark_channel("plain", fake).replace(
             "\"gen2-pro\" = \"seedance-pro\"",
             "\"gen2-lite\" = \"seedance-lite\""
         ),
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ark_callback_is_checked_before_it_moves_its_task() {
+    let fake = FakeVideo::start().await;
+    fake.switches.run_ms.store(1_500, Ordering::SeqCst);
+    let config = callback_config(&fake, 1_000);
     let relay = Relay::start(&config).await;
     let started = std::time::Instant::now();
     let key = relay.key.clone();
@@ -168,10 +175,7 @@ async fn an_ark_callback_wakes_the_poll_of_its_task() {
         (v["status"] == "succeeded").then_some(v)
     })
     .await;
-    assert!(
-        done.is_some(),
-        "the task did not finish within 10 s of polls 30 s apart"
-    );
+    assert!(done.is_some(), "the task did not finish within 10 s");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
     assert_eq!(
         fake.callbacks(),
@@ -214,4 +218,64 @@ async fn an_ark_callback_wakes_the_poll_of_its_task() {
     assert_eq!(res.status, 400, "{}", res.text());
     let res = relay.send(Method::GET, &path, Body::Empty, &[]).await;
     assert_eq!(res.status, 405);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_callbacks_polls_no_faster_than_the_minimum_interval() {
+    const MIN: Duration = Duration::from_millis(1_000);
+    let fake = FakeVideo::start().await;
+    // Runs for the whole test.
+    fake.switches.run_ms.store(600_000, Ordering::SeqCst);
+    let relay = Relay::start(&callback_config(&fake, MIN.as_millis() as u64)).await;
+    let key = relay.key.clone();
+    let id = generation(&relay, &key, &fake, "a callback flood").await;
+    let sent: Value = serde_json::from_slice(&fake.bodies()[0]).expect("ark body");
+    let url = sent["callback_url"].as_str().expect("callback_url");
+    let path = url[relay.base.len()..].to_owned();
+    let payload = json!({"id": "cgt-1", "status": "running"});
+
+    // 50 genuine callbacks, one every 50 ms: each would have the task polled at once.
+    let polls_before = fake.switches.polls.load(Ordering::SeqCst);
+    let requests_before = fake.arrivals().len();
+    let started = Instant::now();
+    let mut pace = tokio::time::interval(Duration::from_millis(50));
+    let mut moved = 0;
+    for _ in 0..50 {
+        pace.tick().await;
+        let res = relay
+            .send(Method::POST, &path, Body::Json(payload.clone()), &[])
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        if res.json()["polled"] == true {
+            moved += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    let polls = fake.switches.polls.load(Ordering::SeqCst) - polls_before;
+    // Any two polls of the task are at least the minimum interval apart.
+    let bound = (elapsed.as_millis() / MIN.as_millis()) as u64 + 1;
+    assert!(
+        polls <= bound,
+        "{polls} polls in {elapsed:?} of callbacks; at most {bound} at one per {MIN:?}"
+    );
+    let arrivals = fake.arrivals();
+    let during = &arrivals[requests_before..];
+    for pair in during.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= MIN - Duration::from_millis(50),
+            "polls {gap:?} apart (minimum {MIN:?})"
+        );
+    }
+    // Callbacks did bring polls forward, each move one store write, no more than the polls.
+    assert!(moved >= 1, "no callback brought the poll forward");
+    assert!(
+        moved <= polls + 1,
+        "{moved} callbacks moved the task for {polls} polls"
+    );
+    let task = relay
+        .get(&format!("/v1/video/generations/{id}"))
+        .await
+        .json();
+    assert_eq!(task["status"], "running", "{task}");
 }

@@ -75,6 +75,7 @@ fn finished_task(owner: &str, i: usize, now: u64) -> Task {
         channel: Some("simulator".into()),
         upstream_id: None,
         submitted_ms: Some(now * 1000),
+        polled_ms: None,
         attempts: 0,
         sim: None,
         error: None,

@@ -288,6 +288,10 @@ pub struct WebhooksConfig {
     pub poll_interval_ms: u64,
     /// Deliveries under way at once in this instance.
     pub concurrency: u32,
+    /// Deliveries under way at once to one receiver (a URL's origin) in this instance.
+    pub per_receiver_concurrency: u32,
+    /// Deliveries under way at once of one key's tasks in this instance.
+    pub per_key_concurrency: u32,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

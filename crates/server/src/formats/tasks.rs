@@ -142,6 +142,7 @@ pub fn new_task<F: TaskFormat, P: Serialize>(
         channel: None,
         upstream_id: None,
         submitted_ms: None,
+        polled_ms: None,
         attempts: 0,
         sim: (!sim.is_empty()).then(|| serde_json::to_string(sim).unwrap_or_default()),
         outputs: Outputs::default(),

@@ -18,7 +18,7 @@ use crate::app::App;
 use crate::config::ContentMode;
 use crate::formats::idempotency::{Hashed, Idem};
 use crate::formats::tasks::{self, TaskFormat, unreadable};
-use crate::ground::content::serve_blob;
+use crate::ground::content::{self, serve_blob};
 use crate::ground::http::{Answer, error, media_type, parse_json, read_body};
 use crate::ground::multipart::{self, Uploads};
 use media::{StoredFiles, image, reference};
@@ -507,6 +507,10 @@ pub async fn content(
         Ok(v) => v,
         Err(e) => return error(&e),
     };
+    let inline = match content::wants_inline(query) {
+        Ok(inline) => inline,
+        Err(e) => return error(&e),
+    };
     let task = match tasks::owned(app, key, id, TaskKind::Video).await {
         Ok(task) => task,
         Err(e) => return error(&e),
@@ -555,10 +559,24 @@ pub async fn content(
                 && app.presign_ttl().is_none() =>
         {
             let expires = now_secs() + app.config.server.signed_url_ttl_secs;
-            let url = app.signer.url(&app.public_base_url(), blob, expires);
-            crate::ground::content::redirect(&url)
+            let mut url = app.signer.url(&app.public_base_url(), blob, expires);
+            if inline {
+                url.push_str("&disposition=inline");
+            }
+            content::redirect(&url)
         }
-        Some(blob) => serve_blob(&app.blobs, blob, content_type, headers, app.presign_ttl()).await,
+        Some(blob) => {
+            let disposition = content::Disposition::of(blob, inline);
+            serve_blob(
+                &app.blobs,
+                blob,
+                content_type,
+                &disposition,
+                headers,
+                app.presign_ttl(),
+            )
+            .await
+        }
         None => error(&ApiError::new(
             ErrorCode::NotFound,
             "the task has no such content",

@@ -1,6 +1,8 @@
 //! Signed, expiring file URLs (`GET /files/...`): downloadable without a key while the
-//! HMAC-SHA256 signature and the expiry check out. A bad or expired signature is `404 not
-//! found`, which never tells whether the file exists.
+//! HMAC-SHA256 signature and the expiry check out, and while what the file belongs to
+//! ([`holder`]: a task, an asset or a character) is still there, unexpired, with its key
+//! active. A bad or expired signature is `404 not found`, which never tells whether the file
+//! exists; so is a link whose holder is gone.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -81,6 +83,28 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// What a stored file belongs to, by its id's first segments: the blobs of an asset are under
+/// `assets/<asset id>/`, a character's under `characters/<character id>/`, a task's (its
+/// outputs and the references it was given) under `<task id>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder<'a> {
+    Task(&'a str),
+    Asset(&'a str),
+    Character(&'a str),
+}
+
+/// The [`Holder`] of blob `id`; `None` for an id of no known shape.
+pub fn holder(id: &str) -> Option<Holder<'_>> {
+    let mut segments = id.split('/');
+    let first = segments.next().filter(|s| !s.is_empty())?;
+    let second = segments.next().filter(|s| !s.is_empty())?;
+    match first {
+        "assets" => Some(Holder::Asset(second)),
+        "characters" => Some(Holder::Character(second)),
+        task => Some(Holder::Task(task)),
+    }
+}
+
 /// The Content-Type of a blob, by its file name's ending.
 pub fn content_type(blob: &str) -> &'static str {
     store::content_type(blob)
@@ -140,6 +164,26 @@ mod tests {
             !other.verify("t/video.mp4", 2000, sig, 1000),
             "another secret"
         );
+    }
+
+    #[test]
+    fn a_file_belongs_to_its_first_segments() {
+        assert_eq!(holder("video_01/video.mp4"), Some(Holder::Task("video_01")));
+        assert_eq!(
+            holder("gen_01/frames/last.png"),
+            Some(Holder::Task("gen_01"))
+        );
+        assert_eq!(
+            holder("assets/asset_01/original"),
+            Some(Holder::Asset("asset_01"))
+        );
+        assert_eq!(
+            holder("characters/char_01/video.mp4"),
+            Some(Holder::Character("char_01"))
+        );
+        for bad in ["", "video.mp4", "/video.mp4", "video_01/", "assets//x"] {
+            assert_eq!(holder(bad), None, "{bad}");
+        }
     }
 
     #[test]

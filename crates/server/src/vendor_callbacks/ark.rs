@@ -2,9 +2,11 @@
 //! API key; its `callback_url` does instead: `?task=<relay task id>&token=<token>`, the token
 //! an HMAC of channel and task under the channel's `callback_secret`, compared in constant
 //! time. The payload is the upstream's task (`id`, `status`, `content` ...) and is not
-//! trusted: the callback only makes the task due for a poll now, and the engine's poll of
-//! the upstream decides what happened. Polling stays the safety net for callbacks that never
-//! come.
+//! trusted: the callback only brings the task's next poll forward, and the engine's poll of
+//! the upstream decides what happened. However many come, it is brought no sooner than the
+//! channel's minimum poll interval after the task's last poll ([`engine::Engine::poll_soon`]);
+//! a callback that finds it due by then already is answered and writes nothing. Polling stays
+//! the safety net for callbacks that never come.
 
 use std::sync::Arc;
 
@@ -87,7 +89,7 @@ async fn run(
     let not_found = || ApiError::new(ErrorCode::NotFound, "no such task on this channel");
     let task = app
         .store
-        .task(&task_id)
+        .task_shared(&task_id)
         .await
         .map_err(store_error)?
         .ok_or_else(not_found)?;
@@ -104,26 +106,7 @@ async fn run(
     if task.status.is_final() {
         return Ok(false);
     }
-    let now = engine::now_ms();
-    let result = app
-        .store
-        .transition(
-            &task.id,
-            &[task.status],
-            task.status,
-            &|t| t.next_poll_ms = Some(now.min(t.deadline_ms)),
-            &[],
-        )
-        .await;
-    match result {
-        Ok(_) => {
-            app.engine.wake();
-            Ok(true)
-        }
-        // It moved on meanwhile (ended, or was claimed and stepped): nothing to wake.
-        Err(StoreError::WrongStatus { .. }) => Ok(false),
-        Err(e) => Err(store_error(e)),
-    }
+    app.engine.poll_soon(&task).await.map_err(store_error)
 }
 
 fn store_error(e: StoreError) -> ApiError {

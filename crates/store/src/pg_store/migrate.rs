@@ -15,6 +15,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_idempotency.sql"),
     include_str!("migrations/0004_batches.sql"),
     include_str!("migrations/0005_characters.sql"),
+    include_str!("migrations/0006_webhook_receivers.sql"),
 ];
 
 /// The newest version this build knows.

@@ -279,3 +279,59 @@ async fn an_asset_without_its_library_is_deleted() {
     assert_eq!(store.asset("asset_1").await.unwrap(), None);
     assert_eq!(store.library("lib_1").await.unwrap(), None);
 }
+
+/// Webhooks written before their owner and URL were columns get them from their records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_of_an_earlier_schema_get_their_receivers() {
+    let schema = PgSchema::new().await;
+    let client = postgres(&schema.url).await;
+    client
+        .batch_execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, \
+             applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .unwrap();
+    for (n, sql) in super::migrate::MIGRATIONS[..5].iter().enumerate() {
+        client.batch_execute(sql).await.unwrap();
+        let version = i32::try_from(n + 1).unwrap();
+        client
+            .execute(
+                "INSERT INTO schema_migrations (version) VALUES ($1)",
+                &[&version],
+            )
+            .await
+            .unwrap();
+    }
+    let mut ended = task(&tid("video", 1), "key_1", Succeeded, None);
+    ended.callback_url = Some("https://hooks.example/a".to_owned());
+    let webhook = crate::Webhook::for_final(&ended, 5).unwrap();
+    client
+        .execute(
+            "INSERT INTO webhooks (id, task_id, status, due_ms, record) VALUES ($1, $2, 'pending', 5, $3)",
+            &[
+                &webhook.id,
+                &webhook.task_id,
+                &serde_json::to_string(&webhook).unwrap(),
+            ],
+        )
+        .await
+        .unwrap();
+    let store = PgStore::connect(&schema.url, 1).await.unwrap();
+    let mut seen = Vec::new();
+    let mut pick = |due: &crate::DueWebhook<'_>| {
+        seen.push((due.id.to_owned(), due.owner.to_owned(), due.url.to_owned()));
+        crate::WebhookPick::Take
+    };
+    let taken = store.pick_webhooks(10, 1_000, 10, &mut pick).await.unwrap();
+    assert_eq!(
+        seen,
+        [(
+            webhook.id.clone(),
+            "key_1".to_owned(),
+            "https://hooks.example/a".to_owned()
+        )]
+    );
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].next_attempt_ms, Some(1_010));
+}

@@ -1,8 +1,9 @@
 //! Webhooks on PostgreSQL: the `webhooks` table (the record as JSON text, so the task in it
 //! keeps its params as written; `status`, `task_id` and `due_ms`, the next attempt, as columns
-//! for the indexes). A task's end writes its webhook inside the transaction
-//! of the move ([`insert`]); a claim is one statement taking the earliest due rows with
-//! `FOR UPDATE SKIP LOCKED`, as task claims do; an attempt locks its row.
+//! for the indexes; `owner` and `url` for a claim's choice). A task's end writes its webhook
+//! inside the transaction of the move ([`insert`]); a claim is one transaction that locks the
+//! earliest due rows with `FOR UPDATE SKIP LOCKED`, as task claims do, reading their receivers
+//! only, and moves those chosen; an attempt locks its row.
 
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
@@ -10,7 +11,10 @@ use tokio_postgres::Row;
 use super::pool::PgStore;
 use super::txn::{self, Fault, Filter, Sql, big, check_id, decode, unbig};
 use crate::model::unix_ms;
-use crate::{Page, StoreError, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery};
+use crate::{
+    DueWebhook, Page, StoreError, Webhook, WebhookAttempt, WebhookOutcome, WebhookPick,
+    WebhookPicker, WebhookQuery,
+};
 
 const WEBHOOKS: &str = "webhooks";
 /// Largest page `webhooks` returns.
@@ -45,51 +49,100 @@ pub(super) async fn insert(tx: &Transaction<'_>, webhook: &Webhook) -> Result<()
     txn::execute(
         tx,
         &what,
-        "INSERT INTO webhooks (id, task_id, status, due_ms, record) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO webhooks (id, task_id, status, due_ms, record, owner, url) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
         &[
             &webhook.id,
             &webhook.task_id,
             &webhook.status.as_str(),
             &due_ms(webhook),
             &record,
+            &webhook.owner,
+            &webhook.url,
         ],
     )
     .await?;
     Ok(())
 }
 
-/// [`crate::Store::claim_webhooks`]: one statement.
-pub(super) async fn claim(
+/// [`crate::Store::pick_webhooks`]: one transaction (never run again, `pick` having counted
+/// what it chose): the earliest due rows locked, skipping those another claim holds, `pick`
+/// asked about each, the taken ones leased and the deferred ones moved.
+pub(super) async fn pick(
     store: &PgStore,
     now_ms: u64,
     lease_ms: u64,
-    limit: usize,
+    scan: usize,
+    pick: WebhookPicker<'_>,
 ) -> Result<Vec<Webhook>, StoreError> {
     let now = big(now_ms).min(i64::MAX - 1);
     let until = big(now_ms.saturating_add(lease_ms)).min(i64::MAX - 1);
-    let n = big(limit as u64);
+    let n = big(scan as u64);
     let what = "claim due webhooks";
-    let client = store.client(what).await?;
-    let rows = txn::query(
-        &client,
-        what,
-        "WITH due AS ( \
-                SELECT id, due_ms FROM webhooks WHERE due_ms <= $1 \
-                ORDER BY due_ms, id LIMIT $3 FOR UPDATE SKIP LOCKED \
-             ) \
-             UPDATE webhooks SET due_ms = $2 FROM due WHERE webhooks.id = due.id \
-             RETURNING webhooks.record, webhooks.due_ms, due.due_ms",
-        &[&now, &until, &n],
-    )
-    .await
-    .map_err(Fault::into_store)?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let was: i64 = row.try_get(2).sql(what).map_err(Fault::into_store)?;
-        claimed.push((was, read(row).map_err(Fault::into_store)?));
-    }
-    claimed.sort_by(|(a, x), (b, y)| (a, x.id.as_bytes()).cmp(&(b, y.id.as_bytes())));
-    Ok(claimed.into_iter().map(|(_, w)| w).collect())
+    let mut client = store.client(what).await?;
+    let run = async {
+        let tx = client.transaction().await.sql(what)?;
+        let rows = txn::query(
+            &tx,
+            what,
+            "SELECT id, owner, url FROM webhooks WHERE due_ms <= $1 \
+             ORDER BY due_ms, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+            &[&now, &n],
+        )
+        .await?;
+        let mut taken: Vec<String> = Vec::new();
+        let (mut deferred, mut deferred_to): (Vec<String>, Vec<i64>) = (Vec::new(), Vec::new());
+        for row in &rows {
+            let id: &str = row.try_get(0).sql(what)?;
+            let owner: &str = row.try_get(1).sql(what)?;
+            let url: &str = row.try_get(2).sql(what)?;
+            match pick(&DueWebhook { id, owner, url }) {
+                WebhookPick::Take => taken.push(id.to_owned()),
+                WebhookPick::Defer { at_ms } => {
+                    deferred.push(id.to_owned());
+                    deferred_to.push(big(at_ms).min(i64::MAX - 1));
+                }
+                WebhookPick::Skip => {}
+                WebhookPick::Stop => break,
+            }
+        }
+        if !deferred.is_empty() {
+            txn::execute(
+                &tx,
+                what,
+                "UPDATE webhooks SET due_ms = d.at FROM unnest($1::text[], $2::bigint[]) AS d(id, at) \
+                 WHERE webhooks.id = d.id",
+                &[&deferred, &deferred_to],
+            )
+            .await?;
+        }
+        let rows = if taken.is_empty() {
+            Vec::new()
+        } else {
+            txn::query(
+                &tx,
+                what,
+                "UPDATE webhooks SET due_ms = $2 WHERE id = ANY($1::text[]) RETURNING record, due_ms",
+                &[&taken, &until],
+            )
+            .await?
+        };
+        tx.commit().await.sql(what)?;
+        let claimed = rows
+            .iter()
+            .map(read)
+            .collect::<Result<Vec<Webhook>, Fault>>()?;
+        Ok::<_, Fault>((taken, claimed))
+    };
+    let (taken, mut claimed) = run.await.map_err(Fault::into_store)?;
+    // Earliest due first, as they were read.
+    let order: std::collections::HashMap<&str, usize> = taken
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    claimed.sort_by_key(|w| order.get(w.id.as_str()).copied().unwrap_or(usize::MAX));
+    Ok(claimed)
 }
 
 /// [`crate::Store::record_webhook_attempt`] in a transaction.

@@ -641,3 +641,49 @@ async fn moves_of_one_task_in_one_flush_each_see_the_other() {
         "the first caller's flush, one for both moves, one for the move read again"
     );
 }
+
+/// A due webhook's entry carries its owner and URL; one written without them (by an earlier
+/// version) has them read from its record, and gets them when it moves.
+#[tokio::test]
+async fn due_webhook_entries_carry_their_receiver() {
+    let (_dir, store) = open_store();
+    let id = tid("video", 1);
+    let mut t = task(&id, "key_1", Queued, Some(10));
+    t.callback_url = Some("https://hooks.example/a".to_owned());
+    store.create_task(&t, &[]).await.unwrap();
+    store
+        .transition(&id, &[Queued], Cancelled, &noop, &[])
+        .await
+        .unwrap();
+    let entries = || -> Vec<(Vec<u8>, Vec<u8>)> {
+        store
+            .trees
+            .webhooks_due
+            .iter()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.to_vec(), v.to_vec())
+            })
+            .collect()
+    };
+    let [(key, value)] = entries().try_into().unwrap();
+    assert_eq!(value, b"key_1\0https://hooks.example/a");
+    // As an earlier version wrote it.
+    store.trees.webhooks_due.insert(&key, &[][..]).unwrap();
+    let mut seen = Vec::new();
+    let mut pick = |due: &crate::DueWebhook<'_>| {
+        seen.push((due.owner.to_owned(), due.url.to_owned()));
+        crate::WebhookPick::Defer { at_ms: 7 }
+    };
+    store
+        .pick_webhooks(u64::MAX - 1, 1_000, 10, &mut pick)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        [("key_1".to_owned(), "https://hooks.example/a".to_owned())]
+    );
+    let [(key, value)] = entries().try_into().unwrap();
+    assert_eq!(&key[..8], 7u64.to_be_bytes());
+    assert_eq!(value, b"key_1\0https://hooks.example/a");
+}

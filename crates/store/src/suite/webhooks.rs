@@ -8,7 +8,8 @@ use super::{Fixture, noop, task};
 use crate::model::unix_ms;
 use crate::test_util::tid;
 use crate::{
-    Store, StoreError, Task, Webhook, WebhookAttempt, WebhookOutcome, WebhookQuery, WebhookStatus,
+    DueWebhook, Store, StoreError, Task, Webhook, WebhookAttempt, WebhookOutcome, WebhookPick,
+    WebhookQuery, WebhookStatus,
 };
 
 use crate::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
@@ -17,6 +18,7 @@ cases!(
     a_task_that_ends_with_a_callback_url_writes_one_webhook,
     a_claim_leases_a_webhook_and_attempts_move_it,
     concurrent_claimers_never_get_the_same_webhook,
+    a_pick_takes_skips_and_defers_by_receiver,
     webhooks_are_listed_by_task_and_status,
 );
 
@@ -244,6 +246,116 @@ async fn concurrent_claimers_never_get_the_same_webhook(store: Fixture) {
     let unique: HashSet<&String> = all.iter().collect();
     assert_eq!(unique.len(), all.len(), "a webhook was claimed twice");
     assert_eq!(all.len() as u64, TASKS);
+}
+
+/// Ends a new task of `owner` with a callback to `url`; its webhook.
+async fn ended(store: &Fixture, n: u64, owner: &str, url: &str) -> Webhook {
+    let id = tid("video", n);
+    let mut t = task(&id, owner, Queued, Some(10));
+    t.callback_url = Some(url.to_owned());
+    store.create_task(&t, &[]).await.unwrap();
+    store
+        .transition(&id, &[Queued], Succeeded, &noop, &[])
+        .await
+        .unwrap();
+    store.webhooks(&of_task(&id)).await.unwrap().items[0].clone()
+}
+
+async fn a_pick_takes_skips_and_defers_by_receiver(store: Fixture) {
+    let slow = "https://slow.example/hook";
+    let a = ended(&store, 1, "key_a", slow).await;
+    let b = ended(&store, 2, "key_a", slow).await;
+    let c = ended(&store, 3, "key_b", "https://fast.example/hook").await;
+    let d = ended(&store, 4, "key_a", slow).await;
+    let now = [&a, &b, &c, &d]
+        .iter()
+        .filter_map(|w| w.next_attempt_ms)
+        .max()
+        .unwrap();
+    // Earliest due first (ids break ties, as they do in the index); each shows its receiver.
+    let mut order = [a.clone(), b.clone(), c.clone(), d.clone()];
+    order.sort_by_key(|w| (w.next_attempt_ms, w.id.clone()));
+    let later = now + 5_000;
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    // One delivery of the slow receiver at once: the first of it is taken, the second left
+    // due, the third deferred; the other receiver's is taken.
+    let mut slow_seen = 0;
+    let mut pick = |due: &DueWebhook<'_>| {
+        seen.push((due.id.to_owned(), due.owner.to_owned(), due.url.to_owned()));
+        if due.url != slow {
+            return WebhookPick::Take;
+        }
+        slow_seen += 1;
+        match slow_seen {
+            1 => WebhookPick::Take,
+            2 => WebhookPick::Skip,
+            _ => WebhookPick::Defer { at_ms: later },
+        }
+    };
+    let taken = store
+        .pick_webhooks(now, 1_000, 10, &mut pick)
+        .await
+        .unwrap();
+    let expected_seen: Vec<(String, String, String)> = order
+        .iter()
+        .map(|w| (w.id.clone(), w.owner.clone(), w.url.clone()))
+        .collect();
+    assert_eq!(seen, expected_seen);
+    let slow_order: Vec<&Webhook> = order.iter().filter(|w| w.url == slow).collect();
+    let fast = order.iter().find(|w| w.url != slow).unwrap();
+    let mut expected_taken = vec![slow_order[0].id.clone(), fast.id.clone()];
+    expected_taken.sort_by_key(|id| order.iter().position(|w| &w.id == id));
+    assert_eq!(ids(&taken), expected_taken);
+    assert!(taken.iter().all(|w| w.next_attempt_ms == Some(now + 1_000)));
+
+    // The skipped one is still due; the taken ones are leased; the deferred one waits.
+    let again = store.claim_webhooks(now, 1_000, 10).await.unwrap();
+    assert_eq!(ids(&again), [slow_order[1].id.clone()]);
+    let deferred = &store
+        .webhooks(&of_task(&slow_order[2].task_id))
+        .await
+        .unwrap()
+        .items[0];
+    assert_eq!(deferred.next_attempt_ms, Some(later));
+    assert!(
+        deferred.attempts.is_empty(),
+        "a deferral records no attempt"
+    );
+    assert_eq!(deferred.status, WebhookStatus::Pending);
+    assert!(
+        store
+            .claim_webhooks(later - 1, 1_000, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|w| w.id != deferred.id)
+    );
+    let at_last = store.claim_webhooks(later, 100_000, 10).await.unwrap();
+    assert!(ids(&at_last).contains(&deferred.id), "{:?}", ids(&at_last));
+
+    // `scan` bounds what is looked at, `Stop` ends the look; neither claims anything then.
+    let e = ended(&store, 5, "key_c", slow).await;
+    let f = ended(&store, 6, "key_c", slow).await;
+    let due = e.next_attempt_ms.max(f.next_attempt_ms).unwrap().max(later) + 200_000;
+    let mut looked = 0;
+    let mut count = |_: &DueWebhook<'_>| {
+        looked += 1;
+        WebhookPick::Skip
+    };
+    store
+        .pick_webhooks(due, 1_000, 1, &mut count)
+        .await
+        .unwrap();
+    assert_eq!(looked, 1);
+    let mut stop = |_: &DueWebhook<'_>| WebhookPick::Stop;
+    assert!(
+        store
+            .pick_webhooks(due, 1_000, 10, &mut stop)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.claim_webhooks(due, 1_000, 10).await.unwrap().len(), 6);
 }
 
 async fn webhooks_are_listed_by_task_and_status(store: Fixture) {
