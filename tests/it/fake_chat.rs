@@ -1,7 +1,8 @@
 //! Fake chat upstreams: a small hyper server speaking the vendor's native messages format
 //! (`/v1/messages`, `/v1/messages/count_tokens`) and OpenAI-style chat completions
 //! (`/v1/chat/completions`), streamed and not, with switches for a slow first byte, a
-//! mid-stream disconnect, and 429 / 500 answers. It records what it was sent.
+//! connection closed after the request was read, a mid-stream disconnect, and 429 / 500
+//! answers. It records what it was sent.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -30,6 +31,8 @@ pub const UPSTREAM_KEY: &str = "upstream-secret-key-42";
 pub struct Switches {
     /// Wait this long before answering at all.
     pub slow_first_byte: Option<Duration>,
+    /// Read the request, then close the connection without an answer.
+    pub hang_up: bool,
     /// Streams: send this many SSE events, then drop the connection.
     pub disconnect_after: Option<usize>,
     /// Answer with this status (429 or 500) and an error body naming [`SECRET_HOST`].
@@ -84,7 +87,11 @@ impl FakeChat {
                         let Ok((stream, _)) = accepted else { continue };
                         let state = state.clone();
                         tokio::spawn(async move {
-                            let svc = service_fn(move |req| serve(state.clone(), req));
+                            // No answer: hyper closes the connection without one.
+                            let svc = service_fn(move |req| {
+                                let state = state.clone();
+                                async move { serve(state, req).await.ok_or(HungUp) }
+                            });
                             let _ = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(TokioIo::new(stream), svc)
                                 .await;
@@ -132,10 +139,20 @@ fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Respo
     res
 }
 
-async fn serve(
-    shared: Arc<Shared>,
-    req: Request<Incoming>,
-) -> Result<Response<FakeBody>, Infallible> {
+/// Why the fake closed a connection without an answer.
+#[derive(Debug)]
+struct HungUp;
+
+impl std::fmt::Display for HungUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("hung up without an answer")
+    }
+}
+
+impl std::error::Error for HungUp {}
+
+/// The answer to `req`; `None` to close the connection without one.
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<FakeBody>> {
     let (parts, body) = req.into_parts();
     let bytes = body
         .collect()
@@ -151,6 +168,9 @@ async fn serve(
         body: body.clone(),
     });
     let switches = shared.switches.lock().expect("switches").clone();
+    if switches.hang_up {
+        return None;
+    }
     if let Some(wait) = switches.slow_first_byte {
         tokio::time::sleep(wait).await;
     }
@@ -165,7 +185,7 @@ async fn serve(
             res.headers_mut()
                 .insert("retry-after", "2".parse().expect("header"));
         }
-        return Ok(res);
+        return Some(res);
     }
     let stream = body["stream"] == json!(true);
     let res = match path.as_str() {
@@ -184,7 +204,7 @@ async fn serve(
         ),
         _ => full(StatusCode::NOT_FOUND, "text/plain", "no such path"),
     };
-    Ok(res)
+    Some(res)
 }
 
 /// A body fed by a channel; an `Err` item aborts the connection mid-body, after the bytes
