@@ -1,8 +1,8 @@
 //! Fake chat upstreams: a small hyper server speaking the vendor's native messages format
 //! (`/v1/messages`, `/v1/messages/count_tokens`) and OpenAI-style chat completions
 //! (`/v1/chat/completions`), streamed and not, with switches for a slow first byte, a
-//! connection closed after the request was read, a mid-stream disconnect, and 429 / 500
-//! answers. It records what it was sent.
+//! connection closed after the request was read, a mid-stream disconnect, a flood of `data:`
+//! lines that never ends its event, and 429 / 500 answers. It records what it was sent.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -41,6 +41,9 @@ pub struct Switches {
     pub event_pause: Duration,
     /// Streams: cut the bytes into pieces of this size (0: one piece per event).
     pub piece: usize,
+    /// Streams: after the first event, this many bytes of `data:` lines with no empty line
+    /// (an event that never ends), sent as fast as they are read, then the end.
+    pub flood: Option<usize>,
 }
 
 /// One request the fake received.
@@ -245,6 +248,9 @@ impl hyper::body::Body for ChannelBody {
 /// piece (and the disconnect) is queued before hyper reads the first: the upstream running
 /// ahead of its connection, as a fast one does.
 fn streamed(shared: Arc<Shared>, switches: Switches, events: Vec<String>) -> Response<FakeBody> {
+    if let Some(total) = switches.flood {
+        return flooded(shared, events.into_iter().next().unwrap_or_default(), total);
+    }
     let sent = switches.disconnect_after.unwrap_or(events.len());
     let pieces = move |event: &String| -> Vec<Bytes> {
         let bytes = event.as_bytes();
@@ -292,6 +298,35 @@ fn streamed(shared: Arc<Shared>, switches: Switches, events: Vec<String>) -> Res
         });
         rx
     };
+    let mut res = Response::new(ChannelBody { rx, failing: None }.boxed());
+    res.headers_mut()
+        .insert("content-type", "text/event-stream".parse().expect("header"));
+    res
+}
+
+/// `first`, then `total` bytes of 1 KiB `data:` lines in 64 KiB pieces (one piece, shared),
+/// never an empty line: the fake holds one piece whatever `total`, and sends no faster than
+/// its reader reads.
+fn flooded(shared: Arc<Shared>, first: String, total: usize) -> Response<FakeBody> {
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let line = format!("data: {}\n", "x".repeat(1017));
+        let piece = Bytes::from(line.repeat(64));
+        let mut sent = 0;
+        let mut next = Bytes::from(first);
+        loop {
+            if tx.send(Ok(next)).await.is_err() {
+                shared.cancelled.store(true, Ordering::SeqCst);
+                return;
+            }
+            if sent >= total {
+                break;
+            }
+            sent += piece.len();
+            next = piece.clone();
+        }
+        shared.streams_finished.fetch_add(1, Ordering::SeqCst);
+    });
     let mut res = Response::new(ChannelBody { rx, failing: None }.boxed());
     res.headers_mut()
         .insert("content-type", "text/event-stream".parse().expect("header"));

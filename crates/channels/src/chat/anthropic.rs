@@ -145,6 +145,7 @@ impl AnthropicChat {
             return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::native(
                 &self.settings.name,
                 res.body,
+                self.settings.max_event(),
             ))));
         }
         let body = res

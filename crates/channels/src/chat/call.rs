@@ -31,9 +31,20 @@ pub struct ChatSettings {
     /// The relay's model name -> the upstream's.
     pub model_map: BTreeMap<String, String>,
     pub timeouts: UpstreamTimeouts,
+    /// The most bytes one upstream stream event (all its lines), and the bytes held back of
+    /// an unfinished one, may take (`server.max_stream_event_bytes`); 0: the default, 16 MiB.
+    pub max_event_bytes: usize,
 }
 
 impl ChatSettings {
+    /// The cap of one upstream stream event.
+    pub fn max_event(&self) -> usize {
+        match self.max_event_bytes {
+            0 => messages::sse::DEFAULT_MAX_EVENT,
+            n => n,
+        }
+    }
+
     pub fn serves(&self, model: &str) -> bool {
         self.models.iter().any(|m| m == model)
     }

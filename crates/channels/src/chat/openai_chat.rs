@@ -68,7 +68,10 @@ impl OpenaiChat {
         if req.is_stream() {
             let convert = ChatStream::new(call.id, &req.model, req, call.input_estimate());
             return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::converted(
-                name, res.body, convert,
+                name,
+                res.body,
+                convert,
+                self.settings.max_event(),
             ))));
         }
         let body = res

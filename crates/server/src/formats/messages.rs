@@ -439,7 +439,8 @@ impl hyper::body::Body for RelayedStream {
                     this.rid.as_str(),
                     failure.detail
                 );
-                this.end(false);
+                // Charged only when the relay itself cut a stream the upstream served well.
+                this.end(failure.charge);
                 if failure.reported {
                     return Poll::Ready(None);
                 }
