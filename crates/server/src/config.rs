@@ -19,6 +19,10 @@ pub const MAX_SPIN_US: u64 = 10_000;
 /// The range of `server.max_head_bytes`: hyper reads no less than 8 KiB, and 16 MiB is more
 /// than any client needs.
 pub const HEAD_BYTES: std::ops::RangeInclusive<u64> = 8192..=16 << 20;
+/// The bounds of `server.max_stream_event_bytes`: 1 KiB (smaller would cut ordinary events)
+/// to 1 GiB.
+pub const MIN_STREAM_EVENT_BYTES: u64 = 1024;
+pub const MAX_STREAM_EVENT_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -134,6 +138,13 @@ impl Config {
         }
         if self.server.stream_ping_ms == 0 {
             return Err("server.stream_ping_ms must be above 0".into());
+        }
+        if !(MIN_STREAM_EVENT_BYTES..=MAX_STREAM_EVENT_BYTES)
+            .contains(&self.server.max_stream_event_bytes)
+        {
+            return Err(format!(
+                "server.max_stream_event_bytes must be from {MIN_STREAM_EVENT_BYTES} to {MAX_STREAM_EVENT_BYTES}"
+            ));
         }
         if self.server.spin_us > MAX_SPIN_US {
             return Err(format!(

@@ -18,9 +18,7 @@ use serde_json::{Value, json};
 use store::BlobStore;
 
 use crate::http::client::{UpstreamError, UpstreamResponse};
-use crate::vendors::common::{
-    ReadBlobError, Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
-};
+use crate::vendors::common::{ReadBlobError, Remote, RemoteSettings, path_part};
 use crate::video::job::{
     PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
@@ -200,25 +198,20 @@ impl Ark {
                 true,
             )
             .header("content-type", "application/json")
-            // The relay's task id: a resubmission after a crash is a replay to an upstream
-            // that honours the header, not a second task.
+            // The relay's task id. The relay never sends a submission twice (one whose
+            // answer was lost fails instead); an upstream that honours the header is also
+            // safe from anything between the two that would.
             .header("idempotency-key", &job.task_id)
             .body(Bytes::from(body.to_string()));
-        let result = self.remote.exchange(req).await;
-        if let Some(failed) = submit_failure(name, &result) {
-            return failed;
-        }
-        let Ok((_, _, body)) = result else {
-            return SubmitOutcome::Retry(format!("channel {name}: no answer"));
+        let body = match self.remote.submit_exchange(req).await {
+            Ok(body) => body,
+            Err(outcome) => return outcome,
         };
         match serde_json::from_slice::<Created>(&body) {
             Ok(Created { id: Some(id) }) if !id.is_empty() && id.len() <= 256 => {
                 SubmitOutcome::Accepted { upstream_id: id }
             }
-            _ => SubmitOutcome::Fatal(format!(
-                "channel {name}: submission answer without an id: {}",
-                snippet(&body)
-            )),
+            _ => self.remote.without_id(&body),
         }
     }
 
@@ -259,12 +252,14 @@ impl Ark {
                             .map(ResultSource::Url),
                         spritesheet: None,
                     }),
-                    None => upstream_failed(name, "succeeded", "succeeded without a video_url"),
+                    None => self
+                        .remote
+                        .upstream_failed("succeeded", "succeeded without a video_url"),
                 }
             }
             status @ ("failed" | "cancelled" | "expired") => {
                 let detail = task.error.map(|e| e.to_string()).unwrap_or_default();
-                upstream_failed(name, status, &detail)
+                self.remote.upstream_failed(status, &detail)
             }
             other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
         }

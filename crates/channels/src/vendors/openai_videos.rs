@@ -10,9 +10,7 @@ use serde::Deserialize;
 use store::BlobStore;
 
 use crate::http::client::{UpstreamError, UpstreamResponse};
-use crate::vendors::common::{
-    Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
-};
+use crate::vendors::common::{Remote, RemoteSettings, path_part};
 use crate::video::job::{
     PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
 };
@@ -106,27 +104,20 @@ impl OpenaiVideos {
                 "content-type",
                 format!("multipart/form-data; boundary={BOUNDARY}"),
             )
-            // The relay's task id: a resubmission after a crash is a replay to an upstream
-            // that honours the header, not a second task.
+            // The relay's task id. The relay never sends a submission twice (one whose
+            // answer was lost fails instead); an upstream that honours the header is also
+            // safe from anything between the two that would.
             .header("idempotency-key", &job.task_id)
             .body(body);
-        let result = self.remote.exchange(req).await;
-        if let Some(failed) = submit_failure(name, &result) {
-            return failed;
-        }
-        let Ok((_, _, body)) = result else {
-            return SubmitOutcome::Retry(format!("channel {name}: no answer"));
+        let body = match self.remote.submit_exchange(req).await {
+            Ok(body) => body,
+            Err(outcome) => return outcome,
         };
         match serde_json::from_slice::<Video>(&body) {
             Ok(Video { id: Some(id), .. }) if !id.is_empty() && id.len() <= 256 => {
                 SubmitOutcome::Accepted { upstream_id: id }
             }
-            // A 2xx without an id: whether it was accepted is unknown, and a second submission
-            // could double the work; the task fails instead.
-            _ => SubmitOutcome::Fatal(format!(
-                "channel {name}: submission answer without an id: {}",
-                snippet(&body)
-            )),
+            _ => self.remote.without_id(&body),
         }
     }
 
@@ -160,7 +151,7 @@ impl OpenaiVideos {
             }
             status @ ("failed" | "cancelled" | "expired") => {
                 let detail = video.error.map(|e| e.to_string()).unwrap_or_default();
-                upstream_failed(name, status, &detail)
+                self.remote.upstream_failed(status, &detail)
             }
             other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
         }

@@ -114,6 +114,14 @@ fn zero_intervals_and_sizes_are_refused() {
             "[limits]\nauth_failure_sources_max = 0\n",
             "limits.auth_failure_sources_max",
         ),
+        (
+            "[server]\nmax_stream_event_bytes = 1023\n",
+            "server.max_stream_event_bytes",
+        ),
+        (
+            "[server]\nmax_stream_event_bytes = 1073741825\n",
+            "server.max_stream_event_bytes",
+        ),
     ] {
         let err = Config::from_toml(Some(text), "relay.toml")
             .unwrap_err()
@@ -130,6 +138,7 @@ fn zero_intervals_and_sizes_are_refused() {
     assert_eq!(default.limits.auth_failures_burst, 20);
     assert_eq!(default.limits.auth_failures_per_minute, 10);
     assert_eq!(default.limits.auth_failure_sources_max, 100_000);
+    assert_eq!(ok.server.max_stream_event_bytes, 16 << 20, "the default");
 }
 
 #[test]
