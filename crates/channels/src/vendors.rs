@@ -1,6 +1,6 @@
 //! The upstream video vendors behind one seam, the [`Vendor`] trait, one module each:
-//! [`openai_videos`] (another relay or reseller speaking `/v1/videos`) and [`ark`]
-//! (Seedance-style content generation tasks). What
+//! [`openai_videos`] (another relay or reseller speaking `/v1/videos`), [`ark`]
+//! (Seedance-style content generation tasks) and [`veo`] (Google Veo on the Gemini API). What
 //! every HTTP vendor shares is in [`common`] (settings, the key header, classification of
 //! answers, upstream ids in paths, references read from the blob store, result downloads,
 //! channel tests).
@@ -13,6 +13,7 @@
 pub mod ark;
 pub mod common;
 pub mod openai_videos;
+pub mod veo;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -137,7 +138,11 @@ pub struct Registration {
 }
 
 /// Every vendor kind.
-pub static REGISTRY: &[Registration] = &[openai_videos::REGISTRATION, ark::REGISTRATION];
+pub static REGISTRY: &[Registration] = &[
+    openai_videos::REGISTRATION,
+    ark::REGISTRATION,
+    veo::REGISTRATION,
+];
 
 /// The registration of `kind`.
 pub fn registration(kind: &str) -> Option<&'static Registration> {
