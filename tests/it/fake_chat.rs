@@ -1,7 +1,8 @@
 //! Fake chat upstreams: a small hyper server speaking the vendor's native messages format
 //! (`/v1/messages`, `/v1/messages/count_tokens`) and OpenAI-style chat completions
 //! (`/v1/chat/completions`), streamed and not, with switches for a slow first byte, a
-//! mid-stream disconnect, and 429 / 500 answers. It records what it was sent.
+//! connection closed after the request was read, a mid-stream disconnect, a flood of `data:`
+//! lines that never ends its event, and 429 / 500 answers. It records what it was sent.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -30,6 +31,8 @@ pub const UPSTREAM_KEY: &str = "upstream-secret-key-42";
 pub struct Switches {
     /// Wait this long before answering at all.
     pub slow_first_byte: Option<Duration>,
+    /// Read the request, then close the connection without an answer.
+    pub hang_up: bool,
     /// Streams: send this many SSE events, then drop the connection.
     pub disconnect_after: Option<usize>,
     /// Answer with this status (429 or 500) and an error body naming [`SECRET_HOST`].
@@ -38,6 +41,9 @@ pub struct Switches {
     pub event_pause: Duration,
     /// Streams: cut the bytes into pieces of this size (0: one piece per event).
     pub piece: usize,
+    /// Streams: after the first event, this many bytes of `data:` lines with no empty line
+    /// (an event that never ends), sent as fast as they are read, then the end.
+    pub flood: Option<usize>,
 }
 
 /// One request the fake received.
@@ -84,7 +90,11 @@ impl FakeChat {
                         let Ok((stream, _)) = accepted else { continue };
                         let state = state.clone();
                         tokio::spawn(async move {
-                            let svc = service_fn(move |req| serve(state.clone(), req));
+                            // No answer: hyper closes the connection without one.
+                            let svc = service_fn(move |req| {
+                                let state = state.clone();
+                                async move { serve(state, req).await.ok_or(HungUp) }
+                            });
                             let _ = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(TokioIo::new(stream), svc)
                                 .await;
@@ -132,10 +142,20 @@ fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Respo
     res
 }
 
-async fn serve(
-    shared: Arc<Shared>,
-    req: Request<Incoming>,
-) -> Result<Response<FakeBody>, Infallible> {
+/// Why the fake closed a connection without an answer.
+#[derive(Debug)]
+struct HungUp;
+
+impl std::fmt::Display for HungUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("hung up without an answer")
+    }
+}
+
+impl std::error::Error for HungUp {}
+
+/// The answer to `req`; `None` to close the connection without one.
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<FakeBody>> {
     let (parts, body) = req.into_parts();
     let bytes = body
         .collect()
@@ -151,6 +171,9 @@ async fn serve(
         body: body.clone(),
     });
     let switches = shared.switches.lock().expect("switches").clone();
+    if switches.hang_up {
+        return None;
+    }
     if let Some(wait) = switches.slow_first_byte {
         tokio::time::sleep(wait).await;
     }
@@ -165,7 +188,7 @@ async fn serve(
             res.headers_mut()
                 .insert("retry-after", "2".parse().expect("header"));
         }
-        return Ok(res);
+        return Some(res);
     }
     let stream = body["stream"] == json!(true);
     let res = match path.as_str() {
@@ -184,7 +207,7 @@ async fn serve(
         ),
         _ => full(StatusCode::NOT_FOUND, "text/plain", "no such path"),
     };
-    Ok(res)
+    Some(res)
 }
 
 /// A body fed by a channel; an `Err` item aborts the connection mid-body, after the bytes
@@ -225,6 +248,9 @@ impl hyper::body::Body for ChannelBody {
 /// piece (and the disconnect) is queued before hyper reads the first: the upstream running
 /// ahead of its connection, as a fast one does.
 fn streamed(shared: Arc<Shared>, switches: Switches, events: Vec<String>) -> Response<FakeBody> {
+    if let Some(total) = switches.flood {
+        return flooded(shared, events.into_iter().next().unwrap_or_default(), total);
+    }
     let sent = switches.disconnect_after.unwrap_or(events.len());
     let pieces = move |event: &String| -> Vec<Bytes> {
         let bytes = event.as_bytes();
@@ -272,6 +298,35 @@ fn streamed(shared: Arc<Shared>, switches: Switches, events: Vec<String>) -> Res
         });
         rx
     };
+    let mut res = Response::new(ChannelBody { rx, failing: None }.boxed());
+    res.headers_mut()
+        .insert("content-type", "text/event-stream".parse().expect("header"));
+    res
+}
+
+/// `first`, then `total` bytes of 1 KiB `data:` lines in 64 KiB pieces (one piece, shared),
+/// never an empty line: the fake holds one piece whatever `total`, and sends no faster than
+/// its reader reads.
+fn flooded(shared: Arc<Shared>, first: String, total: usize) -> Response<FakeBody> {
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let line = format!("data: {}\n", "x".repeat(1017));
+        let piece = Bytes::from(line.repeat(64));
+        let mut sent = 0;
+        let mut next = Bytes::from(first);
+        loop {
+            if tx.send(Ok(next)).await.is_err() {
+                shared.cancelled.store(true, Ordering::SeqCst);
+                return;
+            }
+            if sent >= total {
+                break;
+            }
+            sent += piece.len();
+            next = piece.clone();
+        }
+        shared.streams_finished.fetch_add(1, Ordering::SeqCst);
+    });
     let mut res = Response::new(ChannelBody { rx, failing: None }.boxed());
     res.headers_mut()
         .insert("content-type", "text/event-stream".parse().expect("header"));

@@ -7,7 +7,13 @@
 //! It counts submissions per prompt, so a test that gives every task its own prompt can prove
 //! none was submitted twice, and polls, in all and per task. A submission repeating an
 //! `Idempotency-Key` is answered with the task the first one created, as vendors that honour
-//! the header do, and counted as a replay.
+//! the header do, and counted as a replay; every submission it took is also counted per key
+//! (the relay's task id), replays included, with what became of its task ([`Taken`]).
+//!
+//! For the chaos of `cargo xtask crash --chaos` and the tests of ambiguous submissions it
+//! misbehaves on demand or at random: takes a submission and closes the connection unanswered,
+//! answers one late, answers 429, 500 or an error inside a `200`, loses a task (its polls
+//! answer 404), and cuts a result download off halfway.
 //!
 //! Self-contained (no test harness), so that `cargo xtask fake-upstream` serves the same fake
 //! for trying the relay by hand.
@@ -71,6 +77,20 @@ pub struct Switches {
     /// Video results are an MP4 of this many MiB, generated while it is sent (never held
     /// whole in memory); 0 serves the small [`fake_mp4`].
     pub result_mb: AtomicU64,
+    /// The next this many submissions are taken (a task is made) and their connection
+    /// closed without an answer.
+    pub close_after_submit: AtomicU32,
+    /// Chaos, each in thousandths of the requests it applies to: a submission taken and its
+    /// connection closed unanswered; taken and answered only after `late_ms`; answered 429;
+    /// answered `200` with an error and no task; a task made but lost (its polls and
+    /// downloads answer 404); a result download cut off halfway.
+    pub close_permille: AtomicU32,
+    pub late_permille: AtomicU32,
+    pub late_ms: AtomicU64,
+    pub rate_limit_permille: AtomicU32,
+    pub error_200_permille: AtomicU32,
+    pub lose_permille: AtomicU32,
+    pub reset_download_permille: AtomicU32,
     /// Polls received so far.
     pub polls: AtomicU64,
     /// Requests being answered now, and the most there ever were at once.
@@ -102,6 +122,27 @@ struct FakeTask {
     fails: bool,
     cancelled: bool,
     last_poll: Option<Instant>,
+    /// The submission's `Idempotency-Key`.
+    key: Option<String>,
+    /// Lost: its polls and downloads answer 404, as if the upstream forgot it.
+    lost: bool,
+    /// Its whole video was served at least once.
+    delivered: bool,
+}
+
+/// What became of the submissions that carried one `Idempotency-Key` (the relay's task id).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// Submissions taken: a task made, or the first one's given again (a replay).
+    pub times: u32,
+    /// How the first was answered: `answered`, `closed` (the connection closed unanswered)
+    /// or `late` (answered after `late_ms`).
+    pub answer: &'static str,
+    /// Its task's status now, in the `openai-videos` protocol's words, `lost`, or `gone`
+    /// (deleted).
+    pub status: &'static str,
+    /// Its whole video was served at least once.
+    pub delivered: bool,
 }
 
 impl FakeTask {
@@ -131,6 +172,8 @@ struct State {
     tasks: HashMap<String, FakeTask>,
     /// Accepted submissions per prompt.
     accepted: HashMap<String, u32>,
+    /// Submissions taken per `Idempotency-Key`, and how the first was answered.
+    taken: HashMap<String, (u32, &'static str)>,
     /// The upstream id each `Idempotency-Key` created, and how many submissions repeated a
     /// key (answered with the first task, not a new one).
     by_idempotency_key: HashMap<String, String>,
@@ -242,6 +285,37 @@ impl FakeVideo {
     pub fn idempotency_keys(&self) -> Vec<String> {
         let state = self.state.lock().expect("fake state");
         state.by_idempotency_key.keys().cloned().collect()
+    }
+
+    /// What became of every submission the fake took, by `Idempotency-Key`.
+    #[allow(dead_code)]
+    pub fn taken(&self) -> HashMap<String, Taken> {
+        let st = self.state.lock().expect("fake state");
+        let mut out: HashMap<String, Taken> = st
+            .taken
+            .iter()
+            .map(|(key, (times, answer))| {
+                // A task deleted at the relay's request (`ark`) is gone from the fake.
+                let taken = Taken {
+                    times: *times,
+                    answer,
+                    status: "gone",
+                    delivered: false,
+                };
+                (key.clone(), taken)
+            })
+            .collect();
+        for task in st.tasks.values() {
+            if let Some(taken) = task.key.as_ref().and_then(|k| out.get_mut(k)) {
+                taken.status = if task.lost {
+                    "lost"
+                } else {
+                    task.status(&self.switches, false)
+                };
+                taken.delivered = task.delivered;
+            }
+        }
+        out
     }
 
     /// Submissions that repeated an `Idempotency-Key` and were answered with the task the
@@ -360,6 +434,26 @@ fn prompt_of(body: &[u8], ark: bool) -> Option<String> {
     Some(text[start..start + end].to_owned())
 }
 
+/// Why the fake closed a connection without an answer.
+#[derive(Debug)]
+struct HungUp;
+
+impl std::fmt::Display for HungUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("hung up without an answer")
+    }
+}
+
+impl std::error::Error for HungUp {}
+
+/// Takes one from `counter` if it is above 0, else draws a chance of `permille`.
+fn next_or_chance(counter: &AtomicU32, permille: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+        || chance(permille.load(Ordering::Relaxed))
+}
+
 /// Serves one accepted connection with [`handle`], on a task of its own.
 fn serve_conn(
     stream: tokio::net::TcpStream,
@@ -371,7 +465,8 @@ fn serve_conn(
     tokio::spawn(async move {
         let svc = service_fn(move |req: Request<Incoming>| {
             let (sw, st, b) = (sw.clone(), st.clone(), b.clone());
-            async move { Ok::<_, Infallible>(handle(req, &sw, &st, &b).await) }
+            // No answer: hyper closes the connection without writing one.
+            async move { handle(req, &sw, &st, &b).await.ok_or(HungUp) }
         });
         let _ = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(stream), svc)
@@ -379,7 +474,24 @@ fn serve_conn(
     });
 }
 
+/// The answer to `req`; `None` to close the connection without one.
 async fn handle(
+    req: Request<Incoming>,
+    sw: &Arc<Switches>,
+    state: &Arc<Mutex<State>>,
+    base: &str,
+) -> Option<Response<Body>> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let submission = method == Method::POST
+        && (path == "/v1/videos" || path == "/api/v3/contents/generations/tasks");
+    if submission {
+        return submit(req, sw, state, base).await;
+    }
+    Some(answer_other(req, sw, state, base).await)
+}
+
+async fn answer_other(
     req: Request<Incoming>,
     sw: &Arc<Switches>,
     state: &Arc<Mutex<State>>,
@@ -424,102 +536,6 @@ async fn handle(
         );
     }
     match (&method, segs.as_slice()) {
-        (&Method::POST, ["v1", "videos"])
-        | (&Method::POST, ["api", "v3", "contents", "generations", "tasks"]) => {
-            let ark = segs[0] == "api";
-            let idempotency_key = req
-                .headers()
-                .get("idempotency-key")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            if sw
-                .burst_429
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Response::builder()
-                    .status(StatusCode::TOO_MANY_REQUESTS)
-                    .header("retry-after-ms", "50")
-                    .body(full(Bytes::from_static(
-                        b"{\"error\":{\"message\":\"slow down\"}}",
-                    )))
-                    .expect("response");
-            }
-            if chance(sw.submit_fail_permille.load(Ordering::Relaxed)) {
-                return answer(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({"error": {"message": "injected failure"}}),
-                );
-            }
-            let Some(prompt) = prompt_of(&body, ark) else {
-                return answer(
-                    StatusCode::BAD_REQUEST,
-                    json!({"error": {"message": "no prompt"}}),
-                );
-            };
-            let mut st = state.lock().expect("fake state");
-            // A key seen before: the task it created, as vendors that honour the header do.
-            if let Some(id) = idempotency_key
-                .as_ref()
-                .and_then(|k| st.by_idempotency_key.get(k))
-                .cloned()
-            {
-                st.replays += 1;
-                return if ark {
-                    answer(StatusCode::OK, json!({"id": id}))
-                } else {
-                    let status = st.tasks.get(&id).map_or("queued", |t| t.status(sw, false));
-                    answer(
-                        StatusCode::OK,
-                        json!({"id": id, "object": "video", "status": status, "progress": 0}),
-                    )
-                };
-            }
-            st.next += 1;
-            let id = if ark {
-                format!("cgt-{}", st.next)
-            } else {
-                format!("video_up_{}", st.next)
-            };
-            *st.accepted.entry(prompt.clone()).or_default() += 1;
-            if let Some(key) = idempotency_key {
-                st.by_idempotency_key.insert(key, id.clone());
-            }
-            let callback_url = ark
-                .then(|| serde_json::from_slice::<Value>(&body).ok())
-                .flatten()
-                .and_then(|v| v["callback_url"].as_str().map(str::to_owned));
-            st.bodies.push(body);
-            st.tasks.insert(
-                id.clone(),
-                FakeTask {
-                    prompt,
-                    started: Instant::now(),
-                    fails: chance(sw.task_fail_permille.load(Ordering::Relaxed)),
-                    cancelled: false,
-                    last_poll: None,
-                },
-            );
-            if ark {
-                if let Some(url) = callback_url {
-                    let (sw, state, base) = (sw.clone(), state.clone(), base.to_owned());
-                    let id = id.clone();
-                    tokio::spawn(async move { call_back(&sw, &state, &base, &id, &url).await });
-                }
-                answer(StatusCode::OK, json!({"id": id}))
-            } else {
-                answer(
-                    StatusCode::OK,
-                    json!({"id": id, "object": "video", "status": "queued", "progress": 0}),
-                )
-            }
-        }
         (&Method::GET, ["v1", "videos", id])
         | (&Method::GET, ["api", "v3", "contents", "generations", "tasks", id]) => {
             let ark = segs[0] == "api";
@@ -532,6 +548,7 @@ async fn handle(
                 .expect("fake state")
                 .tasks
                 .get_mut(*id)
+                .filter(|t| !t.lost)
                 .map(|t| {
                     t.last_poll = Some(Instant::now());
                     t.clone()
@@ -609,6 +626,168 @@ async fn handle(
     }
 }
 
+/// A submission: read whole, then refused, taken (a task made), or taken and left
+/// unanswered, as the switches say.
+async fn submit(
+    req: Request<Incoming>,
+    sw: &Arc<Switches>,
+    state: &Arc<Mutex<State>>,
+    base: &str,
+) -> Option<Response<Body>> {
+    let _active = Active::new(sw);
+    state
+        .lock()
+        .expect("fake state")
+        .arrivals
+        .push(Instant::now());
+    let latency = sw.latency_ms.load(Ordering::Relaxed);
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    if sw.down.load(Ordering::SeqCst) {
+        return Some(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": {"message": "down"}}),
+        ));
+    }
+    let authorized = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        == Some(&format!("Bearer {FAKE_KEY}"));
+    if !authorized {
+        return Some(answer(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"message": "bad key"}}),
+        ));
+    }
+    let ark = req.uri().path().starts_with("/api/");
+    let idempotency_key = req
+        .headers()
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if next_or_chance(&sw.burst_429, &sw.rate_limit_permille) {
+        return Some(
+            Response::builder()
+                .status(StatusCode::TOO_MANY_REQUESTS)
+                .header("retry-after-ms", "50")
+                .body(full(Bytes::from_static(
+                    b"{\"error\":{\"message\":\"slow down\"}}",
+                )))
+                .expect("response"),
+        );
+    }
+    if chance(sw.submit_fail_permille.load(Ordering::Relaxed)) {
+        return Some(answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": {"message": "injected failure"}}),
+        ));
+    }
+    if chance(sw.error_200_permille.load(Ordering::Relaxed)) {
+        // Refused inside a success, as some upstreams answer: no task made.
+        return Some(answer(
+            StatusCode::OK,
+            json!({"error": {"code": "InvalidParameter", "message": "refused inside a 200"}}),
+        ));
+    }
+    let Some(prompt) = prompt_of(&body, ark) else {
+        return Some(answer(
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"message": "no prompt"}}),
+        ));
+    };
+    // Taken from here on: how the relay hears of it is decided now.
+    let how = if next_or_chance(&sw.close_after_submit, &sw.close_permille) {
+        "closed"
+    } else if chance(sw.late_permille.load(Ordering::Relaxed)) {
+        "late"
+    } else {
+        "answered"
+    };
+    let (id, status) = {
+        let mut st = state.lock().expect("fake state");
+        if let Some(key) = &idempotency_key {
+            let entry = st.taken.entry(key.clone()).or_insert((0, how));
+            entry.0 += 1;
+        }
+        // A key seen before: the task it created, as vendors that honour the header do.
+        let replayed = idempotency_key
+            .as_ref()
+            .and_then(|k| st.by_idempotency_key.get(k))
+            .cloned();
+        let (id, fresh) = match replayed {
+            Some(id) => {
+                st.replays += 1;
+                (id, false)
+            }
+            None => {
+                st.next += 1;
+                let id = if ark {
+                    format!("cgt-{}", st.next)
+                } else {
+                    format!("video_up_{}", st.next)
+                };
+                *st.accepted.entry(prompt.clone()).or_default() += 1;
+                if let Some(key) = &idempotency_key {
+                    st.by_idempotency_key.insert(key.clone(), id.clone());
+                }
+                let callback_url = ark
+                    .then(|| serde_json::from_slice::<Value>(&body).ok())
+                    .flatten()
+                    .and_then(|v| v["callback_url"].as_str().map(str::to_owned));
+                st.bodies.push(body);
+                st.tasks.insert(
+                    id.clone(),
+                    FakeTask {
+                        prompt,
+                        started: Instant::now(),
+                        fails: chance(sw.task_fail_permille.load(Ordering::Relaxed)),
+                        cancelled: false,
+                        last_poll: None,
+                        key: idempotency_key.clone(),
+                        lost: chance(sw.lose_permille.load(Ordering::Relaxed)),
+                        delivered: false,
+                    },
+                );
+                if let Some(url) = callback_url {
+                    let (sw, state, base) = (sw.clone(), state.clone(), base.to_owned());
+                    let id = id.clone();
+                    tokio::spawn(async move { call_back(&sw, &state, &base, &id, &url).await });
+                }
+                (id, true)
+            }
+        };
+        let status = match (ark, fresh) {
+            (false, false) => st.tasks.get(&id).map_or("queued", |t| t.status(sw, false)),
+            _ => "queued",
+        };
+        (id, status)
+    };
+    match how {
+        "closed" => return None,
+        "late" => {
+            let late = sw.late_ms.load(Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(late)).await;
+        }
+        _ => {}
+    }
+    Some(if ark {
+        answer(StatusCode::OK, json!({"id": id}))
+    } else {
+        answer(
+            StatusCode::OK,
+            json!({"id": id, "object": "video", "status": status, "progress": 0}),
+        )
+    })
+}
+
 fn content(
     sw: &Switches,
     state: &Mutex<State>,
@@ -619,7 +798,7 @@ fn content(
 ) -> Response<Body> {
     let mut st = state.lock().expect("fake state");
     st.authorized_downloads.push((path.to_owned(), has_auth));
-    if !st.tasks.contains_key(id) {
+    if st.tasks.get(id).is_none_or(|t| t.lost) {
         return answer(
             StatusCode::NOT_FOUND,
             json!({"error": {"message": "no such file"}}),
@@ -642,14 +821,19 @@ fn content(
             json!({"error": {"message": "expired"}}),
         );
     }
+    // Cut off halfway: the length announced, half the bytes sent, the connection closed.
+    let truncate = sw.truncate.load(Ordering::SeqCst)
+        || (!image && chance(sw.reset_download_permille.load(Ordering::Relaxed)));
+    if !image
+        && !truncate
+        && let Some(task) = state.lock().expect("fake state").tasks.get_mut(id)
+    {
+        task.delivered = true;
+    }
     let result_mb = sw.result_mb.load(Ordering::SeqCst);
     if result_mb > 0 && !image {
         let total = result_mb << 20;
-        let sent = if sw.truncate.load(Ordering::SeqCst) {
-            total / 2
-        } else {
-            total
-        };
+        let sent = if truncate { total / 2 } else { total };
         return Response::builder()
             .header("content-type", "video/mp4")
             .header("content-length", total.to_string())
@@ -664,7 +848,7 @@ fn content(
         ("video/mp4", fake_mp4())
     };
     let mut res = Response::builder().header("content-type", ct);
-    let bytes = if sw.truncate.load(Ordering::SeqCst) && !image {
+    let bytes = if truncate && !image {
         res = res.header("content-length", bytes.len().to_string());
         bytes[..bytes.len() / 2].to_vec()
     } else {

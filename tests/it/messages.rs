@@ -251,6 +251,7 @@ async fn raw_stream(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, 
     (status, body)
 }
 
+mod bounds;
 mod contract;
 mod conversion;
 mod simulator;

@@ -1,6 +1,7 @@
 //! Real video upstreams, stood in for by [`FakeVideo`]: both adapters end to end with the
-//! relay's own copy served, failover, 429s, unknown statuses, truncated downloads, and many
-//! tasks through two flaky channels, one going down and coming back. The tests are in the
+//! relay's own copy served, failover, 429s, submissions taken without an answer (never sent
+//! again), unknown statuses, truncated downloads, and many tasks through two flaky channels,
+//! one going down and coming back. The tests are in the
 //! modules below, by area; here is what they share.
 
 use std::time::Duration;
@@ -82,6 +83,7 @@ async fn channel_view(relay: &Relay, name: &str) -> Value {
 }
 
 mod adapters;
+mod ambiguous;
 mod ark;
 mod failures;
 mod load;

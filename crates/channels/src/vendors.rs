@@ -3,7 +3,7 @@
 //! (Seedance-style content generation tasks) and [`veo`] (Google Veo on the Gemini API). What
 //! every HTTP vendor shares is in [`common`] (settings, the key header, classification of
 //! answers, upstream ids in paths, references read from the blob store, result downloads,
-//! channel tests).
+//! channel tests); [`redact`] makes upstream bodies fit for a log (chat upstreams use it too).
 //!
 //! Adding a vendor is one new module implementing [`Vendor`] (its wire as plain serde structs,
 //! pure `to_vendor` / `from_vendor` functions tested with the vendor's documented examples),
@@ -13,6 +13,7 @@
 pub mod ark;
 pub mod common;
 pub mod openai_videos;
+pub mod redact;
 pub mod veo;
 
 use std::collections::BTreeMap;

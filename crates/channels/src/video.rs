@@ -76,6 +76,12 @@ impl VideoChannel {
         }
     }
 
+    /// Whether a submission crosses a network, so that its answer can be lost after the
+    /// upstream took it (the simulator's is a call in process).
+    pub fn is_remote(&self) -> bool {
+        !matches!(self, VideoChannel::Simulator(_))
+    }
+
     pub fn serves(&self, model: &str) -> bool {
         match self {
             VideoChannel::Simulator(sim) => sim.serves(model),

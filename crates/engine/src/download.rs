@@ -146,16 +146,24 @@ async fn localize(
     }
     let path = engine.blobs.temp_path();
     let mut body = res.body;
+    // A body that broke off (a reset, a silence, fewer bytes than announced) may come whole
+    // at the next try: `Interrupted`; anything else about the file is final.
     let written = async {
         let mut file = tokio::fs::File::create(&path)
             .await
-            .map_err(|e| format!("creating a temp file: {e}"))?;
+            .map_err(|e| Written::Final(format!("creating a temp file: {e}")))?;
         let mut total: u64 = 0;
         let mut head: Vec<u8> = Vec::new();
-        while let Some(chunk) = body.chunk().await.map_err(|e| e.to_string())? {
+        while let Some(chunk) = body
+            .chunk()
+            .await
+            .map_err(|e| Written::Interrupted(format!("after {total} bytes: {e}")))?
+        {
             total += chunk.len() as u64;
             if total > max {
-                return Err(format!("the result is larger than {max} bytes"));
+                return Err(Written::Final(format!(
+                    "the result is larger than {max} bytes"
+                )));
             }
             if head.len() < 64 {
                 let take = (64 - head.len()).min(chunk.len());
@@ -163,15 +171,17 @@ async fn localize(
             }
             file.write_all(&chunk)
                 .await
-                .map_err(|e| format!("writing a temp file: {e}"))?;
+                .map_err(|e| Written::Final(format!("writing a temp file: {e}")))?;
         }
         file.sync_all()
             .await
-            .map_err(|e| format!("writing a temp file: {e}"))?;
+            .map_err(|e| Written::Final(format!("writing a temp file: {e}")))?;
         if let Some(len) = declared
             && len != total
         {
-            return Err(format!("truncated: {total} of {len} bytes"));
+            return Err(Written::Interrupted(format!(
+                "truncated: {total} of {len} bytes"
+            )));
         }
         let format = fetch::sniff(&head);
         let fits = match expect {
@@ -182,9 +192,9 @@ async fn localize(
             ),
         };
         if !fits {
-            return Err(format!(
+            return Err(Written::Final(format!(
                 "not a {expect:?} ({total} bytes, sniffed {format:?})"
-            ));
+            )));
         }
         Ok(())
     }
@@ -194,13 +204,28 @@ async fn localize(
         Ok(()) => Ok(ResultSource::LocalFile(path)),
         Err(e) => {
             let _ = tokio::fs::remove_file(&path).await;
-            Err(final_failure(e))
+            Err(match e {
+                Written::Interrupted(reason) => DownloadFailure {
+                    retry: true,
+                    paced: false,
+                    reason,
+                },
+                Written::Final(reason) => final_failure(reason),
+            })
         }
     }
 }
 
+/// Why a download's body did not become a whole file of the expected type.
+enum Written {
+    /// The body broke off: the next try may have it whole.
+    Interrupted(String),
+    /// Too large, of the wrong type, or the file could not be written.
+    Final(String),
+}
+
 /// Why a result could not be downloaded, and whether asking again may work (connect errors,
-/// timeouts before the answer, 408, 429, 5xx). A truncated body, a wrong type or size, or
+/// timeouts, 408, 429, 5xx, a body that broke off or came short). A wrong type or size, or
 /// another status fails the task. `paced`: the download was not made, the channel's call
 /// rate having no call to spare soon; the task is polled again at its turn.
 #[derive(Debug)]

@@ -1,6 +1,8 @@
 //! What the engine counts for `GET /metrics`: task durations by format and final status, how
-//! late due tasks are claimed, and the credits its ledger entries move. Registered into a
-//! [`Registry`] at each scrape; recording is a few atomic operations.
+//! late due tasks are claimed, the credits its ledger entries move, and the submissions that
+//! may have reached an upstream whose answer was lost (video tasks here, messages through
+//! [`EngineMetrics::ambiguous_submission`] from the server). Registered into a [`Registry`] at
+//! each scrape; recording is a few atomic operations.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +27,12 @@ impl TaskLabels {
     }
 }
 
+/// A channel's name, as a label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChannelLabels {
+    pub channel: String,
+}
+
 /// A ledger entry's kind, as a label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LedgerLabels {
@@ -44,6 +52,7 @@ pub struct EngineMetrics {
     poller_lag: Histogram,
     ledger_credits: Family<LedgerLabels, Counter>,
     ledger_entries: Family<LedgerLabels, Counter>,
+    ambiguous_submissions: Family<ChannelLabels, Counter>,
 }
 
 impl Default for EngineMetrics {
@@ -54,6 +63,7 @@ impl Default for EngineMetrics {
             poller_lag: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             ledger_credits: Family::default(),
             ledger_entries: Family::default(),
+            ambiguous_submissions: Family::default(),
         }
     }
 }
@@ -95,6 +105,17 @@ impl EngineMetrics {
         self.ledger_entries.get_or_create(&labels).inc_by(entries);
     }
 
+    /// A submission to `channel` may have reached it, but its answer was lost: it was not
+    /// sent again, and its task (or message) failed. An operator reconciles these with the
+    /// upstream's own records.
+    pub fn ambiguous_submission(&self, channel: &str) {
+        self.ambiguous_submissions
+            .get_or_create(&ChannelLabels {
+                channel: channel.to_owned(),
+            })
+            .inc();
+    }
+
     /// Adds the engine's metrics to `registry` (whose prefix names them `relay_...`).
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -116,6 +137,11 @@ impl EngineMetrics {
             "ledger_entries",
             "Ledger entries this instance wrote, by kind",
             self.ledger_entries.clone(),
+        );
+        registry.register(
+            "upstream_ambiguous_submissions",
+            "Submissions (video tasks and messages) that may have reached an upstream whose answer was lost: not sent again, failed and refunded",
+            self.ambiguous_submissions.clone(),
         );
     }
 }

@@ -18,7 +18,7 @@ use crate::jobs::job_for;
 use crate::poll::poll;
 use crate::schedule::{fail_task, reschedule, time_out};
 use crate::state::Engine;
-use crate::submit::submit;
+use crate::submit::{ambiguous, submit, under_way};
 
 /// Tasks handled at once.
 const CONCURRENCY: usize = 64;
@@ -141,6 +141,13 @@ async fn hold(engine: &Engine, id: &str, claim: (TaskStatus, Option<u64>), lease
 
 /// One look at one task, as claimed (read in the claim's transaction, so as it is now).
 async fn step(engine: &Arc<Engine>, task: Task) {
+    if let Some(channel) = under_way(&task).map(str::to_owned) {
+        // A submission whose answer was never recorded: never sent again, even past the
+        // deadline (the task fails as an ambiguous submission, counted as one).
+        let reason = "the relay stopped while the submission was under way";
+        ambiguous(engine, &task, &channel, reason).await;
+        return;
+    }
     let now = now_ms();
     if now >= task.deadline_ms {
         time_out(engine, task).await;

@@ -45,6 +45,9 @@ pub(crate) async fn time_out(engine: &Arc<Engine>, task: Task) {
     }
 }
 
+/// Sets when `task` is looked at next (not after its deadline), counting a failed attempt
+/// when asked. A task no upstream accepted names no channel while it waits: a channel without
+/// an upstream id marks a submission under way (see `submit`).
 pub(crate) async fn reschedule(
     engine: &Arc<Engine>,
     task: &Task,
@@ -64,6 +67,9 @@ pub(crate) async fn reschedule(
                     t.attempts += 1;
                 }
                 t.next_poll_ms = Some(next);
+                if t.upstream_id.is_none() {
+                    t.channel = None;
+                }
             },
             &[],
         )

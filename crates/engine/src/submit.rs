@@ -1,4 +1,5 @@
-//! Submitting a task no upstream has accepted yet, failing over between channels.
+//! Submitting a task no upstream has accepted yet, failing over between channels; and never
+//! sending again a submission that may have reached an upstream.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +17,26 @@ use crate::state::Engine;
 /// the next channel is tried, or the task comes back at its turn.
 const SUBMIT_CALL_WAIT: Duration = Duration::from_secs(1);
 
+/// The channel a submission of `task` went out to when no answer to it was recorded: a task
+/// no upstream accepted names a channel only while its submission is under way (see
+/// [`submit`]). Found at a step, it was cut off by a stop (or a lost claim).
+pub(crate) fn under_way(task: &Task) -> Option<&str> {
+    match (&task.channel, &task.upstream_id) {
+        (Some(channel), None) => Some(channel),
+        _ => None,
+    }
+}
+
 /// Submits a task that no upstream has accepted yet: to the channel routing picks, then,
-/// while submissions fail before acceptance (connect error, 429, 5xx), to the next one.
-/// Once a channel accepted it the task is never submitted again.
+/// while submissions are refused with nothing taken (nothing sent, 408, 429, 5xx), to the
+/// next one. Once a channel accepted it the task is never submitted again; nor once a
+/// submission may have reached an upstream with no answer saying what became of it
+/// ([`ambiguous`]).
+///
+/// Before a remote channel's submission goes out, the task is written naming that channel
+/// with no upstream id (one store step): a relay that stops before it records the answer
+/// leaves that mark, and the task's next step ([`under_way`]) fails it instead of sending it
+/// again. The mark is cleared when the task is put off with nothing taken.
 pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
     let mut tried: Vec<String> = Vec::new();
     // The channel whose submission just failed, when the loop moves on from it.
@@ -69,6 +87,9 @@ pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
                 continue;
             }
         }
+        if channel.is_remote() && !mark_under_way(engine, &task, channel.name()).await {
+            return;
+        }
         let outcome = channel.submit(&job, &references).await;
         drop(permit);
         record(
@@ -110,6 +131,11 @@ pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
                 engine.routing.success(&name);
                 tracing::warn!("engine: task {}: content refused: {message}", task.id);
                 fail_task(engine, &task, &code, &message).await;
+                return;
+            }
+            SubmitOutcome::Ambiguous(reason) => {
+                engine.routing.failure(&name);
+                ambiguous(engine, &task, &name, &reason).await;
                 return;
             }
             SubmitOutcome::Fatal(reason) => {
@@ -163,6 +189,61 @@ pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
         let next = now + backoff(engine, base, attempts);
         reschedule(engine, &task, next, true).await;
     }
+}
+
+/// Writes that a submission of `task` to `channel` is about to go out (the task names the
+/// channel, with no upstream id yet), before it does: `false` when the task ended meanwhile
+/// (a cancel) or the store failed, and nothing is to be sent (the claim's lease brings the
+/// task back after a store failure).
+async fn mark_under_way(engine: &Engine, task: &Task, channel: &str) -> bool {
+    let result = engine
+        .store
+        .transition(
+            &task.id,
+            &[task.status],
+            task.status,
+            &|t| t.channel = Some(channel.to_owned()),
+            &[],
+        )
+        .await;
+    match result {
+        Ok(_) => true,
+        Err(StoreError::WrongStatus { .. } | StoreError::TaskNotFound(_)) => false,
+        Err(e) => {
+            tracing::error!(
+                "engine: task {}: recording its submission to {channel}: {e}",
+                task.id
+            );
+            false
+        }
+    }
+}
+
+/// A submission to `channel` that may have reached it, with no answer saying whether it took
+/// the task (the connection broke after the request went out, no answer came in time, a
+/// success without a task id, or the relay stopped meanwhile). It is never sent again, here or
+/// elsewhere: a second task would be billed twice. The upstream kinds the relay speaks
+/// (`openai-videos`, `ark`) offer no lookup of a task by a name the relay gave it, so there is
+/// nothing to ask: the task fails with `upstream_error` and its refund, and the submission is
+/// logged (task, channel) and counted in `relay_upstream_ambiguous_submissions_total` for the
+/// operator to reconcile with the upstream's records.
+pub(crate) async fn ambiguous(engine: &Engine, task: &Task, channel: &str, reason: &str) {
+    engine.metrics.ambiguous_submission(channel);
+    tracing::warn!(
+        task = %task.id,
+        channel,
+        "engine: task {}: its submission to channel {channel} may have reached the upstream, \
+         but no answer says whether it took the task; it is not sent again, and the task \
+         fails and is refunded: {reason}",
+        task.id
+    );
+    fail_task(
+        engine,
+        task,
+        "upstream_error",
+        "the upstream did not confirm the task",
+    )
+    .await;
 }
 
 /// Records an accepted submission: `running` with the channel and upstream id.

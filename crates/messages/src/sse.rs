@@ -5,6 +5,13 @@
 //! skipped, `:` lines are comments, a field without a colon has an empty value, one space after
 //! the colon is dropped, and an empty line dispatches the event. An event split across any
 //! chunk boundary (even inside a UTF-8 character) decodes the same as when whole.
+//!
+//! It is bounded: one event (all its lines, comments included) may take at most
+//! [`DEFAULT_MAX_EVENT`] bytes (or what [`SseDecoder::with_max_event`] says). Past it the
+//! decoder has *overflowed*: it lets go of what it held, reads nothing more, and says so
+//! ([`SseDecoder::overflowed`]); the stream is to end with an error. So neither its buffers
+//! nor a consumer holding back the bytes of an unfinished event ([`SseDecoder::pending_bytes`])
+//! ever hold more than the cap, whatever an upstream sends.
 
 /// One decoded event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,19 +84,61 @@ pub struct SseDecoder {
     retry: Option<u64>,
     /// Bytes fed since the last empty line (an event boundary).
     pending: usize,
-    /// The longest line accepted; longer lines are cut (a guard against a runaway upstream).
-    max_line: usize,
+    /// The most bytes one event may take, its empty line included.
+    max_event: usize,
+    /// An event went past `max_event`: nothing more is read.
+    overflowed: bool,
 }
 
-/// Default cap of one line: 16 MiB.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+/// The default cap of one event, all its lines together: 16 MiB.
+pub const DEFAULT_MAX_EVENT: usize = 16 * 1024 * 1024;
 
 impl SseDecoder {
+    /// A decoder with the default cap of one event ([`DEFAULT_MAX_EVENT`]).
     pub fn new() -> SseDecoder {
+        SseDecoder::with_max_event(DEFAULT_MAX_EVENT)
+    }
+
+    /// A decoder whose events may take at most `max_event` bytes each (at least 1).
+    pub fn with_max_event(max_event: usize) -> SseDecoder {
         SseDecoder {
-            max_line: MAX_LINE,
+            max_event: max_event.max(1),
             ..SseDecoder::default()
         }
+    }
+
+    /// The most bytes one event may take.
+    pub fn max_event(&self) -> usize {
+        self.max_event
+    }
+
+    /// Whether an event went past the cap: the decoder then holds nothing and reads nothing
+    /// more, and the stream is to end with an error.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// The bytes of the unfinished event the decoder holds (its name, its data lines so far,
+    /// the line under way): at most the cap.
+    pub fn buffered_bytes(&self) -> usize {
+        self.line.len() + self.event.len() + self.data.len()
+    }
+
+    /// The memory the decoder's buffers take now (their capacity): at most twice the cap.
+    pub fn held_bytes(&self) -> usize {
+        self.line.capacity() + self.event.capacity() + self.data.capacity()
+    }
+
+    /// Past the cap: what was held is let go, and nothing more is read. `pending` stays the
+    /// bytes since the last boundary, so a consumer still hands out the events before it.
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.line = Vec::new();
+        self.event = Vec::new();
+        self.data = Vec::new();
+        self.has_event = false;
+        self.has_data = false;
+        self.after_cr = false;
     }
 
     /// Decodes `chunk`, returning the events it completed.
@@ -103,6 +152,9 @@ impl SseDecoder {
     /// for an event of the plainest form met at a boundary, else in the decoder's buffers (no
     /// allocation once they have grown to the stream's events).
     pub fn feed_with(&mut self, chunk: &[u8], mut emit: impl FnMut(RawEvent<'_>)) {
+        if self.overflowed {
+            return;
+        }
         let mut bytes = chunk;
         if !self.started && self.line.is_empty() && bytes.first().is_some_and(|&b| b != 0xEF) {
             // No byte order mark can open this stream: nothing to look for or hold back.
@@ -153,7 +205,7 @@ impl SseDecoder {
         // A `\r` ends a line too: only the bytes before the first one are read here.
         let plain = &bytes[..memchr::memchr(b'\r', bytes).unwrap_or(bytes.len())];
         let mut at = 0;
-        while let Some(found) = plain_event(&plain[at..], self.max_line) {
+        while let Some(found) = plain_event(&plain[at..], self.max_event) {
             emit(RawEvent {
                 event: found.event,
                 data: found.data,
@@ -165,17 +217,24 @@ impl SseDecoder {
         at
     }
 
+    /// Reads `bytes` line by line; `self.pending` already counts them. An event whose bytes so
+    /// far (its lines up to the one that just ended, or the unended tail) go past the cap
+    /// overflows the decoder.
     fn scan(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(RawEvent<'_>)) {
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
             let (head, rest) = bytes.split_at(pos);
+            // The event's bytes up to this line's end: what is pending less what follows it.
+            if self.pending.saturating_sub(rest.len() - 1) > self.max_event {
+                self.overflow();
+                return;
+            }
             // A line that began in an earlier chunk is put together in `held`; one that lies
             // whole in this chunk is read where it is. `held` keeps its buffer for the next.
             let mut held = std::mem::take(&mut self.line);
             let line: &[u8] = if held.is_empty() {
-                &head[..head.len().min(self.max_line)]
+                head
             } else {
-                let room = self.max_line.saturating_sub(held.len());
-                held.extend_from_slice(&head[..head.len().min(room)]);
+                extend_within(&mut held, head, self.max_event);
                 &held
             };
             let ended_cr = rest[0] == b'\r';
@@ -194,15 +253,13 @@ impl SseDecoder {
             } else {
                 self.line_done(line);
             }
-            held.clear();
-            self.line = held;
+            self.line = reuse(held);
         }
-        self.push_line_bytes(bytes);
-    }
-
-    fn push_line_bytes(&mut self, bytes: &[u8]) {
-        let room = self.max_line.saturating_sub(self.line.len());
-        self.line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        if self.pending > self.max_event {
+            self.overflow();
+            return;
+        }
+        extend_within(&mut self.line, bytes, self.max_event);
     }
 
     fn line_done(&mut self, line: &[u8]) {
@@ -219,14 +276,14 @@ impl SseDecoder {
         match name {
             b"event" => {
                 self.event.clear();
-                self.event.extend_from_slice(value);
+                extend_within(&mut self.event, value, self.max_event);
                 self.has_event = true;
             }
             b"data" => {
                 if self.has_data {
                     self.data.push(b'\n');
                 }
-                self.data.extend_from_slice(value);
+                extend_within(&mut self.data, value, self.max_event);
                 self.has_data = true;
             }
             b"id" if !value.contains(&0) => {
@@ -252,8 +309,8 @@ impl SseDecoder {
                 retry,
             });
         }
-        self.event.clear();
-        self.data.clear();
+        self.event = reuse(std::mem::take(&mut self.event));
+        self.data = reuse(std::mem::take(&mut self.data));
     }
 
     /// Bytes fed since the last event boundary: the tail of the input that belongs to an event
@@ -268,6 +325,30 @@ impl SseDecoder {
     }
 }
 
+/// The largest buffer kept for the next line or event: one a rare large event grew is let go,
+/// so that a stream does not hold its size for the rest of its life.
+const KEEP: usize = 64 * 1024;
+
+/// `buf` emptied for reuse, or a new one when it grew past [`KEEP`].
+fn reuse(mut buf: Vec<u8>) -> Vec<u8> {
+    if buf.capacity() > KEEP {
+        return Vec::new();
+    }
+    buf.clear();
+    buf
+}
+
+/// Appends `bytes` to `buf`, growing it (when it must) by doubling but never past `cap`
+/// unless the bytes need more: a buffer of a capped event holds about the cap, not twice it.
+fn extend_within(buf: &mut Vec<u8>, bytes: &[u8], cap: usize) {
+    let need = buf.len() + bytes.len();
+    if need > buf.capacity() {
+        let grown = need.max(buf.capacity() * 2).min(cap.max(need));
+        buf.reserve_exact(grown - buf.len());
+    }
+    buf.extend_from_slice(bytes);
+}
+
 /// An event of the plainest form, as it lies in the input.
 struct Plain<'a> {
     event: Option<&'a [u8]>,
@@ -276,13 +357,15 @@ struct Plain<'a> {
     len: usize,
 }
 
-/// The event at the front of `bytes` when it is complete and has the plainest form (see
-/// [`SseDecoder::plain_events`]).
-fn plain_event(bytes: &[u8], max_line: usize) -> Option<Plain<'_>> {
-    let (mut line, mut at) = plain_line(bytes, 0, max_line)?;
+/// The event at the front of `bytes` when it is complete, has the plainest form (see
+/// [`SseDecoder::plain_events`]) and takes at most `max_event` bytes (a longer one is left to
+/// the line-by-line reading, which overflows on it).
+fn plain_event(bytes: &[u8], max_event: usize) -> Option<Plain<'_>> {
+    let bytes = &bytes[..bytes.len().min(max_event)];
+    let (mut line, mut at) = plain_line(bytes, 0)?;
     let event = field(line, b"event");
     if event.is_some() {
-        (line, at) = plain_line(bytes, at, max_line)?;
+        (line, at) = plain_line(bytes, at)?;
     }
     let data = field(line, b"data")?;
     // The empty line that dispatches it.
@@ -294,10 +377,10 @@ fn plain_event(bytes: &[u8], max_line: usize) -> Option<Plain<'_>> {
 }
 
 /// The line that starts at `from` (without its `\n`) and where the next one starts, if it ends
-/// within `bytes` and is no longer than `max_line`.
-fn plain_line(bytes: &[u8], from: usize, max_line: usize) -> Option<(&[u8], usize)> {
+/// within `bytes`.
+fn plain_line(bytes: &[u8], from: usize) -> Option<(&[u8], usize)> {
     let len = memchr::memchr(b'\n', bytes.get(from..)?)?;
-    (len <= max_line).then(|| (&bytes[from..from + len], from + len + 1))
+    Some((&bytes[from..from + len], from + len + 1))
 }
 
 /// The value of `line` when it is field `name` (one space after the colon dropped).
@@ -475,6 +558,76 @@ mod tests {
         split.feed(b"data: y\r");
         split.feed(b"\ndata: z");
         assert_eq!(split.pending_bytes(), b"data: y\r\ndata: z".len());
+    }
+
+    /// 40 MB of `data:` lines that never end their event, fed as an upstream sends them: the
+    /// decoder overflows as soon as the event passes the cap, its buffers never take more
+    /// than twice the cap on the way, and it holds nothing and reads nothing after.
+    #[test]
+    fn an_event_that_never_ends_overflows_at_the_cap() {
+        const CAP: usize = 1 << 20;
+        let mut d = SseDecoder::with_max_event(CAP);
+        // Events before it are decoded and not counted against it.
+        assert_eq!(d.feed(b"event: a\ndata: 1\n\n").len(), 1);
+        let chunk = format!("data: {}\n", "x".repeat(1000)).repeat(64);
+        let mut fed = 0;
+        while fed < 40_000_000 {
+            assert!(d.feed(chunk.as_bytes()).is_empty());
+            fed += chunk.len();
+            assert_eq!(d.overflowed(), fed > CAP, "after {fed} bytes");
+            assert!(d.buffered_bytes() <= CAP, "{} buffered", d.buffered_bytes());
+            assert!(
+                d.held_bytes() <= 2 * CAP,
+                "{} held after {fed}",
+                d.held_bytes()
+            );
+        }
+        assert_eq!((d.buffered_bytes(), d.held_bytes()), (0, 0));
+        // Nothing more is read, not even a whole event.
+        assert!(d.feed(b"\n\nevent: b\ndata: 2\n\n").is_empty());
+        assert!(d.overflowed());
+    }
+
+    /// The cap holds on every path: one line with no end, an event of many small lines, a
+    /// plain event whole in one chunk; an event at the cap still decodes.
+    #[test]
+    fn every_form_of_an_oversized_event_overflows() {
+        const CAP: usize = 4096;
+        let over = |input: &[u8]| {
+            let mut d = SseDecoder::with_max_event(CAP);
+            d.feed(input);
+            d.overflowed()
+        };
+        let long = "y".repeat(CAP);
+        assert!(
+            over(format!("data: {long}").as_bytes()),
+            "a line with no end"
+        );
+        assert!(
+            over(format!("data: {long}\n\n").as_bytes()),
+            "a plain event"
+        );
+        assert!(over(format!("event: e\r\ndata: {long}\r\n\r\n").as_bytes()));
+        assert!(over(": comment\n".repeat(CAP / 8).as_bytes()), "comments");
+        assert!(over("data: z\n".repeat(CAP / 4).as_bytes()), "many lines");
+        // At the cap, and split anywhere: decoded.
+        let fits = format!("data: {}\n\n", "y".repeat(CAP - 8));
+        assert_eq!(fits.len(), CAP);
+        for cut in [0, 1, CAP / 2, CAP - 1] {
+            let mut d = SseDecoder::with_max_event(CAP);
+            let mut events = d.feed(&fits.as_bytes()[..cut]);
+            events.extend(d.feed(&fits.as_bytes()[cut..]));
+            assert!(!d.overflowed(), "cut {cut}");
+            assert_eq!(events.len(), 1, "cut {cut}");
+            assert_eq!(events[0].data.len(), CAP - 8);
+        }
+        // The events before an oversized one in the same chunk are handed out, and the bytes
+        // pending are those since the last boundary, for a consumer to hand out the rest.
+        let mut d = SseDecoder::with_max_event(CAP);
+        let input = format!("data: 1\n\ndata: {long}");
+        assert_eq!(d.feed(input.as_bytes()).len(), 1);
+        assert!(d.overflowed());
+        assert_eq!(d.pending_bytes(), input.len() - "data: 1\n\n".len());
     }
 
     #[test]

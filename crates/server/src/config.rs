@@ -16,6 +16,11 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
 /// The longest `server.spin_us` taken: 10 ms.
 pub const MAX_SPIN_US: u64 = 10_000;
 
+/// The bounds of `server.max_stream_event_bytes`: 1 KiB (smaller would cut ordinary events)
+/// to 1 GiB.
+pub const MIN_STREAM_EVENT_BYTES: u64 = 1024;
+pub const MAX_STREAM_EVENT_BYTES: u64 = 1 << 30;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {origin}: {message}")]
@@ -129,6 +134,13 @@ impl Config {
         }
         if self.server.stream_ping_ms == 0 {
             return Err("server.stream_ping_ms must be above 0".into());
+        }
+        if !(MIN_STREAM_EVENT_BYTES..=MAX_STREAM_EVENT_BYTES)
+            .contains(&self.server.max_stream_event_bytes)
+        {
+            return Err(format!(
+                "server.max_stream_event_bytes must be from {MIN_STREAM_EVENT_BYTES} to {MAX_STREAM_EVENT_BYTES}"
+            ));
         }
         if self.server.spin_us > MAX_SPIN_US {
             return Err(format!(

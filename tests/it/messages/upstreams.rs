@@ -104,14 +104,34 @@ async fn upstream_failures_before_the_first_byte() {
             assert_eq!(res.header("retry-after"), Some("2"));
             assert_eq!(res.header("retry-after-ms"), Some("2000"));
 
-            fake.set(Switches {
-                slow_first_byte: Some(Duration::from_millis(2500)),
-                ..Switches::default()
-            });
-            let res = message(&relay, body.clone()).await;
-            assert_vendor(&res, 500, "api_error", "upstream error");
-            assert_eq!(res.header("x-should-retry"), Some("true"));
+            // The upstream may have the request (it read it and closed, or did not answer
+            // within the first-byte timeout): a retry could run it twice, so none is asked.
+            for switches in [
+                Switches {
+                    slow_first_byte: Some(Duration::from_millis(2500)),
+                    ..Switches::default()
+                },
+                Switches {
+                    hang_up: true,
+                    ..Switches::default()
+                },
+            ] {
+                fake.set(switches);
+                let res = message(&relay, body.clone()).await;
+                assert_vendor(&res, 500, "api_error", "upstream error");
+                assert_eq!(res.header("x-should-retry"), Some("false"));
+                assert!(res.header("retry-after").is_none());
+            }
         }
+    }
+    // Counted for the operator, per channel: two of each kind of call above.
+    let scrape = relay
+        .admin(Method::GET, "/metrics", Body::Empty)
+        .await
+        .text();
+    for channel in ["native", "conv"] {
+        let line = format!("relay_upstream_ambiguous_submissions_total{{channel=\"{channel}\"}} 4");
+        assert!(scrape.contains(&line), "{line} not in {scrape}");
     }
     // An upstream that refuses the request itself: a retry cannot help.
     fake.set(failing(400));
@@ -128,6 +148,8 @@ async fn upstream_failures_before_the_first_byte() {
     .await;
     let res = message(&relay2, json!({"model": "native-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_vendor(&res, 500, "api_error", "upstream error");
+    // Nothing left: a retry is safe.
+    assert_eq!(res.header("x-should-retry"), Some("true"));
     // No failure is charged.
     assert_only_a_good_message_is_charged(&relay, &fake).await;
 }

@@ -129,7 +129,12 @@ impl AnthropicChat {
             let status = res.status.as_u16();
             let headers = res.headers();
             let body = res.body.collect(64 * 1024).await.unwrap_or_default();
-            return Err(UpstreamFailure::from_status(name, status, &headers, &body));
+            return Err(UpstreamFailure::from_status(
+                &self.settings,
+                status,
+                &headers,
+                &body,
+            ));
         }
         Ok(res)
     }
@@ -140,13 +145,14 @@ impl AnthropicChat {
             return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::native(
                 &self.settings.name,
                 res.body,
+                self.settings.max_event(),
             ))));
         }
         let body = res
             .body
             .collect(MAX_ANSWER_BYTES)
             .await
-            .map_err(|e| UpstreamFailure::from_transport(&self.settings.name, &e))?;
+            .map_err(|e| UpstreamFailure::after_success(&self.settings.name, e))?;
         let usage = messages::usage_in(&body);
         Ok(ChatAnswer::Whole { body, usage })
     }
@@ -158,7 +164,7 @@ impl AnthropicChat {
             .body
             .collect(1024 * 1024)
             .await
-            .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
+            .map_err(|e| UpstreamFailure::after_success(name, e))?;
         serde_json::from_slice::<Value>(&body)
             .ok()
             .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))

@@ -14,6 +14,7 @@ use messages::{Checked, MessagesRequest, Usage};
 use super::stream::ChatEventStream;
 use crate::http::client::{UpstreamError, UpstreamTimeouts};
 use crate::sim::directives::SimDirectives;
+use crate::vendors::redact;
 
 /// How a chat channel is set up.
 #[derive(Debug, Clone, Default)]
@@ -30,9 +31,20 @@ pub struct ChatSettings {
     /// The relay's model name -> the upstream's.
     pub model_map: BTreeMap<String, String>,
     pub timeouts: UpstreamTimeouts,
+    /// The most bytes one upstream stream event (all its lines), and the bytes held back of
+    /// an unfinished one, may take (`server.max_stream_event_bytes`); 0: the default, 16 MiB.
+    pub max_event_bytes: usize,
 }
 
 impl ChatSettings {
+    /// The cap of one upstream stream event.
+    pub fn max_event(&self) -> usize {
+        match self.max_event_bytes {
+            0 => messages::sse::DEFAULT_MAX_EVENT,
+            n => n,
+        }
+    }
+
     pub fn serves(&self, model: &str) -> bool {
         self.models.iter().any(|m| m == model)
     }
@@ -109,11 +121,15 @@ pub enum FailureKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamFailure {
     pub kind: FailureKind,
-    /// Whether a retry may succeed (drives `x-should-retry`).
+    /// Whether a retry may succeed (drives `x-should-retry`). Never true when `ambiguous`.
     pub retryable: bool,
+    /// The request may have reached the upstream, which may have acted on it (and billed
+    /// it): the connection broke after it went out, no answer came in time, or a success
+    /// could not be read. A retry could run it twice, so none is suggested.
+    pub ambiguous: bool,
     /// The upstream's own `retry-after`, capped.
     pub retry_after: Option<Duration>,
-    /// For logs only: may name the upstream.
+    /// For logs only: may name the upstream (its body is redacted).
     pub detail: String,
 }
 
@@ -122,21 +138,48 @@ impl UpstreamFailure {
         UpstreamFailure {
             kind: FailureKind::Error,
             retryable,
+            ambiguous: false,
             retry_after: None,
             detail: detail.into(),
         }
     }
 
-    /// A failed exchange (connect, timeout, broken body): retryable.
+    /// A failure after the upstream may have acted on the request: not retryable.
+    pub fn ambiguous(detail: impl Into<String>) -> UpstreamFailure {
+        UpstreamFailure {
+            ambiguous: true,
+            ..UpstreamFailure::error(false, detail)
+        }
+    }
+
+    /// A failed exchange: retryable when nothing of the request left (no connection), else
+    /// ambiguous (the upstream closed after reading it, or did not answer in time).
     pub fn from_transport(channel: &str, e: &UpstreamError) -> UpstreamFailure {
-        UpstreamFailure::error(true, format!("channel {channel}: {e}"))
+        let detail = format!("channel {channel}: {e}");
+        if e.is_unsent() {
+            UpstreamFailure::error(true, detail)
+        } else {
+            UpstreamFailure::ambiguous(detail)
+        }
+    }
+
+    /// A success whose body could not be read or used: the upstream did the work.
+    pub fn after_success(channel: &str, what: impl std::fmt::Display) -> UpstreamFailure {
+        UpstreamFailure::ambiguous(format!("channel {channel}: {what}"))
     }
 
     /// A non-2xx answer: 429 and 529 keep their meaning; the rest is `500 upstream error`,
-    /// retryable when the upstream's status is (408, 409, 5xx).
-    pub fn from_status(channel: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Self {
-        let snippet: String = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-        let detail = format!("channel {channel}: upstream answered {status}: {snippet}");
+    /// retryable when the upstream's status is (408, 409, 5xx). The body goes to the log
+    /// only, redacted (the channel's key among what is removed).
+    pub fn from_status(
+        settings: &ChatSettings,
+        status: u16,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Self {
+        let channel = &settings.name;
+        let text = redact::for_log(body, settings.api_key.as_deref());
+        let detail = format!("channel {channel}: upstream answered {status}: {text}");
         let retry_after = headers
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
@@ -152,6 +195,7 @@ impl UpstreamFailure {
         UpstreamFailure {
             kind,
             retryable,
+            ambiguous: false,
             retry_after,
             detail,
         }

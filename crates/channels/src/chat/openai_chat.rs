@@ -58,24 +58,34 @@ impl OpenaiChat {
             let status = res.status.as_u16();
             let headers = res.headers();
             let body = res.body.collect(64 * 1024).await.unwrap_or_default();
-            return Err(UpstreamFailure::from_status(name, status, &headers, &body));
+            return Err(UpstreamFailure::from_status(
+                &self.settings,
+                status,
+                &headers,
+                &body,
+            ));
         }
         if req.is_stream() {
             let convert = ChatStream::new(call.id, &req.model, req, call.input_estimate());
             return Ok(ChatAnswer::Stream(Box::new(ChatEventStream::converted(
-                name, res.body, convert,
+                name,
+                res.body,
+                convert,
+                self.settings.max_event(),
             ))));
         }
         let body = res
             .body
             .collect(MAX_ANSWER_BYTES)
             .await
-            .map_err(|e| UpstreamFailure::from_transport(name, &e))?;
+            .map_err(|e| UpstreamFailure::after_success(name, e))?;
+        // The upstream answered with a success: it did the work, so a failure to use its
+        // answer is no reason to run the request again.
         let value: Value = serde_json::from_slice(&body).map_err(|e| {
-            UpstreamFailure::error(true, format!("channel {name}: answer is not JSON: {e}"))
+            UpstreamFailure::after_success(name, format_args!("answer is not JSON: {e}"))
         })?;
         let message = from_chat_response(&value, call.id, &req.model, req, call.input_estimate())
-            .map_err(|e| UpstreamFailure::error(true, format!("channel {name}: {e}")))?;
+            .map_err(|e| UpstreamFailure::after_success(name, e))?;
         let usage = message.usage;
         let out = serde_json::to_vec(&message)
             .map_err(|e| UpstreamFailure::error(false, format!("channel {name}: answer: {e}")))?;

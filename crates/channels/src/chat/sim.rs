@@ -32,6 +32,7 @@ impl SimChat {
                     FailureKind::Error
                 },
                 retryable: true,
+                ambiguous: false,
                 retry_after: None,
                 detail: format!("channel {}: simulated error {status}", self.settings.name),
             });

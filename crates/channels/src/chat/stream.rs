@@ -1,4 +1,7 @@
-//! The stream of a streamed chat answer, as bytes ready for the client.
+//! The stream of a streamed chat answer, as bytes ready for the client. What it holds back is
+//! bounded: one upstream event (all its lines) and the bytes of an unfinished event may take at
+//! most the channel's `max_event_bytes`; past it the stream ends with an `error` event, and
+//! what was relayed before is charged.
 
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
@@ -6,6 +9,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use messages::openai::{ChatStream, ConvertError};
+use messages::sse::DEFAULT_MAX_EVENT;
 use messages::{SseDecoder, StreamEvent, Usage, scan};
 use serde_json::Value;
 
@@ -23,6 +27,9 @@ pub struct StreamFailure {
     pub detail: String,
     /// The upstream already sent its own `error` event to the client: none is to be added.
     pub reported: bool,
+    /// The relay itself cut a stream the upstream was serving well (an event over the cap):
+    /// what was relayed before is charged, as when the client goes away.
+    pub charge: bool,
 }
 
 impl StreamFailure {
@@ -33,14 +40,10 @@ impl StreamFailure {
                 message: "the upstream stopped sending",
                 detail: format!("channel {channel}: {e}"),
                 reported: false,
+                charge: false,
             }
         } else {
-            StreamFailure {
-                kind: "api_error",
-                message: "upstream error",
-                detail: format!("channel {channel}: {e}"),
-                reported: false,
-            }
+            StreamFailure::broken(channel, e)
         }
     }
 
@@ -50,6 +53,18 @@ impl StreamFailure {
             message: "upstream error",
             detail: format!("channel {channel}: {what}"),
             reported: false,
+            charge: false,
+        }
+    }
+
+    /// An upstream event (or the bytes of an unfinished one) past `max` bytes.
+    fn too_large(channel: &str, max: usize) -> StreamFailure {
+        StreamFailure {
+            kind: "api_error",
+            message: "the upstream sent an event larger than the relay accepts",
+            detail: format!("channel {channel}: an event longer than {max} bytes"),
+            reported: false,
+            charge: true,
         }
     }
 }
@@ -80,7 +95,8 @@ enum Inner {
 
 /// The bytes of a native upstream stream, held until an event boundary and read on the way
 /// for usage, the end (`message_stop`) and `error` events. No I/O: [`ChatEventStream`] feeds it
-/// what the upstream sends.
+/// what the upstream sends. An event past its cap overflows it: the events before go out,
+/// the rest is let go ([`NativeCut::overflowed`]).
 #[derive(Debug)]
 pub struct NativeCut {
     decoder: SseDecoder,
@@ -96,9 +112,16 @@ impl Default for NativeCut {
 }
 
 impl NativeCut {
+    /// A cut whose events may take at most [`DEFAULT_MAX_EVENT`] bytes each.
     pub fn new() -> NativeCut {
+        NativeCut::with_max_event(DEFAULT_MAX_EVENT)
+    }
+
+    /// A cut whose events (and the bytes held back of an unfinished one) may take at most
+    /// `max_event` bytes.
+    pub fn with_max_event(max_event: usize) -> NativeCut {
         NativeCut {
-            decoder: SseDecoder::new(),
+            decoder: SseDecoder::with_max_event(max_event),
             held: BytesMut::new(),
             finished: false,
             upstream_error: false,
@@ -126,18 +149,46 @@ impl NativeCut {
             }
         });
         let pending = self.decoder.pending_bytes();
+        if self.decoder.overflowed() {
+            // The events before the oversized one go out; its bytes are let go.
+            let ready = (self.held.len() + chunk.len()).saturating_sub(pending);
+            let out = if self.held.is_empty() {
+                (ready > 0).then(|| chunk.slice(..ready.min(chunk.len())))
+            } else {
+                let from_chunk = ready.saturating_sub(self.held.len()).min(chunk.len());
+                self.held.extend_from_slice(&chunk[..from_chunk]);
+                let ready = ready.min(self.held.len());
+                (ready > 0).then(|| self.held.split_to(ready).freeze())
+            };
+            self.held = BytesMut::new();
+            return out;
+        }
         if self.held.is_empty() {
             // Everything before this chunk was handed out: what is pending lies in it.
             let ready = chunk.len().saturating_sub(pending);
             if ready == chunk.len() {
                 return (ready > 0).then_some(chunk);
             }
-            self.held.extend_from_slice(&chunk[ready..]);
+            self.hold(&chunk[ready..]);
             return (ready > 0).then(|| chunk.slice(..ready));
         }
-        self.held.extend_from_slice(&chunk);
+        self.hold(&chunk);
         let ready = self.held.len().saturating_sub(pending);
         (ready > 0).then(|| self.held.split_to(ready).freeze())
+    }
+
+    /// Holds back `bytes` of an unfinished event, growing the buffer by doubling but never
+    /// past the cap (the decoder overflows before the bytes could need more).
+    fn hold(&mut self, bytes: &[u8]) {
+        let need = self.held.len() + bytes.len();
+        if need > self.held.capacity() {
+            let cap = self.decoder.max_event();
+            let grown = need.max(self.held.capacity() * 2).min(cap.max(need));
+            let mut bigger = BytesMut::with_capacity(grown);
+            bigger.extend_from_slice(&self.held);
+            self.held = bigger;
+        }
+        self.held.extend_from_slice(bytes);
     }
 
     /// Whether `message_stop` was seen.
@@ -148,6 +199,16 @@ impl NativeCut {
     /// Whether the upstream sent an `error` event.
     pub fn upstream_error(&self) -> bool {
         self.upstream_error
+    }
+
+    /// Whether an event went past the cap: nothing more is handed out.
+    pub fn overflowed(&self) -> bool {
+        self.decoder.overflowed()
+    }
+
+    /// The memory held for an unfinished event: its bytes held back, and the decoder's.
+    pub fn held_bytes(&self) -> usize {
+        self.held.capacity() + self.decoder.held_bytes()
     }
 }
 
@@ -160,9 +221,16 @@ pub struct Converter {
 }
 
 impl Converter {
+    /// A converter whose upstream events may take at most [`DEFAULT_MAX_EVENT`] bytes each.
     pub fn new(convert: ChatStream) -> Converter {
+        Converter::with_max_event(convert, DEFAULT_MAX_EVENT)
+    }
+
+    /// A converter whose upstream events (all the lines of one) may take at most `max_event`
+    /// bytes; past it [`Converter::push`] fails with [`ConvertError::EventTooLarge`].
+    pub fn with_max_event(convert: ChatStream, max_event: usize) -> Converter {
         Converter {
-            decoder: SseDecoder::new(),
+            decoder: SseDecoder::with_max_event(max_event),
             convert: Box::new(convert),
         }
     }
@@ -187,6 +255,9 @@ impl Converter {
                 Ok(events) => out.extend(events.iter().map(StreamEvent::to_sse)),
                 Err(e) => return (out, Err(e)),
             }
+        }
+        if self.decoder.overflowed() {
+            return (out, Err(ConvertError::EventTooLarge(self.max_event())));
         }
         if !self.convert.is_done() {
             return (out, Ok(false));
@@ -214,6 +285,16 @@ impl Converter {
     pub fn usage(&self) -> Usage {
         self.convert.usage()
     }
+
+    /// The cap of one upstream event.
+    fn max_event(&self) -> usize {
+        self.decoder.max_event()
+    }
+
+    /// The memory its decoder holds for an unfinished upstream event.
+    pub fn held_bytes(&self) -> usize {
+        self.decoder.held_bytes()
+    }
 }
 
 /// A streamed answer. Call [`ChatEventStream::next`] until it returns `Ok(None)`.
@@ -221,6 +302,8 @@ pub struct ChatEventStream {
     channel: String,
     inner: Inner,
     usage: Usage,
+    /// The cap of one upstream event, for the failure that names it.
+    max_event: usize,
 }
 
 impl std::fmt::Debug for ChatEventStream {
@@ -250,22 +333,31 @@ impl ChatEventStream {
                 sent: 0,
             },
             usage,
+            max_event: DEFAULT_MAX_EVENT,
         }
     }
 
-    pub(crate) fn native(channel: &str, body: UpstreamBody) -> ChatEventStream {
+    /// A native upstream's stream, its events capped at `max_event` bytes.
+    pub(crate) fn native(channel: &str, body: UpstreamBody, max_event: usize) -> ChatEventStream {
         ChatEventStream {
             channel: channel.to_owned(),
             inner: Inner::Native {
                 body,
-                cut: NativeCut::new(),
+                cut: NativeCut::with_max_event(max_event),
             },
             usage: Usage::default(),
+            max_event,
         }
     }
 
-    pub(crate) fn converted(channel: &str, body: UpstreamBody, convert: ChatStream) -> Self {
-        let convert = Converter::new(convert);
+    /// A chat completions upstream's stream, converted, its events capped at `max_event`.
+    pub(crate) fn converted(
+        channel: &str,
+        body: UpstreamBody,
+        convert: ChatStream,
+        max_event: usize,
+    ) -> Self {
+        let convert = Converter::with_max_event(convert, max_event);
         let queue = convert.start().into();
         let usage = convert.usage();
         ChatEventStream {
@@ -278,6 +370,7 @@ impl ChatEventStream {
                 failed: None,
             },
             usage,
+            max_event,
         }
     }
 
@@ -305,6 +398,7 @@ impl ChatEventStream {
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<Bytes>, StreamFailure>> {
         let channel = self.channel.as_str();
+        let max_event = self.max_event;
         match &mut self.inner {
             Inner::Prepared {
                 events,
@@ -327,6 +421,10 @@ impl ChatEventStream {
                 Poll::Ready(Ok(events.pop_front()))
             }
             Inner::Native { body, cut } => loop {
+                if cut.overflowed() {
+                    // The events before it went out with the last piece.
+                    return Poll::Ready(Err(StreamFailure::too_large(channel, max_event)));
+                }
                 let chunk = match std::task::ready!(body.poll_chunk(cx)) {
                     Ok(Some(chunk)) => chunk,
                     Ok(None) => {
@@ -390,6 +488,9 @@ impl ChatEventStream {
                 }
                 match outcome {
                     Ok(done) => *ended = done,
+                    Err(ConvertError::EventTooLarge(_)) => {
+                        *failed = Some(StreamFailure::too_large(channel, max_event));
+                    }
                     Err(e) => *failed = Some(StreamFailure::broken(channel, e)),
                 }
             },
@@ -610,6 +711,70 @@ mod tests {
                 assert_eq!(read(&[a, b]), (out.clone(), usage, true), "cuts {a} {b}");
             }
         }
+    }
+
+    /// A native event that never ends: the events before it go out (with the piece that
+    /// completed them), the cut never holds more than the cap's bytes twice over (held back,
+    /// and decoded), overflows once the event passes it, and then holds and hands out nothing.
+    #[test]
+    fn a_native_event_past_the_cap_overflows_the_cut() {
+        const CAP: usize = 64 * 1024;
+        let mut cut = NativeCut::with_max_event(CAP);
+        let mut usage = Usage::default();
+        let start: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\nevent: content_block_delta\n";
+        let out = cut.push(Bytes::from_static(start), &mut usage).unwrap();
+        assert!(out.ends_with(b"}}}\n\n"), "{out:?}");
+        assert_eq!(usage.input_tokens, 5);
+        let piece = Bytes::from("data: xxxxxxxx\n".repeat(512));
+        let mut fed = "event: content_block_delta\n".len();
+        while !cut.overflowed() {
+            assert_eq!(cut.push(piece.clone(), &mut usage), None);
+            fed += piece.len();
+            assert!(cut.held_bytes() <= 4 * CAP, "{} held", cut.held_bytes());
+            assert!(fed <= CAP + piece.len(), "{fed} fed without overflowing");
+        }
+        assert!(fed > CAP);
+        assert_eq!(cut.held_bytes(), 0);
+        let after = Bytes::from_static(b"\n\nevent: x\ndata: {}\n\n");
+        assert_eq!(cut.push(after, &mut usage), None);
+        // Whole events in the piece that overflows, and held ones before it, still go out.
+        for held_first in [false, true] {
+            let mut cut = NativeCut::with_max_event(CAP);
+            let mut piece = Vec::new();
+            if held_first {
+                assert_eq!(cut.push(Bytes::from_static(b"data: 1"), &mut usage), None);
+                piece.extend_from_slice(b"\n\n");
+            }
+            piece.extend_from_slice(b"data: 2\n\n");
+            piece.extend_from_slice("data: z\n".repeat(CAP).as_bytes());
+            let out = cut.push(Bytes::from(piece), &mut usage);
+            assert!(cut.overflowed());
+            let expected: &[u8] = if held_first {
+                b"data: 1\n\ndata: 2\n\n"
+            } else {
+                b"data: 2\n\n"
+            };
+            assert_eq!(out.as_deref(), Some(expected));
+        }
+    }
+
+    /// A chat completions event that never ends: what converted before it goes out, then the
+    /// conversion fails as too large.
+    #[test]
+    fn a_converted_event_past_the_cap_fails_the_conversion() {
+        let req: MessagesRequest = serde_json::from_value(json!({
+            "model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]
+        }))
+        .unwrap();
+        let mut convert = Converter::with_max_event(ChatStream::new("msg_1", "m", &req, 3), 4096);
+        let (out, outcome) = convert.push(TEXT.as_bytes());
+        assert_eq!(outcome, Ok(false));
+        assert!(out.contains("partial"));
+        let flood = "data: {\"choices\":[]}\n".repeat(400);
+        let (out, outcome) = convert.push(flood.as_bytes());
+        assert_eq!(out, "");
+        assert_eq!(outcome, Err(ConvertError::EventTooLarge(4096)));
+        assert!(convert.held_bytes() == 0);
     }
 
     /// What converted before a failure is handed out with it, whether it came in the same

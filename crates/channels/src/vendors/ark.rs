@@ -19,9 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use store::BlobStore;
 
-use crate::vendors::common::{
-    ReadBlobError, Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
-};
+use crate::vendors::common::{ReadBlobError, Remote, RemoteSettings, path_part};
 use crate::vendors::{CallbackSettings, Registration, Vendor};
 use crate::video::job::{
     ChannelCheck, PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference,
@@ -209,25 +207,20 @@ impl Ark {
                 true,
             )
             .header("content-type", "application/json")
-            // The relay's task id: a resubmission after a crash is a replay to an upstream
-            // that honours the header, not a second task.
+            // The relay's task id. The relay never sends a submission twice (one whose
+            // answer was lost fails instead); an upstream that honours the header is also
+            // safe from anything between the two that would.
             .header("idempotency-key", &job.task_id)
             .body(Bytes::from(body.to_string()));
-        let result = self.remote.exchange(req).await;
-        if let Some(failed) = submit_failure(name, &result) {
-            return failed;
-        }
-        let Ok((_, _, body)) = result else {
-            return SubmitOutcome::Retry(format!("channel {name}: no answer"));
+        let body = match self.remote.submit_exchange(req).await {
+            Ok(body) => body,
+            Err(outcome) => return outcome,
         };
         match serde_json::from_slice::<Created>(&body) {
             Ok(Created { id: Some(id) }) if !id.is_empty() && id.len() <= 256 => {
                 SubmitOutcome::Accepted { upstream_id: id }
             }
-            _ => SubmitOutcome::Fatal(format!(
-                "channel {name}: submission answer without an id: {}",
-                snippet(&body)
-            )),
+            _ => self.remote.without_id(&body),
         }
     }
 
@@ -251,7 +244,7 @@ impl Vendor for Ark {
 
     async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
         match self.remote.poll_json(&self.task_url(upstream_id)).await {
-            Ok(task) => from_vendor(self.remote.name(), task),
+            Ok(task) => from_vendor(&self.remote, task),
             Err(outcome) => outcome,
         }
     }
@@ -269,8 +262,10 @@ impl Vendor for Ark {
     }
 }
 
-/// A task's answer as the task's outcome (PROTOCOLS.md §4).
-fn from_vendor(name: &str, task: ArkTask) -> PollOutcome {
+/// A task's answer as the task's outcome (PROTOCOLS.md §4); the upstream's words on a failure
+/// go to `remote`'s log.
+fn from_vendor(remote: &Remote, task: ArkTask) -> PollOutcome {
+    let name = remote.name();
     match task.status.as_deref().unwrap_or_default() {
         "queued" => PollOutcome::Running {
             progress: 0,
@@ -297,12 +292,12 @@ fn from_vendor(name: &str, task: ArkTask) -> PollOutcome {
                     spritesheet: None,
                     usage,
                 }),
-                None => upstream_failed(name, "succeeded", "succeeded without a video_url"),
+                None => remote.upstream_failed("succeeded", "succeeded without a video_url"),
             }
         }
         status @ ("failed" | "cancelled" | "expired") => {
             let detail = task.error.map(|e| e.to_string()).unwrap_or_default();
-            upstream_failed(name, status, &detail)
+            remote.upstream_failed(status, &detail)
         }
         other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
     }
@@ -594,7 +589,8 @@ mod tests {
     /// The task of PROTOCOLS.md §4 once it succeeded, and its other statuses.
     #[test]
     fn a_task_reads_as_an_outcome() {
-        let read = |json: &str| from_vendor("ark", serde_json::from_str(json).unwrap());
+        let remote = crate::vendors::common::test_remote("ark");
+        let read = |json: &str| from_vendor(&remote, serde_json::from_str(json).unwrap());
         let PollOutcome::Succeeded(files) = read(
             r#"{"id":"cgt-1","model":"seedance","status":"succeeded","duration":5,"resolution":"720p",
                 "ratio":"16:9","content":{"video_url":"https://cdn.example/v.mp4","last_frame_url":"https://cdn.example/l.png"}}"#,

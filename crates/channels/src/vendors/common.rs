@@ -1,7 +1,8 @@
 //! What the HTTP video vendors share: their settings, the header their key goes in, the
-//! classification of upstream answers, upstream ids in URL paths, reading references from the
-//! blob store, result downloads (redirects followed, the key sent to the channel's own origin
-//! only) and channel tests.
+//! classification of upstream answers (a submission's by whether it may have reached the
+//! upstream), upstream ids in URL paths, reading references from the blob store, result
+//! downloads (redirects followed, the key sent to the channel's own origin only), channel
+//! tests, and upstream text made fit for a log.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,10 +14,14 @@ use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
 use crate::http::client::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
+use crate::vendors::redact;
 use crate::video::job::{ChannelCheck, CheckVerdict, PollOutcome, SubmitOutcome};
 
 /// Largest JSON answer read from a video upstream.
 pub const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Largest error answer read from a video upstream (for the log only).
+const MAX_ERROR_BYTES: usize = 64 * 1024;
 
 /// Redirects a result download follows at most.
 const MAX_REDIRECTS: usize = 5;
@@ -166,6 +171,78 @@ impl Remote {
         Ok((status, headers, body))
     }
 
+    /// Sends a submission and reads its answer: the body of a success, else what became of
+    /// the submission. Nothing sent (no connection, a request that cannot be built): `Retry`.
+    /// A failure after a byte may have left (the upstream closed after reading it, no answer
+    /// within the first-byte timeout, a success whose body broke off): `Ambiguous`, never to
+    /// be sent again. A refusal (408, 429, 5xx, another 4xx): by its status, as
+    /// [`refusal`] says.
+    pub async fn submit_exchange(
+        &self,
+        req: Result<Request<Bytes>, http::Error>,
+    ) -> Result<Bytes, SubmitOutcome> {
+        self.submit_exchange_with(req, |status, headers, body| {
+            refusal(self.name(), status, headers, &self.log_text(body))
+        })
+        .await
+    }
+
+    /// [`Remote::submit_exchange`] with the vendor's own reading of a refusal (`refused`: its
+    /// status, headers and body), for vendors whose statuses say more than the default.
+    pub async fn submit_exchange_with(
+        &self,
+        req: Result<Request<Bytes>, http::Error>,
+        refused: impl FnOnce(StatusCode, &http::HeaderMap, &[u8]) -> SubmitOutcome,
+    ) -> Result<Bytes, SubmitOutcome> {
+        let name = self.name();
+        let req = req.map_err(|e| SubmitOutcome::Retry(format!("channel {name}: request: {e}")))?;
+        let res = match self.http.send(req).await {
+            Ok(res) => res,
+            Err(e) if e.is_unsent() => {
+                return Err(SubmitOutcome::Retry(format!("channel {name}: {e}")));
+            }
+            Err(e) => return Err(SubmitOutcome::Ambiguous(format!("channel {name}: {e}"))),
+        };
+        let status = res.status;
+        if !status.is_success() {
+            // The status says what became of it; a body cut short changes nothing.
+            let headers = res.headers();
+            let body = res.body.collect(MAX_ERROR_BYTES).await.unwrap_or_default();
+            return Err(refused(status, &headers, &body));
+        }
+        res.body.collect(MAX_JSON_BYTES).await.map_err(|e| {
+            SubmitOutcome::Ambiguous(format!(
+                "channel {name}: submission answered {status}, then: {e}"
+            ))
+        })
+    }
+
+    /// The outcome of a submission answered with a success but no usable task id: a refusal
+    /// when the answer is an error (an `error` member, as some upstreams answer inside a
+    /// `200`), else ambiguous: the upstream may have made a task the relay cannot follow.
+    pub fn without_id(&self, body: &[u8]) -> SubmitOutcome {
+        let name = self.name();
+        let error = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v.get("error").filter(|e| !e.is_null()).cloned());
+        match error {
+            Some(_) => SubmitOutcome::Fatal(format!(
+                "channel {name}: submission answered with an error: {}",
+                self.log_text(body)
+            )),
+            None => SubmitOutcome::Ambiguous(format!(
+                "channel {name}: submission answer without a task id: {}",
+                self.log_text(body)
+            )),
+        }
+    }
+
+    /// An upstream body as a log may show it: secret-bearing members, URL queries and the
+    /// channel's key removed, cut to [`redact::LOG_BYTES`].
+    pub fn log_text(&self, body: &[u8]) -> String {
+        redact::for_log(body, self.settings.api_key.as_deref())
+    }
+
     /// GETs a task's status at `url` and reads it as `T`; a failed call, a status that is not a
     /// success, or an answer that is not a `T` comes back as the poll's outcome.
     pub async fn poll_json<T: serde::de::DeserializeOwned>(
@@ -175,7 +252,7 @@ impl Remote {
         let name = self.name();
         let req = self.request(Method::GET, url, true).body(Bytes::new());
         let result = self.exchange(req).await;
-        if let Some(outcome) = poll_failure(name, &result) {
+        if let Some(outcome) = poll_failure(name, &result, |body| self.log_text(body)) {
             return Err(outcome);
         }
         let Ok((_, _, body)) = result else {
@@ -184,9 +261,30 @@ impl Remote {
         serde_json::from_slice(&body).map_err(|_| {
             PollOutcome::Unknown(format!(
                 "channel {name}: unreadable poll answer: {}",
-                snippet(&body)
+                self.log_text(&body)
             ))
         })
+    }
+
+    /// The failure recorded when the upstream ends a task without a result. The upstream's
+    /// own words (`detail`, its error as JSON text) go to the log only, redacted.
+    pub fn upstream_failed(&self, status: &str, detail: &str) -> PollOutcome {
+        let detail = self.log_text(detail.as_bytes());
+        tracing::warn!(
+            channel = self.name(),
+            status,
+            detail,
+            "upstream ended a task without a result"
+        );
+        let message = match status {
+            "cancelled" => "the upstream cancelled the task",
+            "expired" => "the upstream task expired before it finished",
+            _ => "the upstream failed the task",
+        };
+        PollOutcome::Failed {
+            code: "upstream_error".into(),
+            message: message.into(),
+        }
     }
 
     /// Starts a download of a result URL, following redirects: the key goes along only to
@@ -282,13 +380,16 @@ impl Remote {
                 let detail = match verdict {
                     CheckVerdict::Ok => "reachable, key accepted".to_owned(),
                     CheckVerdict::KeyRefused => {
-                        format!("the vendor refused the key: {status}: {}", snippet(&body))
+                        format!(
+                            "the vendor refused the key: {status}: {}",
+                            self.log_text(&body)
+                        )
                     }
                     CheckVerdict::Quota => format!(
                         "the key is accepted but out of quota or rate: {status}: {}",
-                        snippet(&body)
+                        self.log_text(&body)
                     ),
-                    _ => format!("unexpected answer: {status}: {}", snippet(&body)),
+                    _ => format!("unexpected answer: {status}: {}", self.log_text(&body)),
                 };
                 ChannelCheck { verdict, detail }
             }
@@ -396,38 +497,34 @@ pub fn media_mime(bytes: &[u8]) -> &'static str {
     fetch::sniff(bytes).map_or("application/octet-stream", fetch::Format::mime)
 }
 
-/// A submission's answer by status: 2xx is for the caller to read; connect errors, 408, 429
-/// and 5xx may work later or elsewhere; any other 4xx will not.
-pub fn submit_failure(
+/// A submission the upstream answered with `status`, not a success: 429 is a rate limit; 408
+/// and 5xx say the upstream took nothing and may take it later or elsewhere; any other status
+/// (a 4xx: the request's own fault) will not work anywhere. `body` is for the log, redacted.
+pub fn refusal(
     name: &str,
-    result: &Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError>,
-) -> Option<SubmitOutcome> {
-    match result {
-        Err(e) => Some(SubmitOutcome::Retry(format!("channel {name}: {e}"))),
-        Ok((status, headers, body)) if !status.is_success() => {
-            let detail = format!(
-                "channel {name}: submission answered {status}: {}",
-                snippet(body)
-            );
-            Some(if *status == StatusCode::TOO_MANY_REQUESTS {
-                SubmitOutcome::RateLimited {
-                    retry_after: retry_after(headers),
-                    reason: detail,
-                }
-            } else if status.is_server_error() || *status == StatusCode::REQUEST_TIMEOUT {
-                SubmitOutcome::Retry(detail)
-            } else {
-                SubmitOutcome::Fatal(detail)
-            })
+    status: StatusCode,
+    headers: &http::HeaderMap,
+    body: &str,
+) -> SubmitOutcome {
+    let detail = format!("channel {name}: submission answered {status}: {body}");
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+            reason: detail,
         }
-        Ok(_) => None,
+    } else if status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT {
+        SubmitOutcome::Retry(detail)
+    } else {
+        SubmitOutcome::Fatal(detail)
     }
 }
 
-/// A poll's answer by status: `None` when the caller should read the body.
+/// A poll's answer by status: `None` when the caller should read the body. `log` makes an
+/// upstream body fit for the log.
 pub fn poll_failure(
     name: &str,
     result: &Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError>,
+    log: impl Fn(&[u8]) -> String,
 ) -> Option<PollOutcome> {
     match result {
         Err(e) => Some(PollOutcome::Transient(format!("channel {name}: {e}"))),
@@ -437,7 +534,7 @@ pub fn poll_failure(
         }),
         Ok((status, _, body)) if !status.is_success() => Some(PollOutcome::Transient(format!(
             "channel {name}: poll answered {status}: {}",
-            snippet(body)
+            log(body)
         ))),
         Ok(_) => None,
     }
@@ -458,12 +555,6 @@ pub fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
         .map(|secs| Duration::from_secs_f64(secs.min(60.0)))
 }
 
-/// The start of an upstream body, for logs only.
-pub fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
-    text.replace(['\n', '\r'], " ")
-}
-
 /// An upstream id as one path segment: anything but unreserved characters is escaped.
 pub fn path_part(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
@@ -477,24 +568,26 @@ pub fn path_part(id: &str) -> String {
     out
 }
 
-/// The failure recorded when an upstream ends a task without a result. The upstream's own
-/// message goes to the log only.
-pub fn upstream_failed(name: &str, status: &str, detail: &str) -> PollOutcome {
-    tracing::warn!(
-        channel = name,
-        status,
-        detail,
-        "upstream ended a task without a result"
-    );
-    let message = match status {
-        "cancelled" => "the upstream cancelled the task",
-        "expired" => "the upstream task expired before it finished",
-        _ => "the upstream failed the task",
+/// A channel's pieces over an empty blob directory, for the vendors' unit tests.
+#[cfg(test)]
+pub(crate) fn test_remote(name: &str) -> Remote {
+    let dir = std::env::temp_dir().join(format!("channels-remote-{}", std::process::id()));
+    let blobs: Arc<dyn BlobStore> = match store::LocalBlobs::open(&dir) {
+        Ok(blobs) => Arc::new(blobs),
+        Err(e) => panic!("a blob directory: {e}"),
     };
-    PollOutcome::Failed {
-        code: "upstream_error".into(),
-        message: message.into(),
-    }
+    let settings = RemoteSettings {
+        name: name.to_owned(),
+        models: Vec::new(),
+        base_url: "http://127.0.0.1:9".to_owned(),
+        api_key: Some("test-key".to_owned()),
+        model_map: BTreeMap::new(),
+        timeouts: UpstreamTimeouts::default(),
+        min_poll_interval: Duration::from_secs(2),
+        max_inline_bytes: 1024,
+        result_urls: ResultUrls::default(),
+    };
+    Remote::new(settings, blobs)
 }
 
 #[cfg(test)]
@@ -503,6 +596,21 @@ mod tests {
 
     #[test]
     fn statuses_classify() {
+        let refused = |s: u16| {
+            refusal(
+                "c",
+                StatusCode::from_u16(s).unwrap(),
+                &http::HeaderMap::new(),
+                "",
+            )
+        };
+        for s in [500, 502, 503, 504, 408] {
+            assert!(matches!(refused(s), SubmitOutcome::Retry(_)), "{s}");
+        }
+        for s in [400, 401, 403, 404, 413, 422, 301] {
+            assert!(matches!(refused(s), SubmitOutcome::Fatal(_)), "{s}");
+        }
+        assert!(matches!(refused(429), SubmitOutcome::RateLimited { .. }));
         let ok = |s: u16| -> Result<(StatusCode, http::HeaderMap, Bytes), UpstreamError> {
             Ok((
                 StatusCode::from_u16(s).unwrap(),
@@ -510,25 +618,14 @@ mod tests {
                 Bytes::new(),
             ))
         };
-        assert!(submit_failure("c", &ok(200)).is_none());
+        let log = |b: &[u8]| redact::for_log(b, None);
+        assert!(poll_failure("c", &ok(200), log).is_none());
         assert!(matches!(
-            submit_failure("c", &ok(500)),
-            Some(SubmitOutcome::Retry(_))
-        ));
-        assert!(matches!(
-            submit_failure("c", &ok(400)),
-            Some(SubmitOutcome::Fatal(_))
-        ));
-        assert!(matches!(
-            submit_failure("c", &ok(429)),
-            Some(SubmitOutcome::RateLimited { .. })
-        ));
-        assert!(matches!(
-            poll_failure("c", &ok(404)),
+            poll_failure("c", &ok(404), log),
             Some(PollOutcome::Failed { .. })
         ));
         assert!(matches!(
-            poll_failure("c", &ok(503)),
+            poll_failure("c", &ok(503), log),
             Some(PollOutcome::Transient(_))
         ));
         let mut h = http::HeaderMap::new();

@@ -12,9 +12,7 @@ use http::Method;
 use serde::Deserialize;
 use store::BlobStore;
 
-use crate::vendors::common::{
-    Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
-};
+use crate::vendors::common::{Remote, RemoteSettings, path_part};
 use crate::vendors::{Registration, Vendor};
 use crate::video::job::{
     ChannelCheck, PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome,
@@ -55,7 +53,8 @@ struct Video {
 }
 
 /// A poll's answer as the task's outcome; `base` is the video's URL on the upstream.
-fn from_vendor(name: &str, video: Video, base: &str) -> PollOutcome {
+fn from_vendor(remote: &Remote, video: Video, base: &str) -> PollOutcome {
+    let name = remote.name();
     let progress = video.progress.unwrap_or(0.0).clamp(0.0, 99.0) as u8;
     match video.status.as_deref().unwrap_or_default() {
         "queued" | "in_progress" | "processing" | "running" => PollOutcome::Running {
@@ -73,7 +72,7 @@ fn from_vendor(name: &str, video: Video, base: &str) -> PollOutcome {
         }),
         status @ ("failed" | "cancelled" | "expired") => {
             let detail = video.error.map(|e| e.to_string()).unwrap_or_default();
-            upstream_failed(name, status, &detail)
+            remote.upstream_failed(status, &detail)
         }
         other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
     }
@@ -188,34 +187,27 @@ impl Vendor for OpenaiVideos {
                 "content-type",
                 format!("multipart/form-data; boundary={BOUNDARY}"),
             )
-            // The relay's task id: a resubmission after a crash is a replay to an upstream
-            // that honours the header, not a second task.
+            // The relay's task id. The relay never sends a submission twice (one whose
+            // answer was lost fails instead); an upstream that honours the header is also
+            // safe from anything between the two that would.
             .header("idempotency-key", &job.task_id)
             .body(body);
-        let result = self.remote.exchange(req).await;
-        if let Some(failed) = submit_failure(name, &result) {
-            return failed;
-        }
-        let Ok((_, _, body)) = result else {
-            return SubmitOutcome::Retry(format!("channel {name}: no answer"));
+        let body = match self.remote.submit_exchange(req).await {
+            Ok(body) => body,
+            Err(outcome) => return outcome,
         };
         match serde_json::from_slice::<Video>(&body) {
             Ok(Video { id: Some(id), .. }) if !id.is_empty() && id.len() <= 256 => {
                 SubmitOutcome::Accepted { upstream_id: id }
             }
-            // A 2xx without an id: whether it was accepted is unknown, and a second submission
-            // could double the work; the task fails instead.
-            _ => SubmitOutcome::Fatal(format!(
-                "channel {name}: submission answer without an id: {}",
-                snippet(&body)
-            )),
+            _ => self.remote.without_id(&body),
         }
     }
 
     async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
         let base = self.video_url(upstream_id);
         match self.remote.poll_json::<Video>(&base).await {
-            Ok(video) => from_vendor(self.remote.name(), video, &base),
+            Ok(video) => from_vendor(&self.remote, video, &base),
             Err(outcome) => outcome,
         }
     }
@@ -237,7 +229,11 @@ mod tests {
 
     fn read(json: &str) -> PollOutcome {
         let video: Video = serde_json::from_str(json).unwrap();
-        from_vendor("c", video, "http://up/v1/videos/v1")
+        from_vendor(
+            &crate::vendors::common::test_remote("c"),
+            video,
+            "http://up/v1/videos/v1",
+        )
     }
 
     /// The Video object of PROTOCOLS.md §1.

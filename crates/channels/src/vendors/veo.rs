@@ -27,7 +27,8 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{KeyHeader, ReadBlobError, Remote, path_part, retry_after, snippet};
+use crate::vendors::common::{KeyHeader, ReadBlobError, Remote, path_part, retry_after};
+use crate::vendors::redact;
 use crate::vendors::{Need, Registration, Vendor};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{
@@ -384,7 +385,10 @@ pub fn submit_error(status: StatusCode, headers: &http::HeaderMap, body: &[u8]) 
     let reasons = |p: &HttpError| -> Vec<String> {
         p.details.iter().filter_map(|d| d.reason.clone()).collect()
     };
-    let detail = format!("submission answered {status}: {}", snippet(body));
+    let detail = format!(
+        "submission answered {status}: {}",
+        redact::for_log(body, None)
+    );
     if status == StatusCode::TOO_MANY_REQUESTS {
         let delay = parsed
             .as_ref()
@@ -553,25 +557,32 @@ impl Vendor for Veo {
             .request(Method::POST, &url, true)
             .header("content-type", "application/json")
             .body(Bytes::from(body));
-        let (status, headers, body) = match self.remote.exchange(req).await {
-            Ok(answer) => answer,
-            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        let answer = self
+            .remote
+            .submit_exchange_with(req, |status, headers, body| {
+                match submit_error(status, headers, body) {
+                    SubmitOutcome::Retry(d) => SubmitOutcome::Retry(format!("channel {name}: {d}")),
+                    SubmitOutcome::Fatal(d) => SubmitOutcome::Fatal(format!("channel {name}: {d}")),
+                    SubmitOutcome::RateLimited {
+                        retry_after,
+                        reason,
+                    } => SubmitOutcome::RateLimited {
+                        retry_after,
+                        reason: format!("channel {name}: {reason}"),
+                    },
+                    other => other,
+                }
+            })
+            .await;
+        let body = match answer {
+            Ok(body) => body,
+            Err(outcome) => return outcome,
         };
-        if !status.is_success() {
-            return match submit_error(status, &headers, &body) {
-                SubmitOutcome::Retry(d) => SubmitOutcome::Retry(format!("channel {name}: {d}")),
-                SubmitOutcome::Fatal(d) => SubmitOutcome::Fatal(format!("channel {name}: {d}")),
-                other => other,
-            };
-        }
         match serde_json::from_slice::<Operation>(&body) {
             Ok(Operation { name: Some(op), .. }) if operation_path(&op).is_some() => {
                 SubmitOutcome::Accepted { upstream_id: op }
             }
-            _ => SubmitOutcome::Fatal(format!(
-                "channel {name}: submission answer without an operation: {}",
-                snippet(&body)
-            )),
+            _ => self.remote.without_id(&body),
         }
     }
 
@@ -805,7 +816,7 @@ mod tests {
                 retry_after: Some(Duration::from_secs(30)),
                 reason: format!(
                     "submission answered 429 Too Many Requests: {}",
-                    snippet(quota)
+                    redact::for_log(quota, None)
                 ),
             }
         );

@@ -79,7 +79,9 @@ pub struct StoredReference {
 pub enum SubmitOutcome {
     /// The upstream took the task; it must never be submitted again.
     Accepted { upstream_id: String },
-    /// Not accepted; trying again (here or on another channel) may work.
+    /// Not accepted, and certainly not taken: nothing of it reached the upstream (no
+    /// connection), or the upstream answered that it took nothing (408, 5xx). Trying again,
+    /// here or on another channel, may work and cannot make a second task.
     Retry(String),
     /// Not accepted because the upstream is busy (429): try elsewhere, and give this channel
     /// a rest (`retry_after` when the upstream said how long).
@@ -93,6 +95,11 @@ pub enum SubmitOutcome {
     /// `code` (`moderation_blocked`) and `message` (the vendor's reason, never its raw body),
     /// and is refunded; no other channel is tried.
     Refused { code: String, message: String },
+    /// The submission may have reached the upstream, but no answer says whether it took the
+    /// task (the connection broke after the request went out, no answer came in time, a
+    /// success without a task id). Sending it again could make a second task, billed twice:
+    /// it is never sent again, here or on another channel.
+    Ambiguous(String),
 }
 
 /// Where a finished task's file can be had.

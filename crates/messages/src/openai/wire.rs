@@ -19,6 +19,8 @@ pub enum ConvertError {
     Upstream(String),
     #[error("chat completions stream ended before it finished")]
     Truncated,
+    #[error("chat completions stream: an event longer than {0} bytes")]
+    EventTooLarge(usize),
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -192,6 +192,9 @@ pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
             api_key,
             model_map: c.model_map.clone(),
             timeouts: timeouts(c),
+            // Checked at start-up to lie between 1 KiB and 1 GiB.
+            max_event_bytes: usize::try_from(config.server.max_stream_event_bytes)
+                .unwrap_or(usize::MAX),
         };
         let channel = match c.kind {
             ChannelKind::Simulator if !settings.models.is_empty() => {

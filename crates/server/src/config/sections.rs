@@ -22,6 +22,9 @@ pub struct ServerConfig {
     pub signed_url_ttl_secs: u64,
     /// `/v1/messages` streams: a `ping` after this long without upstream bytes.
     pub stream_ping_ms: u64,
+    /// `/v1/messages` streams: the most bytes one upstream event (all its lines), and the bytes
+    /// held back of an unfinished one, may take; past it the stream ends with an `error`.
+    pub max_stream_event_bytes: u64,
     /// A request head must arrive within this, and a new connection's first request too.
     pub header_read_timeout_secs: u64,
     /// The longest silence between two pieces of a request body.

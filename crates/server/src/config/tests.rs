@@ -90,6 +90,14 @@ fn zero_intervals_and_sizes_are_refused() {
     for (text, named) in [
         ("[server]\nstream_ping_ms = 0\n", "server.stream_ping_ms"),
         ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
+        (
+            "[server]\nmax_stream_event_bytes = 1023\n",
+            "server.max_stream_event_bytes",
+        ),
+        (
+            "[server]\nmax_stream_event_bytes = 1073741825\n",
+            "server.max_stream_event_bytes",
+        ),
     ] {
         let err = Config::from_toml(Some(text), "relay.toml")
             .unwrap_err()
@@ -98,6 +106,7 @@ fn zero_intervals_and_sizes_are_refused() {
     }
     let ok = Config::from_toml(Some("[server]\nstream_ping_ms = 250\n"), "relay.toml").unwrap();
     assert_eq!(ok.server.stream_ping_ms, 250);
+    assert_eq!(ok.server.max_stream_event_bytes, 16 << 20, "the default");
 }
 
 #[test]

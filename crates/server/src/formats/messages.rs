@@ -83,7 +83,8 @@ fn invalid(path: &str, what: impl std::fmt::Display) -> ApiError {
 }
 
 /// An upstream failure before the first byte: 429 and 529 keep their meaning, the rest is
-/// `500 upstream error`; `x-should-retry` says whether a retry can help.
+/// `500 upstream error`; `x-should-retry` says whether a retry can help (never after a failure
+/// the upstream may have acted on: a retry could run the request twice).
 fn failure_answer(f: &UpstreamFailure, rid: &str) -> Answer {
     tracing::warn!("messages {rid}: {}", f.detail);
     let err = match f.kind {
@@ -294,6 +295,11 @@ pub async fn create(app: &Arc<App>, key: &Key, parts: &Parts, body: Incoming) ->
     match answer {
         Err(failure) => {
             drop(bill);
+            if failure.ambiguous {
+                // The upstream may have run (and billed) it: counted for the operator, and
+                // the client is not told to retry.
+                app.engine.metrics().ambiguous_submission(channel.name());
+            }
             failure_answer(&failure, &rid())
         }
         Ok(ChatAnswer::Whole { body, usage }) => {
@@ -433,7 +439,8 @@ impl hyper::body::Body for RelayedStream {
                     this.rid.as_str(),
                     failure.detail
                 );
-                this.end(false);
+                // Charged only when the relay itself cut a stream the upstream served well.
+                this.end(failure.charge);
                 if failure.reported {
                     return Poll::Ready(None);
                 }
