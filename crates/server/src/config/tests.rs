@@ -214,6 +214,56 @@ fn a_callback_secret_is_for_ark_channels_and_long_enough() {
 }
 
 #[test]
+fn a_channel_kind_is_one_the_relay_knows() {
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"u\"\nkind = \"sora\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("unknown channel kind \"sora\""), "{err}");
+    assert!(err.contains("openai-videos, ark"), "{err}");
+    let ok = Config::from_toml(
+        Some("[[channels]]\nname = \"u\"\nkind = \"ark\"\nbase_url = \"http://h\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.channels[0].kind, ChannelKind::Video("ark"));
+    assert_eq!(ok.channels[0].kind.as_str(), "ark");
+    // A kind without a default endpoint needs its base_url, naming the kind.
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"u\"\nkind = \"openai-videos\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("channels.u: base_url is required for kind openai-videos"),
+        "{err}"
+    );
+}
+
+#[test]
+fn vendor_models_describe_what_a_vendor_model_makes() {
+    let config = Config::from_toml(
+        Some(
+            "[vendor_models.\"my-model\"]\ndurations = [5, 10]\nresolutions = [\"720p\"]\nratios = [\"16:9\"]\nlast_frame = true\nreference_images = 2\n",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    let caps = &config.vendor_models["my-model"];
+    assert_eq!(caps.durations, [5, 10]);
+    assert!(caps.first_frame, "a first frame unless said otherwise");
+    assert!(caps.last_frame);
+    assert_eq!(caps.reference_images, 2);
+    let err = Config::from_toml(Some("[vendor_models.m]\nduration = [5]\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("duration"), "{err}");
+}
+
+#[test]
 fn a_channel_call_rate_is_checked() {
     let channel = |kind: &str, rate: &str| {
         let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";
@@ -362,4 +412,79 @@ fn network_settings_that_make_sense_load() {
         Some("http://user:pass@127.0.0.1:3128")
     );
     Config::from_toml(Some(&remote_channel("proxy = \"none\"")), "relay.toml").unwrap();
+}
+
+/// `relay.example.toml` with its commented channel and model blocks uncommented, as an
+/// operator would.
+fn example_uncommented() -> String {
+    let text = include_str!("../../../../relay.example.toml");
+    let mut out = String::with_capacity(text.len());
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.starts_with("# [[channels]]") || line.starts_with("# [models.") {
+            in_block = true;
+        }
+        if in_block && line == "#" {
+            out.push('\n');
+            continue;
+        }
+        match line.strip_prefix("# ") {
+            Some(rest) if in_block => out.push_str(rest),
+            _ => {
+                in_block = false;
+                out.push_str(line);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_example_has_a_channel_of_every_kind_and_passes_the_check() {
+    let text = example_uncommented();
+    let config = Config::from_toml(Some(&text), "relay.example.toml (uncommented)")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kinds: Vec<&str> = config.channels.iter().map(|c| c.kind.as_str()).collect();
+    for registration in ::channels::vendors::REGISTRY {
+        assert!(
+            kinds.contains(&registration.kind),
+            "relay.example.toml has no commented channel of kind {}",
+            registration.kind
+        );
+    }
+    for kind in ["simulator", "anthropic", "openai-chat"] {
+        assert!(kinds.contains(&kind), "{kind}");
+    }
+    // And as it is, it passes too.
+    Config::from_toml(
+        Some(include_str!("../../../../relay.example.toml")),
+        "relay.example.toml",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_vendor_channel_needs_what_its_kind_needs() {
+    let veo = |extra: &str| {
+        Config::from_toml(
+            Some(&format!(
+                "[[channels]]\nname = \"g\"\nkind = \"veo\"\nmodels = [\"model_h3\"]\n{extra}"
+            )),
+            "t.toml",
+        )
+    };
+    let err = veo("").unwrap_err().to_string();
+    assert!(
+        err.contains("channels.g: kind veo needs api_key (or api_key_env)"),
+        "{err}"
+    );
+    // No base_url: the kind's public endpoint.
+    let ok = veo("api_key_env = \"GEMINI_API_KEY\"\n").unwrap();
+    assert_eq!(ok.channels[0].base_url, None);
+    veo("api_key = \"k\"\nbase_url = \"http://127.0.0.1:9\"\n").unwrap();
+    let err = veo("api_key = \"k\"\nbase_url = \"ftp://x\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("must start with http:// or https://"), "{err}");
 }
