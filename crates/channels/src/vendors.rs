@@ -5,4 +5,5 @@
 
 pub mod ark;
 pub mod common;
+pub mod kling;
 pub mod openai_videos;
