@@ -6,4 +6,5 @@
 pub mod ark;
 pub mod common;
 pub mod kling;
+pub mod minimax;
 pub mod openai_videos;
