@@ -8,3 +8,4 @@ pub mod common;
 pub mod kling;
 pub mod minimax;
 pub mod openai_videos;
+pub mod wan;

@@ -352,7 +352,7 @@ pub fn split_upstream_id(upstream_id: &str) -> Option<(Endpoint, &str)> {
 }
 
 /// The error code a content refusal ends a task with.
-pub const REFUSED_CODE: &str = "content_refused";
+pub const REFUSED_CODE: &str = "moderation_blocked";
 
 /// Whether a failed task's message is the platform's content risk control: Kling gives no
 /// code for it, only its words ("triggering the content risk control of the platform").

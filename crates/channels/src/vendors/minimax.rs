@@ -20,7 +20,7 @@ use crate::video::job::{PollOutcome, ReferenceRole, StoredReference, SubmitOutco
 pub const DEFAULT_BASE_URL: &str = "https://api.minimax.io";
 
 /// The error code a content refusal ends a task with.
-pub const REFUSED_CODE: &str = "content_refused";
+pub const REFUSED_CODE: &str = "moderation_blocked";
 
 /// How long a channel whose balance is spent rests before it is tried again.
 const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
