@@ -1,9 +1,10 @@
 //! Upstream channels: what the engine asks of them ([`VideoChannel`]) and the kinds there are.
 //!
-//! - [`video`](VideoChannel): the seam every video channel stands behind, and the job and
-//!   answers it speaks in;
-//! - [`vendors`]: one module per upstream video vendor kind (`openai-videos`, `ark`) and what
-//!   they share (settings, classification of answers, references, result URLs);
+//! - [`video`](VideoChannel): what the engine asks of every video channel, the job and answers
+//!   it speaks in, and what each vendor model can make ([`ModelCaps`]) fitted to a request;
+//! - [`vendors`]: the [`Vendor`](vendors::Vendor) seam, one module per upstream video vendor
+//!   kind and their registry, and what they share (settings, the key header, classification
+//!   of answers, references, result downloads, channel tests);
 //! - [`sim`]: the built-in simulator, which renders real H.264 videos in process;
 //! - [`chat`]: the chat upstreams (`anthropic`, `openai-chat`, the simulator) and streams;
 //! - [`http`]: the upstream HTTP client every HTTP channel shares, its connection pool and
@@ -16,7 +17,7 @@ pub mod http;
 pub mod mp4probe;
 pub mod sim;
 pub mod vendors;
-mod video;
+pub mod video;
 
 pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
@@ -30,7 +31,10 @@ pub use http::together::together;
 pub use sim::directives::SimDirectives;
 pub use sim::simulator::{Simulator, SimulatorSettings};
 pub use vendors::common::{RemoteSettings, ResultUrls, path_part};
-pub use video::VideoChannel;
+pub use vendors::{CallbackSettings, KindSettings, Need, VendorSettings};
+pub use video::caps::{Demand, DemandField, Fit, ModelCaps, Offer, Refusal, fit_any};
 pub use video::job::{
-    PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
 };
+pub use video::{VendorChannel, VideoChannel};

@@ -72,6 +72,7 @@ pub(crate) async fn download_results(
     }
     let mut images = images.into_iter();
     Ok(ResultFiles {
+        usage: files.usage,
         video,
         thumbnail: images.next().flatten(),
         last_frame: images.next().flatten(),

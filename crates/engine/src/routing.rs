@@ -390,9 +390,16 @@ mod tests {
                     max_inline_bytes: 1024,
                     result_urls: Default::default(),
                 };
-                Arc::new(VideoChannel::OpenaiVideos(
-                    channels::vendors::openai_videos::OpenaiVideos::new(settings, blobs.clone()),
-                ))
+                let settings = channels::VendorSettings {
+                    remote: settings,
+                    kind: Default::default(),
+                    callback: None,
+                    blobs: blobs.clone(),
+                };
+                Arc::new(
+                    VideoChannel::vendor("openai-videos", settings, &Default::default(), false)
+                        .unwrap(),
+                )
             })
             .collect();
         (Routing::new(&routes, 3, cooldown_ms), channels, dir)

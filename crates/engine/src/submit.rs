@@ -74,7 +74,10 @@ pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
         record(
             engine,
             &channel,
-            matches!(outcome, SubmitOutcome::Accepted { .. }),
+            matches!(
+                outcome,
+                SubmitOutcome::Accepted { .. } | SubmitOutcome::Refused { .. }
+            ),
         );
         let name = channel.name().to_owned();
         base = base.min(channel.min_poll_interval().max(Duration::from_millis(1)));
@@ -101,6 +104,13 @@ pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
                     "engine: task {}: submission rate limited: {reason}",
                     task.id
                 );
+            }
+            SubmitOutcome::Refused { code, message } => {
+                // The content's fault, not the channel's: it answered.
+                engine.routing.success(&name);
+                tracing::warn!("engine: task {}: content refused: {message}", task.id);
+                fail_task(engine, &task, &code, &message).await;
+                return;
             }
             SubmitOutcome::Fatal(reason) => {
                 tracing::warn!("engine: task {}: submission refused: {reason}", task.id);

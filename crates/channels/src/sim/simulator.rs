@@ -8,7 +8,7 @@ use store::BlobStore;
 use crate::sim::picture::{self, Picture};
 use crate::sim::render::{RenderSpec, render_with_sheet};
 use crate::video::job::{
-    PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+    PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VendorUsage, VideoJob,
 };
 
 /// Settings of one simulator channel.
@@ -184,6 +184,7 @@ impl Simulator {
                 thumbnail: Some(ResultSource::LocalFile(thumbnail)),
                 last_frame: Some(ResultSource::LocalFile(last_frame)),
                 spritesheet: Some(ResultSource::LocalFile(sheet)),
+                usage: VendorUsage::NotReported,
             }),
             Ok(Err(e)) => {
                 for p in [&video, &thumbnail, &last_frame, &sheet] {

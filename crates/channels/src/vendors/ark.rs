@@ -6,10 +6,12 @@
 //! With a callback secret, each submission carries a `callback_url` on the relay,
 //! `<public base>/callbacks/ark/<channel>?task=<relay task id>&token=<token>`, the token an
 //! HMAC of channel and task under the secret ([`callback_token`]): the upstream's callback
-//! then names its task and proves it came through this submission.
+//! then names its task and proves it came through this submission. A finished task's
+//! `duration` and `resolution` are what the upstream made.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::Method;
@@ -17,12 +19,24 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use store::BlobStore;
 
-use crate::http::client::{UpstreamError, UpstreamResponse};
 use crate::vendors::common::{
     ReadBlobError, Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
 };
+use crate::vendors::{CallbackSettings, Registration, Vendor};
 use crate::video::job::{
-    PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+    ChannelCheck, PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference,
+    SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `ark` kind: its base URL (e.g. `https://host/api/v3`) must be configured; it takes a
+/// `callback_secret`. Its models are named by each deployment, so it has no built-in ones.
+pub const REGISTRATION: Registration = Registration {
+    kind: "ark",
+    default_base_url: "",
+    needs: &[],
+    callbacks: true,
+    models: Vec::new,
+    build: |s| Ok(Box::new(Ark::new(s.remote, s.blobs, s.callback))),
 };
 
 pub struct Ark {
@@ -31,14 +45,7 @@ pub struct Ark {
 }
 
 /// Where and how an `ark` channel asks its upstream to call back.
-#[derive(Debug, Clone)]
-pub struct ArkCallback {
-    /// The channel's callback secret (config `callback_secret`).
-    pub secret: String,
-    /// The relay's public base URL, known once the relay is bound; no `callback_url` is sent
-    /// before.
-    pub public_base: Arc<OnceLock<String>>,
-}
+pub type ArkCallback = CallbackSettings;
 
 /// The token of `task_id`'s callback on `channel`: the unpadded base64url HMAC-SHA256, keyed
 /// with `secret`, of `<channel>\n<task id>`.
@@ -68,6 +75,12 @@ struct ArkTask {
     content: Option<ArkContent>,
     #[serde(default)]
     error: Option<Value>,
+    /// Seconds made.
+    #[serde(default)]
+    duration: Option<Value>,
+    /// `720p`.
+    #[serde(default)]
+    resolution: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,10 +115,6 @@ impl Ark {
             path_part(name),
             path_part(task_id)
         ))
-    }
-
-    pub fn remote(&self) -> &Remote {
-        &self.remote
     }
 
     /// A stored reference as a content item of `kind` (`image_url`, `video_url`,
@@ -186,7 +195,7 @@ impl Ark {
         Ok(body)
     }
 
-    pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+    async fn submit_task(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         let name = self.remote.name();
         let body = match self.body(job, references).await {
             Ok(body) => body,
@@ -228,54 +237,95 @@ impl Ark {
             path_part(upstream_id)
         ))
     }
+}
 
-    pub async fn poll(&self, upstream_id: &str) -> PollOutcome {
-        let name = self.remote.name();
-        let task: ArkTask = match self.remote.poll_json(&self.task_url(upstream_id)).await {
-            Ok(t) => t,
-            Err(outcome) => return outcome,
-        };
-        match task.status.as_deref().unwrap_or_default() {
-            "queued" => PollOutcome::Running {
-                progress: 0,
-                next_poll: None,
-            },
-            "running" => PollOutcome::Running {
-                progress: 50,
-                next_poll: None,
-            },
-            "succeeded" => {
-                let content = task.content.unwrap_or(ArkContent {
-                    video_url: None,
-                    last_frame_url: None,
-                });
-                match content.video_url.filter(|u| is_http(u)) {
-                    Some(video) => PollOutcome::Succeeded(ResultFiles {
-                        video: ResultSource::Url(video),
-                        thumbnail: None,
-                        last_frame: content
-                            .last_frame_url
-                            .filter(|u| is_http(u))
-                            .map(ResultSource::Url),
-                        spritesheet: None,
-                    }),
-                    None => upstream_failed(name, "succeeded", "succeeded without a video_url"),
-                }
-            }
-            status @ ("failed" | "cancelled" | "expired") => {
-                let detail = task.error.map(|e| e.to_string()).unwrap_or_default();
-                upstream_failed(name, status, &detail)
-            }
-            other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
+#[async_trait]
+impl Vendor for Ark {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        self.submit_task(job, references).await
+    }
+
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        match self.remote.poll_json(&self.task_url(upstream_id)).await {
+            Ok(task) => from_vendor(self.remote.name(), task),
+            Err(outcome) => outcome,
         }
     }
 
-    pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
-        self.remote.download(url).await
+    async fn cancel(&self, upstream_id: &str) {
+        self.remote.delete(&self.task_url(upstream_id)).await
     }
 
-    pub async fn cancel(&self, upstream_id: &str) {
-        self.remote.delete(&self.task_url(upstream_id)).await
+    /// A one-item page of the key's tasks: authenticated, generating nothing.
+    async fn check(&self) -> ChannelCheck {
+        let url = self
+            .remote
+            .url("/contents/generations/tasks?page_num=1&page_size=1");
+        self.remote.check_get(&url, |_, _| None).await
+    }
+}
+
+/// A task's answer as the task's outcome (PROTOCOLS.md §4).
+fn from_vendor(name: &str, task: ArkTask) -> PollOutcome {
+    match task.status.as_deref().unwrap_or_default() {
+        "queued" => PollOutcome::Running {
+            progress: 0,
+            next_poll: None,
+        },
+        "running" => PollOutcome::Running {
+            progress: 50,
+            next_poll: None,
+        },
+        "succeeded" => {
+            let usage = usage(&task);
+            let content = task.content.unwrap_or(ArkContent {
+                video_url: None,
+                last_frame_url: None,
+            });
+            match content.video_url.filter(|u| is_http(u)) {
+                Some(video) => PollOutcome::Succeeded(ResultFiles {
+                    video: ResultSource::Url(video),
+                    thumbnail: None,
+                    last_frame: content
+                        .last_frame_url
+                        .filter(|u| is_http(u))
+                        .map(ResultSource::Url),
+                    spritesheet: None,
+                    usage,
+                }),
+                None => upstream_failed(name, "succeeded", "succeeded without a video_url"),
+            }
+        }
+        status @ ("failed" | "cancelled" | "expired") => {
+            let detail = task.error.map(|e| e.to_string()).unwrap_or_default();
+            upstream_failed(name, status, &detail)
+        }
+        other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
+    }
+}
+
+/// The `duration` (an integer) and `resolution` a finished task reports.
+fn usage(task: &ArkTask) -> VendorUsage {
+    let seconds = match &task.duration {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_f64().is_some_and(|s| s >= 0.0) => n.as_f64(),
+        Some(other) => return VendorUsage::Unreadable(format!("duration {other}")),
+    };
+    let resolution = match &task.resolution {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.clone()),
+        Some(other) => return VendorUsage::Unreadable(format!("resolution {other}")),
+    };
+    if seconds.is_none() && resolution.is_none() {
+        return VendorUsage::NotReported;
+    }
+    VendorUsage::Made {
+        seconds,
+        resolution,
     }
 }
 
@@ -286,6 +336,7 @@ fn is_http(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+    use std::sync::OnceLock;
 
     use super::*;
     use crate::http::client::UpstreamTimeouts;
@@ -538,6 +589,60 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("r/missing.png"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The task of PROTOCOLS.md §4 once it succeeded, and its other statuses.
+    #[test]
+    fn a_task_reads_as_an_outcome() {
+        let read = |json: &str| from_vendor("ark", serde_json::from_str(json).unwrap());
+        let PollOutcome::Succeeded(files) = read(
+            r#"{"id":"cgt-1","model":"seedance","status":"succeeded","duration":5,"resolution":"720p",
+                "ratio":"16:9","content":{"video_url":"https://cdn.example/v.mp4","last_frame_url":"https://cdn.example/l.png"}}"#,
+        ) else {
+            panic!("not a success")
+        };
+        assert_eq!(
+            files.video,
+            ResultSource::Url("https://cdn.example/v.mp4".into())
+        );
+        assert_eq!(
+            files.last_frame,
+            Some(ResultSource::Url("https://cdn.example/l.png".into()))
+        );
+        assert_eq!(
+            files.usage,
+            VendorUsage::Made {
+                seconds: Some(5.0),
+                resolution: Some("720p".into())
+            }
+        );
+        let PollOutcome::Succeeded(files) = read(
+            r#"{"status":"succeeded","duration":"five","content":{"video_url":"https://cdn.example/v.mp4"}}"#,
+        ) else {
+            panic!("not a success")
+        };
+        assert!(matches!(files.usage, VendorUsage::Unreadable(_)));
+        assert!(matches!(
+            read(r#"{"status":"succeeded","content":{}}"#),
+            PollOutcome::Failed { .. }
+        ));
+        assert_eq!(
+            read(r#"{"status":"queued"}"#),
+            PollOutcome::Running {
+                progress: 0,
+                next_poll: None
+            }
+        );
+        for status in ["failed", "cancelled", "expired"] {
+            assert!(matches!(
+                read(&format!(r#"{{"status":"{status}"}}"#)),
+                PollOutcome::Failed { .. }
+            ));
+        }
+        assert!(matches!(
+            read(r#"{"status":"odd"}"#),
+            PollOutcome::Unknown(_)
+        ));
     }
 
     #[tokio::test]

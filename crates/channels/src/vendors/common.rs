@@ -1,6 +1,7 @@
-//! What the HTTP video adapters share: their settings, the classification of upstream
-//! answers, upstream ids in URL paths, reading reference images from the blob store, and
-//! result downloads.
+//! What the HTTP video vendors share: their settings, the header their key goes in, the
+//! classification of upstream answers, upstream ids in URL paths, reading references from the
+//! blob store, result downloads (redirects followed, the key sent to the channel's own origin
+//! only) and channel tests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,18 +13,22 @@ use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
 use crate::http::client::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
-use crate::video::job::{PollOutcome, SubmitOutcome};
+use crate::video::job::{ChannelCheck, CheckVerdict, PollOutcome, SubmitOutcome};
 
 /// Largest JSON answer read from a video upstream.
 pub const MAX_JSON_BYTES: usize = 1 << 20;
 
-/// Settings of one HTTP video channel (`openai-videos`, `ark`).
+/// Redirects a result download follows at most.
+const MAX_REDIRECTS: usize = 5;
+
+/// Settings of one HTTP video channel.
 #[derive(Debug, Clone)]
 pub struct RemoteSettings {
     pub name: String,
     /// Our model names it serves.
     pub models: Vec<String>,
-    /// e.g. `https://api.example.com` (`openai-videos`) or `https://host/api/v3` (`ark`).
+    /// e.g. `https://api.example.com` (`openai-videos`) or `https://host/api/v3` (`ark`): the
+    /// configured one, or the kind's default endpoint.
     pub base_url: String,
     pub api_key: Option<String>,
     /// Our model name -> the upstream's.
@@ -48,9 +53,20 @@ pub struct ResultUrls {
     pub trusted_hosts: Vec<String>,
 }
 
-/// The pieces every HTTP video adapter holds.
+/// The header a channel's `api_key` goes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHeader {
+    /// `Authorization: Bearer <key>`.
+    Bearer,
+    /// `<name>: <key>` (`x-goog-api-key`).
+    Named(&'static str),
+}
+
+/// The pieces every HTTP video vendor holds.
 pub struct Remote {
     pub settings: RemoteSettings,
+    /// Where the key goes.
+    pub key_header: KeyHeader,
     /// Calls to the channel's own API (`base_url`, configured and trusted).
     pub http: UpstreamHttp,
     /// Result downloads from anywhere else, through the SSRF guard.
@@ -65,10 +81,17 @@ impl Remote {
         let guarded = UpstreamHttp::guarded(settings.timeouts, policy);
         Remote {
             settings,
+            key_header: KeyHeader::Bearer,
             http,
             guarded,
             blobs,
         }
+    }
+
+    /// The same, with the key sent in `header`.
+    pub fn with_key_header(mut self, header: KeyHeader) -> Remote {
+        self.key_header = header;
+        self
     }
 
     /// Whether `url` may be fetched without the guard: it is on the channel's own origin
@@ -122,7 +145,10 @@ impl Remote {
             concat!("video-relay/", env!("CARGO_PKG_VERSION")),
         );
         if with_key && let Some(key) = &self.settings.api_key {
-            req = req.header("authorization", format!("Bearer {key}"));
+            req = match self.key_header {
+                KeyHeader::Bearer => req.header("authorization", format!("Bearer {key}")),
+                KeyHeader::Named(name) => req.header(name, key.as_str()),
+            };
         }
         req
     }
@@ -163,9 +189,38 @@ impl Remote {
         })
     }
 
-    /// Starts a download of a result URL; the key goes along only to the channel's own host,
-    /// and a URL elsewhere that is not trusted goes through the SSRF guard.
+    /// Starts a download of a result URL, following redirects: the key goes along only to
+    /// the channel's own origin, and a URL elsewhere that is not trusted goes through the SSRF
+    /// guard.
     pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
+        let mut url = url.to_owned();
+        for _ in 0..MAX_REDIRECTS {
+            let res = self.download_once(&url).await?;
+            let location = res
+                .status
+                .is_redirection()
+                .then(|| res.headers().get(http::header::LOCATION).cloned())
+                .flatten();
+            let Some(location) = location else {
+                return Ok(res);
+            };
+            let next = location
+                .to_str()
+                .ok()
+                .and_then(|l| resolve_location(&url, l))
+                .ok_or_else(|| {
+                    UpstreamError::Build("a redirect to a location that is no URL".into())
+                })?;
+            // Dropped unread: the redirect's own body is of no use.
+            drop(res);
+            url = next;
+        }
+        Err(UpstreamError::Build(format!(
+            "more than {MAX_REDIRECTS} redirects"
+        )))
+    }
+
+    async fn download_once(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
         let req = self
             .request(Method::GET, url, self.is_own(url))
             .header("accept", "application/binary")
@@ -175,6 +230,44 @@ impl Remote {
             self.http.send(req).await
         } else {
             self.guarded.send(req).await
+        }
+    }
+
+    /// A channel test: GETs `url` of the channel's own API with the key, and reads the answer
+    /// by its status, or by `classify` when it knows the vendor's bodies better.
+    pub async fn check_get(
+        &self,
+        url: &str,
+        classify: impl Fn(StatusCode, &[u8]) -> Option<CheckVerdict>,
+    ) -> ChannelCheck {
+        let req = self.request(Method::GET, url, true).body(Bytes::new());
+        match self.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => {
+                let verdict = classify(status, &body).unwrap_or(if status.is_success() {
+                    CheckVerdict::Ok
+                } else if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                    CheckVerdict::KeyRefused
+                } else if status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::PAYMENT_REQUIRED
+                {
+                    CheckVerdict::Quota
+                } else {
+                    CheckVerdict::Error
+                });
+                let detail = match verdict {
+                    CheckVerdict::Ok => "reachable, key accepted".to_owned(),
+                    CheckVerdict::KeyRefused => {
+                        format!("the vendor refused the key: {status}: {}", snippet(&body))
+                    }
+                    CheckVerdict::Quota => format!(
+                        "the key is accepted but out of quota or rate: {status}: {}",
+                        snippet(&body)
+                    ),
+                    _ => format!("unexpected answer: {status}: {}", snippet(&body)),
+                };
+                ChannelCheck { verdict, detail }
+            }
         }
     }
 
@@ -222,6 +315,46 @@ impl Remote {
         let mime = media_mime(&buf);
         Ok((buf, mime))
     }
+}
+
+/// A channel test whose call got no answer: TLS trouble or no connection.
+pub fn transport_check(e: &UpstreamError) -> ChannelCheck {
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    let tls = [
+        "tls",
+        "certificate",
+        "handshake",
+        "corrupt message",
+        "alert",
+    ]
+    .iter()
+    .any(|word| lower.contains(word));
+    ChannelCheck {
+        verdict: if tls {
+            CheckVerdict::Tls
+        } else {
+            CheckVerdict::Unreachable
+        },
+        detail: text,
+    }
+}
+
+/// The absolute URL a redirect's `Location` names, relative to `from`.
+fn resolve_location(from: &str, location: &str) -> Option<String> {
+    let location = location.trim();
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return Some(location.to_owned());
+    }
+    let uri = from.parse::<http::Uri>().ok()?;
+    let origin = format!("{}://{}", uri.scheme_str()?, uri.authority()?);
+    if location.starts_with("//") {
+        return Some(format!("{}:{location}", uri.scheme_str()?));
+    }
+    if location.starts_with('/') {
+        return Some(format!("{origin}{location}"));
+    }
+    None
 }
 
 /// Why a stored reference cannot be sent inline.
@@ -287,7 +420,7 @@ pub fn poll_failure(
 }
 
 /// `retry-after-ms` or `retry-after` (seconds), capped at a minute.
-fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+pub fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     let read = |name: &str| {
         headers
             .get(name)
@@ -377,5 +510,24 @@ mod tests {
         let mut h = http::HeaderMap::new();
         h.insert("retry-after", "2".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn redirect_locations_resolve_against_the_url_they_came_from() {
+        let from = "https://api.example/v1/files/a:download?alt=media";
+        assert_eq!(
+            resolve_location(from, "https://cdn.example/x?sig=1").as_deref(),
+            Some("https://cdn.example/x?sig=1")
+        );
+        assert_eq!(
+            resolve_location(from, "/other/path").as_deref(),
+            Some("https://api.example/other/path")
+        );
+        assert_eq!(
+            resolve_location(from, "//cdn.example/y").as_deref(),
+            Some("https://cdn.example/y")
+        );
+        assert_eq!(resolve_location(from, "relative/path"), None);
+        assert_eq!(resolve_location(from, "ftp://x/y"), None);
     }
 }

@@ -1,26 +1,41 @@
 //! `openai-videos`: an upstream speaking OpenAI-style `/v1/videos` (PROTOCOLS.md §1), another
-//! relay of this kind included. Create is multipart, as the official SDK sends it (the first
-//! frame as the `input_reference` file part); the result is `GET /v1/videos/{id}/content`.
+//! relay or reseller of this kind (the OpenAI Videos API itself shut down in 2026). Create is
+//! multipart, as the official SDK sends it (the first frame as the `input_reference` file
+//! part); the result is `GET /v1/videos/{id}/content`; the video's `seconds` and `size` are
+//! what the upstream made. It has no built-in models: it makes what its upstream makes.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
 use serde::Deserialize;
 use store::BlobStore;
 
-use crate::http::client::{UpstreamError, UpstreamResponse};
 use crate::vendors::common::{
     Remote, RemoteSettings, path_part, snippet, submit_failure, upstream_failed,
 };
+use crate::vendors::{Registration, Vendor};
 use crate::video::job::{
-    PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome, VideoJob,
+    ChannelCheck, PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome,
+    VendorUsage, VideoJob,
+};
+
+/// The `openai-videos` kind: its base URL must be configured.
+pub const REGISTRATION: Registration = Registration {
+    kind: "openai-videos",
+    default_base_url: "",
+    needs: &[],
+    callbacks: false,
+    models: Vec::new,
+    build: |s| Ok(Box::new(OpenaiVideos::new(s.remote, s.blobs))),
 };
 
 pub struct OpenaiVideos {
     remote: Remote,
 }
 
+/// The Video object, as far as the relay reads it.
 #[derive(Debug, Deserialize)]
 struct Video {
     #[serde(default)]
@@ -29,8 +44,67 @@ struct Video {
     status: Option<String>,
     #[serde(default)]
     progress: Option<f64>,
+    /// A string (`"8"`) in OpenAI's shape; relays of this kind may send a number.
+    #[serde(default)]
+    seconds: Option<serde_json::Value>,
+    /// `1280x720`.
+    #[serde(default)]
+    size: Option<String>,
     #[serde(default)]
     error: Option<serde_json::Value>,
+}
+
+/// A poll's answer as the task's outcome; `base` is the video's URL on the upstream.
+fn from_vendor(name: &str, video: Video, base: &str) -> PollOutcome {
+    let progress = video.progress.unwrap_or(0.0).clamp(0.0, 99.0) as u8;
+    match video.status.as_deref().unwrap_or_default() {
+        "queued" | "in_progress" | "processing" | "running" => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        "completed" | "succeeded" => PollOutcome::Succeeded(ResultFiles {
+            video: ResultSource::Url(format!("{base}/content")),
+            thumbnail: Some(ResultSource::Url(format!(
+                "{base}/content?variant=thumbnail"
+            ))),
+            last_frame: None,
+            spritesheet: None,
+            usage: usage(&video),
+        }),
+        status @ ("failed" | "cancelled" | "expired") => {
+            let detail = video.error.map(|e| e.to_string()).unwrap_or_default();
+            upstream_failed(name, status, &detail)
+        }
+        other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
+    }
+}
+
+/// The `seconds` and `size` a finished video reports.
+fn usage(video: &Video) -> VendorUsage {
+    let seconds = match &video.seconds {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => match s.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => Some(s),
+            _ => return VendorUsage::Unreadable(format!("seconds {s:?}")),
+        },
+        Some(serde_json::Value::Number(n)) => match n.as_f64() {
+            Some(s) if s >= 0.0 => Some(s),
+            _ => return VendorUsage::Unreadable(format!("seconds {n}")),
+        },
+        Some(other) => return VendorUsage::Unreadable(format!("seconds {other}")),
+    };
+    let resolution = video.size.as_deref().and_then(|size| {
+        let (w, h) = size.split_once('x')?;
+        let short = w.trim().parse::<u32>().ok()?.min(h.trim().parse().ok()?);
+        Some(format!("{short}p"))
+    });
+    if seconds.is_none() && resolution.is_none() {
+        return VendorUsage::NotReported;
+    }
+    VendorUsage::Made {
+        seconds,
+        resolution,
+    }
 }
 
 const BOUNDARY: &str = "video-relay-7f3a9c1e5b2d4a60";
@@ -40,10 +114,6 @@ impl OpenaiVideos {
         OpenaiVideos {
             remote: Remote::new(settings, blobs),
         }
-    }
-
-    pub fn remote(&self) -> &Remote {
-        &self.remote
     }
 
     /// The multipart body: the text fields, then the first frame when there is one.
@@ -81,7 +151,19 @@ impl OpenaiVideos {
         Ok(Bytes::from(out))
     }
 
-    pub async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+    fn video_url(&self, upstream_id: &str) -> String {
+        self.remote
+            .url(&format!("/v1/videos/{}", path_part(upstream_id)))
+    }
+}
+
+#[async_trait]
+impl Vendor for OpenaiVideos {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         let name = self.remote.name();
         if job.audio_url.is_some()
             || job.reference_video.is_some()
@@ -130,47 +212,77 @@ impl OpenaiVideos {
         }
     }
 
-    fn video_url(&self, upstream_id: &str) -> String {
-        self.remote
-            .url(&format!("/v1/videos/{}", path_part(upstream_id)))
-    }
-
-    pub async fn poll(&self, upstream_id: &str) -> PollOutcome {
-        let name = self.remote.name();
-        let video: Video = match self.remote.poll_json(&self.video_url(upstream_id)).await {
-            Ok(v) => v,
-            Err(outcome) => return outcome,
-        };
-        let progress = video.progress.unwrap_or(0.0).clamp(0.0, 99.0) as u8;
-        match video.status.as_deref().unwrap_or_default() {
-            "queued" | "in_progress" | "processing" | "running" => PollOutcome::Running {
-                progress,
-                next_poll: None,
-            },
-            "completed" | "succeeded" => {
-                let base = self.video_url(upstream_id);
-                PollOutcome::Succeeded(ResultFiles {
-                    video: ResultSource::Url(format!("{base}/content")),
-                    thumbnail: Some(ResultSource::Url(format!(
-                        "{base}/content?variant=thumbnail"
-                    ))),
-                    last_frame: None,
-                    spritesheet: None,
-                })
-            }
-            status @ ("failed" | "cancelled" | "expired") => {
-                let detail = video.error.map(|e| e.to_string()).unwrap_or_default();
-                upstream_failed(name, status, &detail)
-            }
-            other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let base = self.video_url(upstream_id);
+        match self.remote.poll_json::<Video>(&base).await {
+            Ok(video) => from_vendor(self.remote.name(), video, &base),
+            Err(outcome) => outcome,
         }
     }
 
-    pub async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
-        self.remote.download(url).await
+    async fn cancel(&self, upstream_id: &str) {
+        self.remote.delete(&self.video_url(upstream_id)).await
     }
 
-    pub async fn cancel(&self, upstream_id: &str) {
-        self.remote.delete(&self.video_url(upstream_id)).await
+    /// A one-item list of the key's videos: authenticated, generating nothing.
+    async fn check(&self) -> ChannelCheck {
+        let url = self.remote.url("/v1/videos?limit=1");
+        self.remote.check_get(&url, |_, _| None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(json: &str) -> PollOutcome {
+        let video: Video = serde_json::from_str(json).unwrap();
+        from_vendor("c", video, "http://up/v1/videos/v1")
+    }
+
+    /// The Video object of PROTOCOLS.md §1.
+    #[test]
+    fn a_video_object_reads_as_an_outcome() {
+        assert_eq!(
+            read(r#"{"id":"v1","object":"video","status":"in_progress","progress":42}"#),
+            PollOutcome::Running {
+                progress: 42,
+                next_poll: None
+            }
+        );
+        let PollOutcome::Succeeded(files) = read(
+            r#"{"id":"v1","object":"video","status":"completed","progress":100,"seconds":"8","size":"1280x720"}"#,
+        ) else {
+            panic!("not a success")
+        };
+        assert_eq!(
+            files.video,
+            ResultSource::Url("http://up/v1/videos/v1/content".into())
+        );
+        assert_eq!(
+            files.usage,
+            VendorUsage::Made {
+                seconds: Some(8.0),
+                resolution: Some("720p".into())
+            }
+        );
+        let PollOutcome::Succeeded(files) = read(r#"{"id":"v1","status":"completed"}"#) else {
+            panic!("not a success")
+        };
+        assert_eq!(files.usage, VendorUsage::NotReported);
+        let PollOutcome::Succeeded(files) =
+            read(r#"{"id":"v1","status":"completed","seconds":"eight"}"#)
+        else {
+            panic!("not a success")
+        };
+        assert!(matches!(files.usage, VendorUsage::Unreadable(_)));
+        assert!(matches!(
+            read(r#"{"id":"v1","status":"failed","error":{"code":"x","message":"y"}}"#),
+            PollOutcome::Failed { .. }
+        ));
+        assert!(matches!(
+            read(r#"{"id":"v1","status":"mystery"}"#),
+            PollOutcome::Unknown(_)
+        ));
     }
 }

@@ -89,6 +89,10 @@ pub enum SubmitOutcome {
     },
     /// Not accepted, and retrying cannot help.
     Fatal(String),
+    /// The upstream refused the request's content (its prompt or images): the task fails with
+    /// `code` (`moderation_blocked`) and `message` (the vendor's reason, never its raw body),
+    /// and is refunded; no other channel is tried.
+    Refused { code: String, message: String },
 }
 
 /// Where a finished task's file can be had.
@@ -100,17 +104,34 @@ pub enum ResultSource {
     Url(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResultFiles {
     pub video: ResultSource,
     pub thumbnail: Option<ResultSource>,
     pub last_frame: Option<ResultSource>,
     /// A grid of frames (the simulator's own; remote channels have none).
     pub spritesheet: Option<ResultSource>,
+    /// What the upstream says it made, for the settlement.
+    pub usage: VendorUsage,
+}
+
+/// What an upstream reports of the video it made, which the settlement charges for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum VendorUsage {
+    /// The upstream reports nothing (Veo, the simulator): settled as asked.
+    #[default]
+    NotReported,
+    /// The length (seconds, as reported) and the tier it made, where it said.
+    Made {
+        seconds: Option<f64>,
+        resolution: Option<String>,
+    },
+    /// The upstream's report could not be read (logged): settled at the pre-deduction.
+    Unreadable(String),
 }
 
 /// Answer to a poll.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PollOutcome {
     /// Still running; `next_poll` is the channel's hint for the next look.
     Running {
@@ -128,4 +149,51 @@ pub enum PollOutcome {
     /// The upstream answered with a status we do not know (or an unreadable body): counted
     /// as still running for a bounded number of polls, then the task fails.
     Unknown(String),
+}
+
+/// What a channel test found (`relay channels test`): whether the channel is reachable and its
+/// key accepted, else the precise reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckVerdict {
+    /// Reachable, key accepted.
+    Ok,
+    /// No connection (refused, DNS, timeout).
+    Unreachable,
+    /// Connected, but the TLS handshake failed (certificate, protocol).
+    Tls,
+    /// The vendor refused the key or credentials.
+    KeyRefused,
+    /// The key is accepted but out of quota, balance or rate.
+    Quota,
+    /// Anything else: an unexpected answer.
+    Error,
+    /// The channel has nothing to test (the built-in simulator).
+    Local,
+}
+
+impl CheckVerdict {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CheckVerdict::Ok => "ok",
+            CheckVerdict::Unreachable => "unreachable",
+            CheckVerdict::Tls => "tls",
+            CheckVerdict::KeyRefused => "key_refused",
+            CheckVerdict::Quota => "quota",
+            CheckVerdict::Error => "error",
+            CheckVerdict::Local => "local",
+        }
+    }
+
+    /// Whether the channel works.
+    pub const fn is_ok(self) -> bool {
+        matches!(self, CheckVerdict::Ok | CheckVerdict::Local)
+    }
+}
+
+/// A channel test's verdict and a sentence for the operator (it may name the vendor's host,
+/// never the key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelCheck {
+    pub verdict: CheckVerdict,
+    pub detail: String,
 }

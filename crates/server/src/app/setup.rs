@@ -97,25 +97,26 @@ fn remote_video_channels(
                 trusted_hosts: c.trusted_hosts.clone(),
             },
         };
-        let channel = if c.kind == ChannelKind::Ark {
-            let callback =
-                c.callback_secret
-                    .clone()
-                    .map(|secret| channels::vendors::ark::ArkCallback {
-                        secret,
-                        public_base: public_base.clone(),
-                    });
-            VideoChannel::Ark(channels::vendors::ark::Ark::new(
-                settings,
-                blobs.clone(),
-                callback,
-            ))
-        } else {
-            VideoChannel::OpenaiVideos(channels::vendors::openai_videos::OpenaiVideos::new(
-                settings,
-                blobs.clone(),
-            ))
+        let callback = c
+            .callback_secret
+            .clone()
+            .map(|secret| channels::CallbackSettings {
+                secret,
+                public_base: public_base.clone(),
+            });
+        let settings = channels::VendorSettings {
+            remote: settings,
+            kind: Default::default(),
+            callback,
+            blobs: blobs.clone(),
         };
+        let kind = if c.kind == ChannelKind::Ark {
+            "ark"
+        } else {
+            "openai-videos"
+        };
+        let channel = VideoChannel::vendor(kind, settings, &Default::default(), false)
+            .map_err(|e| anyhow::anyhow!("channel {}: {e}", c.name))?;
         out.push(Arc::new(channel));
     }
     Ok(out)

@@ -1,0 +1,544 @@
+//! What a vendor model can make ([`ModelCaps`]), what a request asks for ([`Demand`]), and
+//! the fit of one to the other: the tier and duration a channel is sent ([`fit`]), or the
+//! field no channel can serve, with a sentence naming what they can ([`fit_any`]).
+//!
+//! The checks run in the contract's order (resolution or size, duration, ratio, frames,
+//! references), so a rule joining two fields blames the later one: `1080p` with 4 s on a model
+//! that makes 1080p only at 8 s is the duration's fault, reference images at 4 s on a model
+//! that takes them only at 8 s the references'. A channel without an entry for its model can
+//! make anything the relay's own validators accept (another relay, the simulator).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// What one vendor model can make, as its vendor documents it (built in per kind, or given in
+/// the configuration's `[vendor_models."<vendor model>"]`). An empty list allows any value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelCaps {
+    /// Durations it makes, in seconds.
+    pub durations: Vec<u32>,
+    /// Resolution tiers, named by their short side (`480p`, `720p`, `1080p`, `4k`).
+    pub resolutions: Vec<String>,
+    /// Aspect ratios (`16:9`, `9:16`, ...).
+    pub ratios: Vec<String>,
+    /// Durations allowed at a tier, where it allows fewer than `durations`.
+    pub durations_by_resolution: BTreeMap<String, Vec<u32>>,
+    /// Whether it takes a first frame (image to video).
+    pub first_frame: bool,
+    /// Whether it takes a last frame along with the first.
+    pub last_frame: bool,
+    /// Reference images (subject or style references) one request may give.
+    pub reference_images: u32,
+    /// Durations allowed with reference images, where fewer than `durations`.
+    pub reference_image_durations: Vec<u32>,
+    /// Reference videos one request may give.
+    pub reference_videos: u32,
+    /// Reference audio tracks one request may give.
+    pub reference_audios: u32,
+    /// Whether its videos have a sound track.
+    pub audio: bool,
+}
+
+impl Default for ModelCaps {
+    /// Text and first frame to video at any duration, tier and ratio, without sound.
+    fn default() -> Self {
+        ModelCaps {
+            durations: Vec::new(),
+            resolutions: Vec::new(),
+            ratios: Vec::new(),
+            durations_by_resolution: BTreeMap::new(),
+            first_frame: true,
+            last_frame: false,
+            reference_images: 0,
+            reference_image_durations: Vec::new(),
+            reference_videos: 0,
+            reference_audios: 0,
+            audio: false,
+        }
+    }
+}
+
+/// What a request asks of the channel that runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Demand {
+    pub duration: u32,
+    /// Second format: the tier asked for.
+    pub resolution: Option<String>,
+    /// First format: the size asked for (width, height); the tier is the smallest the model
+    /// makes that is at least as large.
+    pub size: Option<(u32, u32)>,
+    /// The ratio chosen (never `adaptive`).
+    pub ratio: String,
+    pub first_frame: bool,
+    pub last_frame: bool,
+    pub reference_images: u32,
+    pub reference_videos: u32,
+    pub reference_audios: u32,
+}
+
+/// A field of a request, in the order the fit checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DemandField {
+    /// The tier (second format) or the size (first format).
+    Resolution,
+    Duration,
+    Ratio,
+    FirstFrame,
+    LastFrame,
+    ReferenceImages,
+    ReferenceVideos,
+    ReferenceAudios,
+}
+
+/// Why no channel can serve a request: the field, and what the channels can do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub field: DemandField,
+    pub detail: String,
+}
+
+/// What a channel is sent for a request it can serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fit {
+    /// The duration to ask for: the request's, or the next longer one the model makes when
+    /// the channel allows it.
+    pub duration: u32,
+    /// The tier to ask for, when the model names tiers.
+    pub resolution: Option<String>,
+}
+
+/// One channel's offer for a model: its capabilities (`None`: anything) and whether it may
+/// make the next longer duration than asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Offer<'a> {
+    pub caps: Option<&'a ModelCaps>,
+    pub nearest_longer: bool,
+}
+
+/// The short side of a tier in pixels: `720p` is 720, `4k` 2160, `2k` 1440; `None` for a
+/// name that is neither.
+pub fn tier_short_side(tier: &str) -> Option<u32> {
+    let t = tier.trim().to_ascii_lowercase();
+    match t.as_str() {
+        "4k" => Some(2160),
+        "2k" => Some(1440),
+        _ => t.strip_suffix('p')?.parse().ok(),
+    }
+}
+
+/// How `caps` serves `demand`, or the first field (in check order) it cannot.
+pub fn fit(caps: &ModelCaps, demand: &Demand, nearest_longer: bool) -> Result<Fit, DemandField> {
+    let resolution = tier(caps, demand).ok_or(DemandField::Resolution)?;
+    let allowed = durations_at(caps, resolution.as_deref());
+    let duration =
+        pick_duration(&allowed, demand.duration, nearest_longer).ok_or(DemandField::Duration)?;
+    if !caps.ratios.is_empty() && !caps.ratios.iter().any(|r| r == &demand.ratio) {
+        return Err(DemandField::Ratio);
+    }
+    if demand.first_frame && !caps.first_frame {
+        return Err(DemandField::FirstFrame);
+    }
+    if demand.last_frame && !caps.last_frame {
+        return Err(DemandField::LastFrame);
+    }
+    let mut duration = duration;
+    if demand.reference_images > 0 {
+        if demand.reference_images > caps.reference_images {
+            return Err(DemandField::ReferenceImages);
+        }
+        if !caps.reference_image_durations.is_empty() {
+            let with_refs: Vec<u32> = allowed
+                .iter()
+                .copied()
+                .filter(|d| caps.reference_image_durations.contains(d))
+                .collect();
+            duration = pick_duration(&with_refs, demand.duration, nearest_longer)
+                .ok_or(DemandField::ReferenceImages)?;
+        }
+    }
+    if demand.reference_videos > caps.reference_videos {
+        return Err(DemandField::ReferenceVideos);
+    }
+    if demand.reference_audios > caps.reference_audios {
+        return Err(DemandField::ReferenceAudios);
+    }
+    Ok(Fit {
+        duration,
+        resolution,
+    })
+}
+
+/// The fit of the first offer that can serve `demand` (an offer without capabilities serves
+/// anything as asked), or the field the offers that got furthest stop at, with a sentence
+/// naming what they can do for it.
+pub fn fit_any(offers: &[Offer<'_>], demand: &Demand) -> Result<Fit, Refusal> {
+    let mut furthest: Option<DemandField> = None;
+    let mut stopped: Vec<(&ModelCaps, bool)> = Vec::new();
+    for offer in offers {
+        let Some(caps) = offer.caps else {
+            return Ok(Fit {
+                duration: demand.duration,
+                resolution: demand.resolution.clone(),
+            });
+        };
+        match fit(caps, demand, offer.nearest_longer) {
+            Ok(fit) => return Ok(fit),
+            Err(field) if furthest.is_none_or(|f| field > f) => {
+                furthest = Some(field);
+                stopped.clear();
+                stopped.push((caps, offer.nearest_longer));
+            }
+            Err(field) if furthest == Some(field) => stopped.push((caps, offer.nearest_longer)),
+            Err(_) => {}
+        }
+    }
+    let field = furthest.unwrap_or(DemandField::Resolution);
+    Err(Refusal {
+        field,
+        detail: describe(field, &stopped, demand),
+    })
+}
+
+/// The tier `caps` makes for `demand`: the one asked for (second format), or the smallest at
+/// least the size's short side (first format); `Some(None)` when the model names no tiers.
+fn tier(caps: &ModelCaps, demand: &Demand) -> Option<Option<String>> {
+    if caps.resolutions.is_empty() {
+        return Some(demand.resolution.clone());
+    }
+    if let Some(asked) = &demand.resolution {
+        return caps
+            .resolutions
+            .iter()
+            .find(|r| r.eq_ignore_ascii_case(asked))
+            .map(|r| Some(r.clone()));
+    }
+    let Some((w, h)) = demand.size else {
+        // Neither: the model's first tier.
+        return caps.resolutions.first().map(|r| Some(r.clone()));
+    };
+    let short = w.min(h);
+    caps.resolutions
+        .iter()
+        .filter_map(|r| Some((tier_short_side(r)?, r)))
+        .filter(|(side, _)| *side >= short)
+        .min_by_key(|(side, _)| *side)
+        .map(|(_, r)| Some(r.clone()))
+}
+
+/// The durations `caps` makes at `tier` (empty: any).
+fn durations_at(caps: &ModelCaps, tier: Option<&str>) -> Vec<u32> {
+    let at_tier = tier.and_then(|t| {
+        caps.durations_by_resolution
+            .iter()
+            .find(|(r, _)| r.eq_ignore_ascii_case(t))
+            .map(|(_, d)| d)
+    });
+    match (caps.durations.is_empty(), at_tier) {
+        (true, None) => Vec::new(),
+        (true, Some(d)) => d.clone(),
+        (false, None) => caps.durations.clone(),
+        (false, Some(d)) => caps
+            .durations
+            .iter()
+            .copied()
+            .filter(|x| d.contains(x))
+            .collect(),
+    }
+}
+
+/// `asked` when `allowed` has it (or is empty), else the shortest longer one when
+/// `nearest_longer`.
+fn pick_duration(allowed: &[u32], asked: u32, nearest_longer: bool) -> Option<u32> {
+    if allowed.is_empty() || allowed.contains(&asked) {
+        return Some(asked);
+    }
+    if !nearest_longer {
+        return None;
+    }
+    allowed.iter().copied().filter(|d| *d > asked).min()
+}
+
+/// "a, b or c".
+fn one_of<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    let items: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
+    match items.as_slice() {
+        [] => "none".to_owned(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// What the channels that stopped at `field` can do for it.
+fn describe(field: DemandField, stopped: &[(&ModelCaps, bool)], demand: &Demand) -> String {
+    let caps = || stopped.iter().map(|(c, _)| *c);
+    let nearest = stopped.iter().any(|(_, n)| *n);
+    match field {
+        DemandField::Resolution => {
+            let tiers: BTreeSet<(u32, String)> = caps()
+                .flat_map(|c| c.resolutions.iter())
+                .map(|r| (tier_short_side(r).unwrap_or(0), r.clone()))
+                .collect();
+            let offered = one_of(tiers.into_iter().map(|(_, r)| r));
+            match (&demand.resolution, demand.size) {
+                (Some(r), _) => {
+                    format!("resolution {r}: the channels of this model make {offered}")
+                }
+                (None, Some((w, h))) => format!(
+                    "size {w}x{h}: the channels of this model make {offered} at most, no larger"
+                ),
+                (None, None) => format!("the channels of this model make {offered}"),
+            }
+        }
+        DemandField::Duration => {
+            let mut at = BTreeSet::new();
+            let mut tiers = BTreeSet::new();
+            for c in caps() {
+                let t = tier(c, demand).flatten();
+                at.extend(durations_at(c, t.as_deref()));
+                tiers.extend(t);
+            }
+            let tier = match (tiers.len(), tiers.first()) {
+                (1, Some(t)) if demand.resolution.is_some() => format!(" at {t}"),
+                _ => String::new(),
+            };
+            let longer = if nearest {
+                " (or the next longer one, for some)"
+            } else {
+                ""
+            };
+            format!(
+                "duration {} s: the channels of this model make {} s{tier}{longer}",
+                demand.duration,
+                one_of(at)
+            )
+        }
+        DemandField::Ratio => {
+            let ratios: BTreeSet<&str> = caps()
+                .flat_map(|c| c.ratios.iter().map(String::as_str))
+                .collect();
+            format!(
+                "ratio {}: the channels of this model make {}",
+                demand.ratio,
+                one_of(ratios)
+            )
+        }
+        DemandField::FirstFrame => {
+            "first frame: the channels of this model make videos from text only".to_owned()
+        }
+        DemandField::LastFrame => "last frame: the channels of this model take none".to_owned(),
+        DemandField::ReferenceImages => {
+            let most = caps().map(|c| c.reference_images).max().unwrap_or(0);
+            let durations: BTreeSet<u32> = caps()
+                .flat_map(|c| c.reference_image_durations.iter().copied())
+                .collect();
+            if demand.reference_images <= most && !durations.is_empty() {
+                format!(
+                    "reference images: the channels of this model take them only at {} s, not {} s",
+                    one_of(durations),
+                    demand.duration
+                )
+            } else {
+                format!(
+                    "{} reference images: the channels of this model take at most {most}",
+                    demand.reference_images
+                )
+            }
+        }
+        DemandField::ReferenceVideos => format!(
+            "{} reference videos: the channels of this model take at most {}",
+            demand.reference_videos,
+            caps().map(|c| c.reference_videos).max().unwrap_or(0)
+        ),
+        DemandField::ReferenceAudios => format!(
+            "{} reference audio tracks: the channels of this model take at most {}",
+            demand.reference_audios,
+            caps().map(|c| c.reference_audios).max().unwrap_or(0)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Veo 3.1 on the Gemini API (docs/channels.md).
+    fn veo() -> ModelCaps {
+        ModelCaps {
+            durations: vec![4, 6, 8],
+            resolutions: vec!["720p".into(), "1080p".into(), "4k".into()],
+            ratios: vec!["16:9".into(), "9:16".into()],
+            durations_by_resolution: [("1080p".into(), vec![8]), ("4k".into(), vec![8])].into(),
+            first_frame: true,
+            last_frame: true,
+            reference_images: 3,
+            reference_image_durations: vec![8],
+            reference_videos: 0,
+            reference_audios: 0,
+            audio: true,
+        }
+    }
+
+    fn demand(duration: u32, resolution: &str, ratio: &str) -> Demand {
+        Demand {
+            duration,
+            resolution: Some(resolution.into()),
+            ratio: ratio.into(),
+            ..Demand::default()
+        }
+    }
+
+    fn check(
+        caps: &ModelCaps,
+        d: Demand,
+        nearest: bool,
+        expected: Result<(u32, &str), DemandField>,
+    ) {
+        let got = fit(caps, &d, nearest).map(|f| (f.duration, f.resolution.unwrap_or_default()));
+        let expected = expected.map(|(d, r)| (d, r.to_owned()));
+        assert_eq!(got, expected, "{d:?}");
+    }
+
+    #[test]
+    fn each_field_in_the_contracts_order() {
+        let v = veo();
+        check(&v, demand(8, "720p", "16:9"), false, Ok((8, "720p")));
+        check(&v, demand(4, "720p", "9:16"), false, Ok((4, "720p")));
+        check(
+            &v,
+            demand(4, "480p", "16:9"),
+            false,
+            Err(DemandField::Resolution),
+        );
+        check(
+            &v,
+            demand(5, "720p", "16:9"),
+            false,
+            Err(DemandField::Duration),
+        );
+        check(&v, demand(5, "720p", "16:9"), true, Ok((6, "720p")));
+        // 1080p only at 8 s: the later field, the duration, is at fault.
+        check(
+            &v,
+            demand(4, "1080p", "16:9"),
+            false,
+            Err(DemandField::Duration),
+        );
+        check(&v, demand(4, "1080p", "16:9"), true, Ok((8, "1080p")));
+        check(&v, demand(8, "4k", "1:1"), false, Err(DemandField::Ratio));
+        let mut refs = demand(4, "720p", "16:9");
+        refs.reference_images = 2;
+        check(&v, refs.clone(), false, Err(DemandField::ReferenceImages));
+        check(&v, refs.clone(), true, Ok((8, "720p")));
+        refs.duration = 8;
+        check(&v, refs.clone(), false, Ok((8, "720p")));
+        refs.reference_images = 4;
+        check(&v, refs, false, Err(DemandField::ReferenceImages));
+        let mut audio = demand(8, "720p", "16:9");
+        audio.reference_audios = 1;
+        check(&v, audio, false, Err(DemandField::ReferenceAudios));
+        let mut text_only = v.clone();
+        text_only.first_frame = false;
+        let mut frames = demand(8, "720p", "16:9");
+        frames.first_frame = true;
+        check(
+            &text_only,
+            frames.clone(),
+            false,
+            Err(DemandField::FirstFrame),
+        );
+        frames.last_frame = true;
+        let mut no_last = v.clone();
+        no_last.last_frame = false;
+        check(&no_last, frames, false, Err(DemandField::LastFrame));
+    }
+
+    #[test]
+    fn a_first_format_size_takes_the_smallest_tier_at_least_as_large() {
+        let v = veo();
+        let sized = |w, h, d| Demand {
+            duration: d,
+            size: Some((w, h)),
+            ratio: "16:9".into(),
+            ..Demand::default()
+        };
+        check(&v, sized(64, 36, 8), false, Ok((8, "720p")));
+        check(&v, sized(1280, 720, 6), false, Ok((6, "720p")));
+        check(&v, sized(1920, 1080, 8), false, Ok((8, "1080p")));
+        check(&v, sized(1920, 1080, 6), false, Err(DemandField::Duration));
+        check(
+            &v,
+            sized(4096, 2304, 8),
+            false,
+            Err(DemandField::Resolution),
+        );
+        assert_eq!(tier_short_side("4k"), Some(2160));
+        assert_eq!(tier_short_side("768P"), Some(768));
+        assert_eq!(tier_short_side("big"), None);
+    }
+
+    #[test]
+    fn the_furthest_offers_name_what_they_can_do() {
+        let v = veo();
+        let mut lite = veo();
+        lite.resolutions = vec!["720p".into(), "1080p".into()];
+        lite.reference_images = 0;
+        let offers = [
+            Offer {
+                caps: Some(&v),
+                nearest_longer: false,
+            },
+            Offer {
+                caps: Some(&lite),
+                nearest_longer: false,
+            },
+        ];
+        let refused = fit_any(&offers, &demand(5, "720p", "16:9")).unwrap_err();
+        assert_eq!(refused.field, DemandField::Duration);
+        assert_eq!(
+            refused.detail,
+            "duration 5 s: the channels of this model make 4, 6 or 8 s at 720p"
+        );
+        let refused = fit_any(&offers, &demand(4, "1080p", "16:9")).unwrap_err();
+        assert_eq!(
+            refused.detail,
+            "duration 4 s: the channels of this model make 8 s at 1080p"
+        );
+        let refused = fit_any(&offers, &demand(8, "480p", "16:9")).unwrap_err();
+        assert_eq!(refused.field, DemandField::Resolution);
+        assert_eq!(
+            refused.detail,
+            "resolution 480p: the channels of this model make 720p, 1080p or 4k"
+        );
+        let refused = fit_any(&offers, &demand(8, "720p", "4:3")).unwrap_err();
+        assert_eq!(
+            refused.detail,
+            "ratio 4:3: the channels of this model make 16:9 or 9:16"
+        );
+        let mut refs = demand(4, "720p", "16:9");
+        refs.reference_images = 1;
+        let refused = fit_any(&offers, &refs).unwrap_err();
+        assert_eq!(refused.field, DemandField::ReferenceImages);
+        assert!(
+            refused.detail.contains("only at 8 s, not 4 s"),
+            "{refused:?}"
+        );
+        // 4k with refs: only the full model gets that far, and it serves it at 8 s.
+        refs.duration = 8;
+        refs.resolution = Some("4k".into());
+        assert_eq!(fit_any(&offers, &refs).unwrap().duration, 8);
+        // A channel without capabilities serves anything as asked.
+        let any = [Offer {
+            caps: None,
+            nearest_longer: false,
+        }];
+        assert_eq!(
+            fit_any(&any, &demand(13, "480p", "21:9")),
+            Ok(Fit {
+                duration: 13,
+                resolution: Some("480p".into())
+            })
+        );
+    }
+}
