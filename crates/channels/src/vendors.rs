@@ -13,6 +13,7 @@
 pub mod ark;
 pub mod common;
 pub mod kling;
+pub mod media;
 pub mod minimax;
 pub mod openai_videos;
 pub mod wan;
@@ -140,7 +141,11 @@ pub struct Registration {
 }
 
 /// Every vendor kind.
-pub static REGISTRY: &[Registration] = &[openai_videos::REGISTRATION, ark::REGISTRATION];
+pub static REGISTRY: &[Registration] = &[
+    openai_videos::REGISTRATION,
+    ark::REGISTRATION,
+    kling::REGISTRATION,
+];
 
 /// The registration of `kind`.
 pub fn registration(kind: &str) -> Option<&'static Registration> {

@@ -12,11 +12,72 @@
 //! rate limits, 5000-5002 the vendor's own trouble). The result is `task_result.videos[0]`,
 //! its `url` (kept 30 days) and its `duration` (a string of seconds), the length billed.
 
-use base64::Engine as _;
-use http::StatusCode;
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::video::job::{PollOutcome, ReferenceRole, StoredReference, SubmitOutcome, VideoJob};
+use crate::vendors::ark::callback_token;
+use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::{CallbackSettings, Need, Registration, Vendor, VendorSettings, media};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `kling` kind: an access key and a secret key; it takes a `callback_secret`.
+pub const REGISTRATION: Registration = Registration {
+    kind: "kling",
+    default_base_url: DEFAULT_BASE_URL,
+    needs: &[Need::AccessKey, Need::SecretKey],
+    callbacks: true,
+    models: catalog,
+    build: |s| Kling::new(s).map(|k| Box::new(k) as Box<dyn Vendor>),
+};
+
+/// The models Kling documents and what each makes (its capability map). `std` mode makes
+/// 720p, `pro` 1080p (kling-v1 720p in both); image-to-video-only models (kling-v1-5,
+/// kling-v2-1) are listed with the rest: a text-only request to them is refused by Kling.
+pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
+    let ratios = || vec!["16:9".to_owned(), "9:16".to_owned(), "1:1".to_owned()];
+    let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let model =
+        |durations: Vec<u32>, resolutions: &[&str], last_frame: bool, refs: u32| ModelCaps {
+            durations,
+            resolutions: tiers(resolutions),
+            ratios: ratios(),
+            durations_by_resolution: BTreeMap::new(),
+            first_frame: true,
+            last_frame,
+            reference_images: refs,
+            reference_image_durations: Vec::new(),
+            reference_videos: 0,
+            reference_audios: 0,
+            audio: false,
+        };
+    let five_ten = || vec![5, 10];
+    vec![
+        ("kling-v1", model(five_ten(), &["720p"], true, 0)),
+        ("kling-v1-5", model(five_ten(), &["720p", "1080p"], true, 0)),
+        ("kling-v1-6", model(five_ten(), &["720p", "1080p"], true, 4)),
+        ("kling-v2-master", model(five_ten(), &["720p"], false, 0)),
+        ("kling-v2-1", model(five_ten(), &["720p", "1080p"], true, 0)),
+        ("kling-v2-1-master", model(five_ten(), &["1080p"], false, 0)),
+        (
+            "kling-v2-5-turbo",
+            model(five_ten(), &["720p", "1080p"], true, 0),
+        ),
+        ("kling-v2-6", model(five_ten(), &["720p", "1080p"], true, 0)),
+        (
+            "kling-v3",
+            model((3..=15).collect(), &["720p", "1080p"], true, 0),
+        ),
+    ]
+}
 
 /// Kling's public endpoint for servers outside China.
 pub const DEFAULT_BASE_URL: &str = "https://api-singapore.klingai.com";
@@ -121,11 +182,6 @@ pub struct Images {
     pub first_frame: Option<String>,
     pub last_frame: Option<String>,
     pub references: Vec<String>,
-}
-
-/// An image's bytes as Kling takes them inline: raw base64, no `data:` prefix.
-pub fn inline_image(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// The Kling kind and body for `job`, its images already encoded. Refuses what Kling has no
@@ -474,6 +530,272 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
     }
 }
 
+/// A `kling` channel.
+pub struct Kling {
+    remote: Remote,
+    access_key: String,
+    secret_key: String,
+    callback: Option<CallbackSettings>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Kling {
+    pub fn new(settings: VendorSettings) -> Result<Kling, String> {
+        let access_key = settings
+            .kind
+            .access_key
+            .clone()
+            .ok_or("kling needs an access key")?;
+        let secret_key = settings
+            .kind
+            .secret_key
+            .clone()
+            .ok_or("kling needs a secret key")?;
+        Ok(Kling {
+            remote: Remote::new(settings.remote, settings.blobs),
+            access_key,
+            secret_key,
+            callback: settings.callback,
+        })
+    }
+
+    /// A request to Kling's API with a fresh token (made per call: signing is a few
+    /// microseconds, and a token never outlives its use).
+    fn request(&self, method: Method, path: &str) -> Result<http::request::Builder, String> {
+        let token = token(&self.access_key, &self.secret_key, now_secs())?;
+        Ok(self
+            .remote
+            .request(method, &self.remote.url(path), false)
+            .header("authorization", format!("Bearer {token}")))
+    }
+
+    /// The `callback_url` of `task_id`, when the channel has a callback secret and the relay
+    /// knows its public address: `<public base>/callbacks/kling/<channel>?task=..&token=..`.
+    pub fn callback_url(&self, task_id: &str) -> Option<String> {
+        let callback = self.callback.as_ref()?;
+        let base = callback.public_base.get()?.trim_end_matches('/');
+        let name = self.remote.name();
+        let token = callback_token(&callback.secret, name, task_id);
+        Some(format!(
+            "{base}/callbacks/kling/{}?task={}&token={token}",
+            path_part(name),
+            path_part(task_id)
+        ))
+    }
+
+    async fn images(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Images, String> {
+        let one = |blob: &Option<String>, url: &Option<String>| {
+            let (blob, url) = (blob.clone(), url.clone());
+            async move {
+                match blob {
+                    Some(blob) => {
+                        media::reference(&self.remote, &blob, url.as_deref(), media::raw_base64)
+                            .await
+                            .map(Some)
+                    }
+                    None => Ok(None),
+                }
+            }
+        };
+        let first_frame = one(&job.first_frame, &job.first_frame_url).await?;
+        let last_frame = one(&job.last_frame, &job.last_frame_url).await?;
+        let mut images = Vec::new();
+        for r in references.iter().filter(|r| r.role == ReferenceRole::Image) {
+            images.push(
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::raw_base64)
+                    .await?,
+            );
+        }
+        Ok(Images {
+            first_frame,
+            last_frame,
+            references: images,
+        })
+    }
+}
+
+/// What a finished task reports of its length: the vendor's `duration`, else unreadable
+/// (settled at the pre-deduction, never at zero).
+fn usage(duration_secs: Option<f64>) -> VendorUsage {
+    match duration_secs {
+        Some(seconds) => VendorUsage::Made {
+            seconds: Some(seconds),
+            resolution: None,
+        },
+        None => VendorUsage::Unreadable("kling reported no readable videos[0].duration".into()),
+    }
+}
+
+/// A task's state as the engine's poll outcome.
+pub fn outcome(name: &str, state: TaskState) -> PollOutcome {
+    match state {
+        TaskState::Running { progress } => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        TaskState::Succeeded { url, duration_secs } => PollOutcome::Succeeded(ResultFiles {
+            video: ResultSource::Url(url),
+            thumbnail: None,
+            last_frame: None,
+            spritesheet: None,
+            usage: usage(duration_secs),
+        }),
+        TaskState::Failed {
+            refused: true,
+            message,
+        } => {
+            tracing::warn!(channel = name, message, "kling refused a task's content");
+            PollOutcome::Failed {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the task".into(),
+            }
+        }
+        TaskState::Failed {
+            refused: false,
+            message,
+        } => super::common::upstream_failed(name, "failed", &message),
+        TaskState::Unknown(status) => {
+            PollOutcome::Unknown(format!("channel {name}: unknown kling status {status:?}"))
+        }
+    }
+}
+
+#[async_trait]
+impl Vendor for Kling {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        let name = self.remote.name();
+        let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
+        let images = match self.images(job, references).await {
+            Ok(images) => images,
+            Err(e) => return fatal(e),
+        };
+        let callback = self.callback_url(&job.task_id);
+        let (endpoint, body) = match to_vendor(job, images, references, callback) {
+            Ok(v) => v,
+            Err(e) => return fatal(e),
+        };
+        let body = match serde_json::to_vec(&body) {
+            Ok(b) => b,
+            Err(e) => return fatal(e.to_string()),
+        };
+        let req = match self.request(Method::POST, &format!("/v1/videos/{}", endpoint.as_str())) {
+            Ok(req) => req
+                .header("content-type", "application/json")
+                .body(Bytes::from(body)),
+            Err(e) => return fatal(e),
+        };
+        let (status, headers, answer) = match self.remote.exchange(req).await {
+            Ok(v) => v,
+            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        };
+        if submit_refused(&answer) {
+            tracing::warn!(
+                channel = name,
+                answer = snippet(&answer),
+                "kling refused a submission's content"
+            );
+            return SubmitOutcome::Refused {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the request".into(),
+            };
+        }
+        match submit_outcome(name, endpoint, status, &answer) {
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                reason,
+            } => SubmitOutcome::RateLimited {
+                retry_after: retry_after(&headers),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let name = self.remote.name();
+        let Some((endpoint, id)) = split_upstream_id(upstream_id) else {
+            return PollOutcome::Failed {
+                code: "upstream_error".into(),
+                message: "the upstream task id is not one this channel made".into(),
+            };
+        };
+        let path = format!("/v1/videos/{}/{}", endpoint.as_str(), path_part(id));
+        let req = match self.request(Method::GET, &path) {
+            Ok(req) => req.body(Bytes::new()),
+            Err(e) => return PollOutcome::Transient(format!("channel {name}: {e}")),
+        };
+        match self.remote.exchange(req).await {
+            Err(e) => PollOutcome::Transient(format!("channel {name}: {e}")),
+            Ok((status, _, body)) => match poll_answer(name, status, &body) {
+                Ok(state) => outcome(name, state),
+                Err(e) => e.outcome(),
+            },
+        }
+    }
+
+    /// `GET /account/costs` over the last day: free, generates nothing, needs a good token.
+    async fn check(&self) -> ChannelCheck {
+        let end = now_secs() * 1000;
+        let path = format!(
+            "/account/costs?start_time={}&end_time={end}",
+            end.saturating_sub(86_400_000)
+        );
+        let req = match self.request(Method::GET, &path) {
+            Ok(req) => req.body(Bytes::new()),
+            Err(e) => {
+                return ChannelCheck {
+                    verdict: CheckVerdict::KeyRefused,
+                    detail: e,
+                };
+            }
+        };
+        match self.remote.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => check_answer(status, &body),
+        }
+    }
+}
+
+/// A channel test's answer: code 0 is a good key; 1000-1004 a refused one; 1100-1102 and the
+/// rate limits an account out of funds or rate.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
+    let answer = serde_json::from_slice::<KlingAnswer<serde_json::Value>>(body);
+    let (verdict, detail) = match answer {
+        Ok(a) if a.code == 0 && status.is_success() => {
+            (CheckVerdict::Ok, "reachable, key accepted".to_owned())
+        }
+        Ok(a) => {
+            let verdict = match classify(a.code, status) {
+                ErrorClass::Channel | ErrorClass::Token => CheckVerdict::KeyRefused,
+                ErrorClass::Balance | ErrorClass::RateLimit => CheckVerdict::Quota,
+                _ => CheckVerdict::Error,
+            };
+            (
+                verdict,
+                format!("kling answered {status} code {}: {}", a.code, a.message),
+            )
+        }
+        Err(_) => (
+            CheckVerdict::Error,
+            format!("unexpected answer: {status}: {}", snippet(body)),
+        ),
+    };
+    ChannelCheck { verdict, detail }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,7 +855,10 @@ mod tests {
     #[test]
     fn frames_go_to_image_to_video_without_a_ratio() {
         let images = Images {
-            first_frame: Some(inline_image(b"\x89PNG first")),
+            first_frame: Some(super::super::media::raw_base64(
+                b"\x89PNG first",
+                "image/png",
+            )),
             last_frame: Some("https://relay.example/files/last.png?sig=1".into()),
             references: vec![],
         };
@@ -765,5 +1090,91 @@ mod tests {
             poll_answer("k", StatusCode::OK, b"{}"),
             Err(PollError::Unreadable(_))
         ));
+    }
+
+    #[test]
+    fn outcomes_refund_refusals_and_bill_the_reported_length() {
+        let done = outcome(
+            "k",
+            TaskState::Succeeded {
+                url: "https://cdn/v.mp4".into(),
+                duration_secs: Some(5.1),
+            },
+        );
+        let PollOutcome::Succeeded(files) = done else {
+            panic!("{done:?}")
+        };
+        assert_eq!(files.video, ResultSource::Url("https://cdn/v.mp4".into()));
+        assert_eq!(
+            files.usage,
+            VendorUsage::Made {
+                seconds: Some(5.1),
+                resolution: None
+            }
+        );
+        let unread = outcome(
+            "k",
+            TaskState::Succeeded {
+                url: "https://cdn/v.mp4".into(),
+                duration_secs: None,
+            },
+        );
+        assert!(matches!(
+            unread,
+            PollOutcome::Succeeded(ResultFiles {
+                usage: VendorUsage::Unreadable(_),
+                ..
+            })
+        ));
+        let refused = outcome(
+            "k",
+            TaskState::Failed {
+                refused: true,
+                message: "risk control".into(),
+            },
+        );
+        assert!(matches!(refused, PollOutcome::Failed { code, .. } if code == REFUSED_CODE));
+        let failed = outcome(
+            "k",
+            TaskState::Failed {
+                refused: false,
+                message: "x".into(),
+            },
+        );
+        assert!(matches!(failed, PollOutcome::Failed { code, .. } if code == "upstream_error"));
+    }
+
+    #[test]
+    fn a_channel_test_reads_the_accounts_answer() {
+        let check = |status: u16, body: &str| {
+            check_answer(StatusCode::from_u16(status).unwrap(), body.as_bytes()).verdict
+        };
+        assert_eq!(
+            check(
+                200,
+                r#"{"code":0,"message":"string","request_id":"string","data":{"code":0,"msg":"string","resource_pack_subscribe_infos":[]}}"#
+            ),
+            CheckVerdict::Ok
+        );
+        assert_eq!(
+            check(401, r#"{"code":1002,"message":"Authorization is invalid"}"#),
+            CheckVerdict::KeyRefused
+        );
+        assert_eq!(
+            check(429, r#"{"code":1102,"message":"Resource pack depleted"}"#),
+            CheckVerdict::Quota
+        );
+        assert_eq!(check(502, "<html>"), CheckVerdict::Error);
+    }
+
+    #[test]
+    fn the_catalog_names_each_documented_model_once() {
+        let models = catalog();
+        let names: std::collections::BTreeSet<&str> = models.iter().map(|(m, _)| *m).collect();
+        assert_eq!(names.len(), models.len());
+        let v3 = &models.iter().find(|(m, _)| *m == "kling-v3").unwrap().1;
+        assert_eq!(v3.durations, (3..=15).collect::<Vec<u32>>());
+        let multi = &models.iter().find(|(m, _)| *m == "kling-v1-6").unwrap().1;
+        assert_eq!(multi.reference_images, 4);
     }
 }
