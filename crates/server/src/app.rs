@@ -162,7 +162,7 @@ impl App {
         let engine = Engine::new(engine::Parts {
             store: store.clone(),
             blobs: blobs.clone(),
-            channels: setup::video_channels(&config, &blobs, &public_base)?,
+            channels: setup::video_channels(&config, &blobs, &public_base, env)?,
             routes: setup::routes(&config),
             stats: channel_stats.clone(),
             settings: config.tasks.clone(),

@@ -45,6 +45,9 @@ pub struct Config {
     /// group -> channel family.
     pub groups: BTreeMap<String, String>,
     pub models: BTreeMap<String, ModelConfig>,
+    /// What each vendor model can make, by the vendor's model name: added to, or replacing,
+    /// the built-in catalog of the kinds that serve it.
+    pub vendor_models: BTreeMap<String, ::channels::ModelCaps>,
     pub channels: Vec<ChannelConfig>,
 }
 
@@ -244,14 +247,20 @@ impl Config {
             ) {
                 check_chat_channel(&self.models, channel)?;
             }
-            if matches!(channel.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
-                check_video_channel(&self.models, channel)?;
+            if let Some(registration) = channel.kind.vendor() {
+                check_video_channel(&self.models, channel, registration)?;
             }
-            match (&channel.callback_secret, channel.kind) {
-                (Some(_), kind) if kind != ChannelKind::Ark => {
+            match (&channel.callback_secret, channel.kind.vendor()) {
+                (Some(_), registration) if !registration.is_some_and(|r| r.callbacks) => {
+                    let kinds: Vec<&str> = ::channels::vendors::REGISTRY
+                        .iter()
+                        .filter(|r| r.callbacks)
+                        .map(|r| r.kind)
+                        .collect();
                     return Err(format!(
-                        "channels.{}: callback_secret applies to ark channels only",
-                        channel.name
+                        "channels.{}: callback_secret applies to {} channels only",
+                        channel.name,
+                        kinds.join(" and ")
                     ));
                 }
                 (Some(secret), _) if secret.len() < 16 => {

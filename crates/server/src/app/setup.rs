@@ -14,13 +14,15 @@ use video_generations::{Catalog, JointRule, ModelSpec};
 
 use crate::config::{ChannelConfig, ChannelKind, Config, ModelKind};
 
-/// The video channels of a configuration: the remote ones, then the simulators.
+/// The video channels of a configuration: the vendors' ones, then the simulators. Secrets
+/// named by a `*_env` key are read through `env`.
 pub fn video_channels(
     config: &Config,
     blobs: &Arc<dyn BlobStore>,
     public_base: &Arc<OnceLock<String>>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
-    let mut video_channels = remote_video_channels(config, blobs, public_base)?;
+    let mut video_channels = vendor_channels(config, blobs, public_base, env)?;
     let simulators = config
         .channels
         .iter()
@@ -42,18 +44,19 @@ pub fn video_channels(
     Ok(video_channels)
 }
 
-/// The `openai-videos` and `ark` channels of a configuration. A channel serves the video
-/// models it lists and every video model of its `family`.
-fn remote_video_channels(
+/// The video vendor channels of a configuration. A channel serves the video models it lists
+/// and every video model of its `family`.
+fn vendor_channels(
     config: &Config,
     blobs: &Arc<dyn BlobStore>,
     public_base: &Arc<OnceLock<String>>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
     let mut out = Vec::new();
     for c in &config.channels {
-        if !matches!(c.kind, ChannelKind::OpenaiVideos | ChannelKind::Ark) {
+        let Some(registration) = c.kind.vendor() else {
             continue;
-        }
+        };
         let mut models: Vec<String> = c
             .models
             .iter()
@@ -70,16 +73,23 @@ fn remote_video_channels(
                 }
             }
         }
-        let api_key = api_key(c)?;
+        let secret = |what: &str, value: &Option<String>, var: &Option<String>| {
+            secret(&c.name, what, value, var, env)
+        };
+        let api_key = secret("api_key_env", &c.api_key, &c.api_key_env)?;
         let defaults = channels::UpstreamTimeouts::default();
         let request = c
             .request_timeout_secs
             .map(Duration::from_secs)
             .unwrap_or(Duration::from_secs(60));
-        let settings = channels::RemoteSettings {
+        let base_url = c
+            .base_url
+            .clone()
+            .unwrap_or_else(|| registration.default_base_url.to_owned());
+        let remote = channels::RemoteSettings {
             name: c.name.clone(),
             models,
-            base_url: c.base_url.clone().unwrap_or_default(),
+            base_url,
             api_key,
             model_map: c.model_map.clone(),
             timeouts: channels::UpstreamTimeouts {
@@ -104,22 +114,47 @@ fn remote_video_channels(
                 secret,
                 public_base: public_base.clone(),
             });
+        let kind = channels::KindSettings {
+            access_key: secret("access_key_env", &c.access_key, &c.access_key_env)?,
+            secret_key: secret("secret_key_env", &c.secret_key, &c.secret_key_env)?,
+            credentials_file: c.credentials_file.clone(),
+            project: c.project.clone(),
+            location: c.location.clone(),
+        };
         let settings = channels::VendorSettings {
-            remote: settings,
-            kind: Default::default(),
+            remote,
+            kind,
             callback,
             blobs: blobs.clone(),
         };
-        let kind = if c.kind == ChannelKind::Ark {
-            "ark"
-        } else {
-            "openai-videos"
-        };
-        let channel = VideoChannel::vendor(kind, settings, &Default::default(), false)
-            .map_err(|e| anyhow::anyhow!("channel {}: {e}", c.name))?;
+        let channel = VideoChannel::vendor(
+            registration.kind,
+            settings,
+            &config.vendor_models,
+            c.nearest_longer_duration,
+        )
+        .map_err(|e| anyhow::anyhow!("channel {}: {e}", c.name))?;
         out.push(Arc::new(channel));
     }
     Ok(out)
+}
+
+/// A channel's secret: its value in the configuration, or the environment variable `var`
+/// (the key `what`) names, which must then be set.
+fn secret(
+    channel: &str,
+    what: &str,
+    value: &Option<String>,
+    var: &Option<String>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> anyhow::Result<Option<String>> {
+    Ok(match (value, var) {
+        (Some(value), _) => Some(value.clone()),
+        (None, Some(var)) => Some(env(var).filter(|v| !v.is_empty()).with_context(|| {
+            format!("channel {channel}: the environment variable {var} ({what}) is not set")
+        })?),
+        (None, None) => None,
+    })
 }
 
 /// How each channel is routed to and capped.

@@ -1,7 +1,9 @@
 //! The model catalog (`[models.<name>]`) and the channels (`[[channels]]`), with the checks
-//! of a remote channel's settings.
+//! of a remote channel's settings: the keys each video vendor kind needs come from its
+//! registration in the channels crate.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -40,15 +42,63 @@ impl ModelConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// A channel's `kind`: the built-in simulator, a chat upstream, or a video vendor of the
+/// channels crate's registry (`openai-videos`, `ark`, `veo`, ...).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChannelKind {
     #[default]
     Simulator,
-    OpenaiVideos,
-    Ark,
     Anthropic,
     OpenaiChat,
+    /// A video vendor, by its registered kind name.
+    Video(&'static str),
+}
+
+impl ChannelKind {
+    /// The kind as the configuration names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelKind::Simulator => "simulator",
+            ChannelKind::Anthropic => "anthropic",
+            ChannelKind::OpenaiChat => "openai-chat",
+            ChannelKind::Video(kind) => kind,
+        }
+    }
+
+    /// The kind's registration, for a video vendor.
+    pub fn vendor(self) -> Option<&'static channels::vendors::Registration> {
+        match self {
+            ChannelKind::Video(kind) => channels::vendors::registration(kind),
+            _ => None,
+        }
+    }
+
+    /// Every kind name, for an error.
+    fn all() -> String {
+        let mut all = vec!["simulator", "anthropic", "openai-chat"];
+        all.extend(channels::vendors::REGISTRY.iter().map(|r| r.kind));
+        all.join(", ")
+    }
+}
+
+impl<'de> Deserialize<'de> for ChannelKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(match name.as_str() {
+            "simulator" => ChannelKind::Simulator,
+            "anthropic" => ChannelKind::Anthropic,
+            "openai-chat" => ChannelKind::OpenaiChat,
+            other => match channels::vendors::registration(other) {
+                Some(r) => ChannelKind::Video(r.kind),
+                None => {
+                    return Err(serde::de::Error::custom(format!(
+                        "unknown channel kind {other:?}, expected one of {}",
+                        ChannelKind::all()
+                    )));
+                }
+            },
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -61,6 +111,20 @@ pub struct ChannelConfig {
     pub base_url: Option<String>,
     pub api_key: Option<String>,
     pub api_key_env: Option<String>,
+    /// Kinds signing their own tokens (Kling): the access key, or the variable holding it.
+    pub access_key: Option<String>,
+    pub access_key_env: Option<String>,
+    /// ... and the secret key they sign with, or the variable holding it.
+    pub secret_key: Option<String>,
+    pub secret_key_env: Option<String>,
+    /// Kinds authenticating as a service account (Vertex AI): its JSON key file.
+    pub credentials_file: Option<PathBuf>,
+    /// Cloud project and location (Vertex AI).
+    pub project: Option<String>,
+    pub location: Option<String>,
+    /// Video vendors: a duration the model does not make is served by the next longer one it
+    /// makes (billed as asked); by default a duration must be served exactly.
+    pub nearest_longer_duration: bool,
     pub priority: i32,
     pub weight: u32,
     pub model_map: BTreeMap<String, String>,
@@ -79,9 +143,25 @@ pub struct ChannelConfig {
     /// Video channels: hosts of result URLs fetched without the SSRF guard (`host` or
     /// `host:port`); the channel's own `base_url` is always trusted.
     pub trusted_hosts: Vec<String>,
-    /// `ark` channels: with a secret, submissions carry a `callback_url` on the relay
-    /// (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's poll.
+    /// Kinds with callbacks (`ark`): with a secret, submissions carry a `callback_url` on the
+    /// relay (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's
+    /// poll.
     pub callback_secret: Option<String>,
+}
+
+impl ChannelConfig {
+    /// Whether the channel sets what `need` asks for.
+    fn has(&self, need: channels::Need) -> bool {
+        use channels::Need;
+        match need {
+            Need::ApiKey => self.api_key.is_some() || self.api_key_env.is_some(),
+            Need::AccessKey => self.access_key.is_some() || self.access_key_env.is_some(),
+            Need::SecretKey => self.secret_key.is_some() || self.secret_key_env.is_some(),
+            Need::CredentialsFile => self.credentials_file.is_some(),
+            Need::Project => self.project.is_some(),
+            Need::Location => self.location.is_some(),
+        }
+    }
 }
 
 /// Bounds of a channel's `max_calls_per_sec` (one call in 100 s at the least).
@@ -123,13 +203,15 @@ pub(super) fn check_chat_channel(
     Ok(())
 }
 
-/// A remote video channel (`openai-videos`, `ark`) needs an http(s) `base_url` and serves
-/// video models only.
+/// A video vendor channel needs an http(s) `base_url` (unless its kind has a default
+/// endpoint) and every setting its kind's registration names, and serves video models only.
 pub(super) fn check_video_channel(
     models: &BTreeMap<String, ModelConfig>,
     channel: &ChannelConfig,
+    registration: &channels::vendors::Registration,
 ) -> Result<(), String> {
     let name = &channel.name;
+    let kind = registration.kind;
     match channel.base_url.as_deref() {
         Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
         Some(url) => {
@@ -137,7 +219,20 @@ pub(super) fn check_video_channel(
                 "channels.{name}: base_url {url:?} must start with http:// or https://"
             ));
         }
-        None => return Err(format!("channels.{name}: base_url is required")),
+        None if registration.default_base_url.is_empty() => {
+            return Err(format!(
+                "channels.{name}: base_url is required for kind {kind}"
+            ));
+        }
+        None => {}
+    }
+    for need in registration.needs {
+        if !channel.has(*need) {
+            return Err(format!(
+                "channels.{name}: kind {kind} needs {}",
+                need.keys()
+            ));
+        }
     }
     for model in &channel.models {
         if models.get(model).map(|m| m.kind) == Some(ModelKind::Chat) {

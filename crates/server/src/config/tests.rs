@@ -173,6 +173,56 @@ fn a_callback_secret_is_for_ark_channels_and_long_enough() {
 }
 
 #[test]
+fn a_channel_kind_is_one_the_relay_knows() {
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"u\"\nkind = \"sora\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("unknown channel kind \"sora\""), "{err}");
+    assert!(err.contains("openai-videos, ark"), "{err}");
+    let ok = Config::from_toml(
+        Some("[[channels]]\nname = \"u\"\nkind = \"ark\"\nbase_url = \"http://h\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.channels[0].kind, ChannelKind::Video("ark"));
+    assert_eq!(ok.channels[0].kind.as_str(), "ark");
+    // A kind without a default endpoint needs its base_url, naming the kind.
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"u\"\nkind = \"openai-videos\"\nmodels = [\"model_h3\"]\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("channels.u: base_url is required for kind openai-videos"),
+        "{err}"
+    );
+}
+
+#[test]
+fn vendor_models_describe_what_a_vendor_model_makes() {
+    let config = Config::from_toml(
+        Some(
+            "[vendor_models.\"my-model\"]\ndurations = [5, 10]\nresolutions = [\"720p\"]\nratios = [\"16:9\"]\nlast_frame = true\nreference_images = 2\n",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    let caps = &config.vendor_models["my-model"];
+    assert_eq!(caps.durations, [5, 10]);
+    assert!(caps.first_frame, "a first frame unless said otherwise");
+    assert!(caps.last_frame);
+    assert_eq!(caps.reference_images, 2);
+    let err = Config::from_toml(Some("[vendor_models.m]\nduration = [5]\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("duration"), "{err}");
+}
+
+#[test]
 fn a_channel_call_rate_is_checked() {
     let channel = |kind: &str, rate: &str| {
         let chat = "[models.c]\nkind = \"chat\"\ninput_price_per_mtok = 1\noutput_price_per_mtok = 1\n[models.model_h3]\nkind = \"video\"\nprice_per_second = 1\n";

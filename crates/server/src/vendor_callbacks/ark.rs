@@ -41,7 +41,7 @@ async fn run(
         .config
         .channels
         .iter()
-        .filter(|c| c.kind == ChannelKind::Ark)
+        .filter(|c| c.kind == ChannelKind::Video("ark"))
         .find(|c| c.name == segment || channels::path_part(&c.name) == segment)
         .and_then(|c| Some((c.name.as_str(), c.callback_secret.as_deref()?)))
         .ok_or_else(|| {
