@@ -221,11 +221,16 @@ pub fn to_vendor(
         }
         (Some(_), _, _) => return Err("kling takes reference images or frames, not both".into()),
     };
+    // `std` makes 720p, `pro` 1080p; a first-format size is read by its short side.
     let mode = match job.resolution.as_deref() {
-        Some("1080p") => Some("pro".to_owned()),
-        Some("720p") => Some("std".to_owned()),
-        _ => None,
-    };
+        Some("1080p") => Some("pro"),
+        Some("720p") => Some("std"),
+        Some(_) => None,
+        None if job.width.min(job.height) > 720 => Some("pro"),
+        None if job.width.min(job.height) > 0 => Some("std"),
+        None => None,
+    }
+    .map(str::to_owned);
     let aspect_ratio = (endpoint != Endpoint::Image2Video
         && matches!(job.ratio.as_str(), "16:9" | "9:16" | "1:1"))
     .then(|| job.ratio.clone());
