@@ -145,6 +145,7 @@ pub static REGISTRY: &[Registration] = &[
     openai_videos::REGISTRATION,
     ark::REGISTRATION,
     kling::REGISTRATION,
+    minimax::REGISTRATION,
 ];
 
 /// The registration of `kind`.

@@ -10,11 +10,75 @@
 //! 1008 balance spent, 1026 and 1027 content refused, 2013 bad parameter). MiniMax reports no
 //! usage: a task is billed on the duration it was asked for.
 
-use base64::Engine as _;
-use http::StatusCode;
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::video::job::{PollOutcome, ReferenceRole, StoredReference, SubmitOutcome, VideoJob};
+use crate::vendors::ark::callback_token;
+use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::{CallbackSettings, Need, Registration, Vendor, VendorSettings, media};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `minimax` kind: an API key; it takes a `callback_secret`.
+pub const REGISTRATION: Registration = Registration {
+    kind: "minimax",
+    default_base_url: DEFAULT_BASE_URL,
+    needs: &[Need::ApiKey],
+    callbacks: true,
+    models: catalog,
+    build: |s| Ok(Box::new(Minimax::new(s))),
+};
+
+/// The Hailuo models of the v1 API and what each makes. Tiers are MiniMax's own (`512p`,
+/// `720p`, `768p`, `1080p`); 10 s only below 1080p. Image-only models (2.3-Fast, the I2V-01
+/// series) are listed with the rest: a text-only request to them is refused by MiniMax.
+pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
+    let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let model = |durations: Vec<u32>, resolutions: &[&str], by: &[(&str, Vec<u32>)]| ModelCaps {
+        durations,
+        resolutions: tiers(resolutions),
+        // The video follows the tier's size (text) or the image.
+        ratios: Vec::new(),
+        durations_by_resolution: by
+            .iter()
+            .map(|(t, d)| ((*t).to_owned(), d.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        first_frame: true,
+        last_frame: false,
+        reference_images: 0,
+        reference_image_durations: Vec::new(),
+        reference_videos: 0,
+        reference_audios: 0,
+        audio: false,
+    };
+    let hailuo = |tiers: &[&str]| model(vec![6, 10], tiers, &[("1080p", vec![6])]);
+    let six = || model(vec![6], &["720p"], &[]);
+    let mut two = hailuo(&["512p", "768p", "1080p"]);
+    two.last_frame = true;
+    let mut subject = six();
+    subject.first_frame = false;
+    subject.reference_images = 1;
+    let mut text = six();
+    text.first_frame = false;
+    vec![
+        ("MiniMax-Hailuo-2.3", hailuo(&["768p", "1080p"])),
+        ("MiniMax-Hailuo-2.3-Fast", hailuo(&["768p", "1080p"])),
+        ("MiniMax-Hailuo-02", two),
+        ("T2V-01-Director", text.clone()),
+        ("T2V-01", text),
+        ("I2V-01-Director", six()),
+        ("I2V-01-live", six()),
+        ("I2V-01", six()),
+        ("S2V-01", subject),
+    ]
+}
 
 /// MiniMax's international endpoint.
 pub const DEFAULT_BASE_URL: &str = "https://api.minimax.io";
@@ -60,12 +124,6 @@ pub struct Images {
     pub first_frame: Option<String>,
     pub last_frame: Option<String>,
     pub references: Vec<String>,
-}
-
-/// An image's bytes as MiniMax takes them inline: a `data:` URI.
-pub fn inline_image(bytes: &[u8], mime: &str) -> String {
-    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
-    format!("data:{mime};base64,{data}")
 }
 
 /// The body for `job`, its images already encoded. Refuses what MiniMax has no field for
@@ -396,6 +454,243 @@ pub fn retrieve_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<St
     }
 }
 
+/// A `minimax` channel.
+pub struct Minimax {
+    remote: Remote,
+    callback: Option<CallbackSettings>,
+}
+
+impl Minimax {
+    pub fn new(settings: VendorSettings) -> Minimax {
+        Minimax {
+            remote: Remote::new(settings.remote, settings.blobs),
+            callback: settings.callback,
+        }
+    }
+
+    /// The `callback_url` of `task_id`: `<public base>/callbacks/minimax/<channel>?task=..&token=..`,
+    /// when the channel has a callback secret and the relay knows its public address.
+    pub fn callback_url(&self, task_id: &str) -> Option<String> {
+        let callback = self.callback.as_ref()?;
+        let base = callback.public_base.get()?.trim_end_matches('/');
+        let name = self.remote.name();
+        let token = callback_token(&callback.secret, name, task_id);
+        Some(format!(
+            "{base}/callbacks/minimax/{}?task={}&token={token}",
+            path_part(name),
+            path_part(task_id)
+        ))
+    }
+
+    async fn images(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Images, String> {
+        let mut out = Images::default();
+        for (blob, url, slot) in [
+            (&job.first_frame, &job.first_frame_url, &mut out.first_frame),
+            (&job.last_frame, &job.last_frame_url, &mut out.last_frame),
+        ] {
+            if let Some(blob) = blob {
+                *slot = Some(
+                    media::reference(&self.remote, blob, url.as_deref(), media::data_uri).await?,
+                );
+            }
+        }
+        for r in references.iter().filter(|r| r.role == ReferenceRole::Image) {
+            out.references.push(
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::data_uri).await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// GETs `path` of MiniMax's API with the key.
+    async fn get(&self, path: &str) -> Result<(StatusCode, Bytes), String> {
+        let req = self
+            .remote
+            .request(Method::GET, &self.remote.url(path), true)
+            .body(Bytes::new());
+        let name = self.remote.name();
+        self.remote
+            .exchange(req)
+            .await
+            .map(|(status, _, body)| (status, body))
+            .map_err(|e| format!("channel {name}: {e}"))
+    }
+}
+
+/// A task's state as the engine's poll outcome; a finished task's `download_url` is given.
+pub fn outcome(name: &str, state: TaskState, download_url: Option<String>) -> PollOutcome {
+    match state {
+        TaskState::Running { progress } => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        TaskState::Succeeded { .. } => match download_url {
+            Some(url) => PollOutcome::Succeeded(ResultFiles {
+                video: ResultSource::Url(url),
+                thumbnail: None,
+                last_frame: None,
+                spritesheet: None,
+                // The v1 API reports no length: settled on what was asked.
+                usage: VendorUsage::NotReported,
+            }),
+            None => PollOutcome::Transient(format!("channel {name}: no download URL yet")),
+        },
+        TaskState::Failed {
+            refused: true,
+            message,
+        } => {
+            tracing::warn!(channel = name, message, "minimax refused a task's content");
+            PollOutcome::Failed {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the task".into(),
+            }
+        }
+        TaskState::Failed {
+            refused: false,
+            message,
+        } => super::common::upstream_failed(name, "failed", &message),
+        TaskState::Unknown(status) => {
+            PollOutcome::Unknown(format!("channel {name}: unknown minimax status {status:?}"))
+        }
+    }
+}
+
+#[async_trait]
+impl Vendor for Minimax {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        let name = self.remote.name();
+        let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
+        let images = match self.images(job, references).await {
+            Ok(images) => images,
+            Err(e) => return fatal(e),
+        };
+        let callback = self.callback_url(&job.task_id);
+        let body = match to_vendor(job, images, references, callback)
+            .and_then(|b| serde_json::to_vec(&b).map_err(|e| e.to_string()))
+        {
+            Ok(b) => b,
+            Err(e) => return fatal(e),
+        };
+        let req = self
+            .remote
+            .request(Method::POST, &self.remote.url("/v1/video_generation"), true)
+            .header("content-type", "application/json")
+            .body(Bytes::from(body));
+        let (status, headers, answer) = match self.remote.exchange(req).await {
+            Ok(v) => v,
+            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        };
+        if submit_refused(&answer) {
+            tracing::warn!(
+                channel = name,
+                answer = snippet(&answer),
+                "minimax refused a submission's content"
+            );
+            return SubmitOutcome::Refused {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the request".into(),
+            };
+        }
+        match submit_outcome(name, status, &answer) {
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                reason,
+            } => SubmitOutcome::RateLimited {
+                retry_after: retry_after(&headers),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// Queries the task; once it succeeded, resolves its file into the download URL (valid
+    /// for about an hour: the engine fetches it at once).
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let name = self.remote.name();
+        let query = format!(
+            "/v1/query/video_generation?task_id={}",
+            path_part(upstream_id)
+        );
+        let state = match self.get(&query).await {
+            Err(e) => return PollOutcome::Transient(e),
+            Ok((status, body)) => match poll_answer(name, status, &body) {
+                Ok(state) => state,
+                Err(e) => return e.outcome(),
+            },
+        };
+        let TaskState::Succeeded { file_id } = &state else {
+            return outcome(name, state, None);
+        };
+        let retrieve = format!("/v1/files/retrieve?file_id={}", path_part(file_id));
+        match self.get(&retrieve).await {
+            Err(e) => PollOutcome::Transient(e),
+            Ok((status, body)) => match retrieve_answer(name, status, &body) {
+                Ok(url) => outcome(name, state, Some(url)),
+                Err(e) => e.outcome(),
+            },
+        }
+    }
+
+    /// `GET /v1/files/list`: authenticated, generates nothing.
+    async fn check(&self) -> ChannelCheck {
+        let req = self
+            .remote
+            .request(Method::GET, &self.remote.url("/v1/files/list"), true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => check_answer(status, &body),
+        }
+    }
+}
+
+/// A channel test's answer: `base_resp` 0 is a good key; 1004 or 2049 a refused one; a
+/// balance or rate code an account out of funds or rate.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
+    let base = serde_json::from_slice::<Submitted>(body)
+        .ok()
+        .and_then(|a| a.base_resp);
+    let (verdict, detail) = match base {
+        Some(b) if b.status_code == 0 && status.is_success() => {
+            (CheckVerdict::Ok, "reachable, key accepted".to_owned())
+        }
+        Some(b) => {
+            let verdict = match classify(b.status_code) {
+                ErrorClass::Channel => CheckVerdict::KeyRefused,
+                ErrorClass::Balance | ErrorClass::RateLimit => CheckVerdict::Quota,
+                _ => CheckVerdict::Error,
+            };
+            (
+                verdict,
+                format!(
+                    "minimax answered status_code {}: {}",
+                    b.status_code, b.status_msg
+                ),
+            )
+        }
+        None => {
+            let verdict = match status {
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => CheckVerdict::KeyRefused,
+                StatusCode::TOO_MANY_REQUESTS => CheckVerdict::Quota,
+                _ => CheckVerdict::Error,
+            };
+            (
+                verdict,
+                format!("unexpected answer: {status}: {}", snippet(body)),
+            )
+        }
+    };
+    ChannelCheck { verdict, detail }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,7 +744,10 @@ mod tests {
     #[test]
     fn frames_and_a_subject_go_as_data_uris_or_urls() {
         let images = Images {
-            first_frame: Some(inline_image(b"\xFF\xD8\xFFjpeg", "image/jpeg")),
+            first_frame: Some(super::super::media::data_uri(
+                b"\xFF\xD8\xFFjpeg",
+                "image/jpeg",
+            )),
             last_frame: Some("https://example.com/end.jpg".into()),
             references: vec![],
         };
@@ -616,5 +914,50 @@ mod tests {
             retrieve_answer("m", StatusCode::OK, br#"{"base_resp":{"status_code":0}}"#),
             Err(PollError::Unreadable(_))
         ));
+    }
+
+    #[test]
+    fn a_finished_task_is_its_download_url_settled_as_asked() {
+        let done = outcome(
+            "m",
+            TaskState::Succeeded {
+                file_id: "1".into(),
+            },
+            Some("https://cdn/v.mp4".into()),
+        );
+        assert_eq!(
+            done,
+            PollOutcome::Succeeded(ResultFiles {
+                video: ResultSource::Url("https://cdn/v.mp4".into()),
+                thumbnail: None,
+                last_frame: None,
+                spritesheet: None,
+                usage: VendorUsage::NotReported,
+            })
+        );
+        let refused = outcome(
+            "m",
+            TaskState::Failed {
+                refused: true,
+                message: "1027".into(),
+            },
+            None,
+        );
+        assert!(matches!(refused, PollOutcome::Failed { code, .. } if code == REFUSED_CODE));
+        let check = |body: &str| check_answer(StatusCode::OK, body.as_bytes()).verdict;
+        assert_eq!(
+            check(r#"{"files":[],"base_resp":{"status_code":0,"status_msg":"success"}}"#),
+            CheckVerdict::Ok
+        );
+        assert_eq!(
+            check(r#"{"base_resp":{"status_code":2049,"status_msg":"invalid api key"}}"#),
+            CheckVerdict::KeyRefused
+        );
+        assert_eq!(
+            check(r#"{"base_resp":{"status_code":1008,"status_msg":"insufficient balance"}}"#),
+            CheckVerdict::Quota
+        );
+        let names: std::collections::BTreeSet<&str> = catalog().iter().map(|(m, _)| *m).collect();
+        assert_eq!(names.len(), 9);
     }
 }
