@@ -146,6 +146,7 @@ pub static REGISTRY: &[Registration] = &[
     ark::REGISTRATION,
     kling::REGISTRATION,
     minimax::REGISTRATION,
+    wan::REGISTRATION,
 ];
 
 /// The registration of `kind`.

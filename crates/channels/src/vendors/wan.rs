@@ -14,11 +14,109 @@
 //! `AccessDenied*` fail over, `DataInspectionFailed` is a content refusal, `InvalidParameter`
 //! the request's own fault.
 
-use base64::Engine as _;
-use http::StatusCode;
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::video::job::{PollOutcome, ReferenceRole, SubmitOutcome, VideoJob};
+use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::{Need, Registration, Vendor, VendorSettings, media};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `wan` kind: an API key of the endpoint's region.
+pub const REGISTRATION: Registration = Registration {
+    kind: "wan",
+    default_base_url: DEFAULT_BASE_URL,
+    needs: &[Need::ApiKey],
+    callbacks: false,
+    models: catalog,
+    build: |s| Ok(Box::new(Wan::new(s))),
+};
+
+/// The Wan models DashScope documents (Singapore names; Beijing spells wan2.1 `wanx2.1`) and
+/// what each makes. Image-only models are listed with the rest: a text-only request to them
+/// is refused by DashScope.
+pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
+    let list = |v: &[&str]| v.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let model = |durations: Vec<u32>, tiers: &[&str], ratios: &[&str]| ModelCaps {
+        durations,
+        resolutions: list(tiers),
+        ratios: list(ratios),
+        durations_by_resolution: BTreeMap::new(),
+        first_frame: true,
+        last_frame: false,
+        reference_images: 0,
+        reference_image_durations: Vec::new(),
+        reference_videos: 0,
+        reference_audios: 0,
+        audio: false,
+    };
+    let three = ["16:9", "9:16", "1:1"];
+    let five = ["16:9", "9:16", "1:1", "4:3", "3:4"];
+    let sound = |mut m: ModelCaps| {
+        m.audio = true;
+        m.reference_audios = 1;
+        m
+    };
+    let text = |mut m: ModelCaps| {
+        m.first_frame = false;
+        m
+    };
+    let last = |mut m: ModelCaps| {
+        m.last_frame = true;
+        m
+    };
+    vec![
+        (
+            "wan2.7-t2v",
+            sound(text(model((2..=15).collect(), &["720p", "1080p"], &five))),
+        ),
+        (
+            "wan2.7-i2v",
+            last(sound(model((2..=15).collect(), &["720p", "1080p"], &[]))),
+        ),
+        (
+            "wan2.6-t2v",
+            sound(text(model(vec![5, 10, 15], &["720p", "1080p"], &five))),
+        ),
+        (
+            "wan2.6-i2v",
+            sound(model(vec![5, 10, 15], &["720p", "1080p"], &[])),
+        ),
+        (
+            "wan2.5-t2v-preview",
+            sound(text(model(vec![5, 10], &["480p", "720p", "1080p"], &three))),
+        ),
+        (
+            "wan2.5-i2v-preview",
+            sound(model(vec![5, 10], &["480p", "720p", "1080p"], &[])),
+        ),
+        (
+            "wan2.2-t2v-plus",
+            text(model(vec![5], &["480p", "1080p"], &three)),
+        ),
+        ("wan2.2-i2v-plus", model(vec![5], &["480p", "1080p"], &[])),
+        ("wan2.2-i2v-flash", model(vec![5], &["480p", "720p"], &[])),
+        (
+            "wan2.2-kf2v-flash",
+            last(model(vec![5], &["480p", "720p", "1080p"], &[])),
+        ),
+        (
+            "wan2.1-t2v-turbo",
+            text(model(vec![5], &["480p", "720p"], &three)),
+        ),
+        ("wan2.1-t2v-plus", text(model(vec![5], &["720p"], &five))),
+        ("wan2.1-i2v-turbo", model(vec![5], &["480p", "720p"], &[])),
+        ("wan2.1-i2v-plus", model(vec![5], &["720p"], &[])),
+        ("wan2.1-kf2v-plus", last(model(vec![5], &["720p"], &[]))),
+    ]
+}
 
 /// DashScope's international (Singapore) endpoint.
 pub const DEFAULT_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";
@@ -89,12 +187,6 @@ pub struct Inputs {
     pub first_frame: Option<String>,
     pub last_frame: Option<String>,
     pub references: Vec<(ReferenceRole, String)>,
-}
-
-/// An image's bytes as DashScope takes them inline: a `data:` URI.
-pub fn inline_image(bytes: &[u8], mime: &str) -> String {
-    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
-    format!("data:{mime};base64,{data}")
 }
 
 /// Whether `model` speaks the newer `input.media[]` protocol (wan2.7 and later).
@@ -605,6 +697,232 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
     }
 }
 
+/// A `wan` channel.
+pub struct Wan {
+    remote: Remote,
+}
+
+impl Wan {
+    pub fn new(settings: VendorSettings) -> Wan {
+        Wan {
+            remote: Remote::new(settings.remote, settings.blobs),
+        }
+    }
+
+    async fn inputs(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Inputs, String> {
+        let mut out = Inputs::default();
+        for (blob, url, slot) in [
+            (&job.first_frame, &job.first_frame_url, &mut out.first_frame),
+            (&job.last_frame, &job.last_frame_url, &mut out.last_frame),
+        ] {
+            if let Some(blob) = blob {
+                *slot = Some(
+                    media::reference(&self.remote, blob, url.as_deref(), media::data_uri).await?,
+                );
+            }
+        }
+        for r in references {
+            let sent =
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::data_uri).await?;
+            out.references.push((r.role, sent));
+        }
+        Ok(out)
+    }
+}
+
+/// A task's state as the engine's poll outcome.
+pub fn outcome(name: &str, state: TaskState) -> PollOutcome {
+    match state {
+        TaskState::Running { progress } => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        TaskState::Succeeded {
+            url,
+            seconds,
+            tier,
+            usage_read,
+        } => PollOutcome::Succeeded(ResultFiles {
+            video: ResultSource::Url(url),
+            thumbnail: None,
+            last_frame: None,
+            spritesheet: None,
+            usage: if usage_read {
+                VendorUsage::Made {
+                    seconds,
+                    resolution: tier,
+                }
+            } else {
+                VendorUsage::Unreadable("dashscope reported no readable usage".into())
+            },
+        }),
+        TaskState::Failed {
+            refused: true,
+            message,
+            ..
+        } => {
+            tracing::warn!(
+                channel = name,
+                message,
+                "dashscope refused a task's content"
+            );
+            PollOutcome::Failed {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the task".into(),
+            }
+        }
+        TaskState::Failed {
+            refused: false,
+            status,
+            message,
+        } => super::common::upstream_failed(name, status, &message),
+        TaskState::Unknown(status) => PollOutcome::Unknown(format!(
+            "channel {name}: unknown dashscope status {status:?}"
+        )),
+    }
+}
+
+#[async_trait]
+impl Vendor for Wan {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        let name = self.remote.name();
+        let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
+        let inputs = match self.inputs(job, references).await {
+            Ok(inputs) => inputs,
+            Err(e) => return fatal(e),
+        };
+        let (path, body) = match to_vendor(job, inputs).and_then(|(path, body)| {
+            serde_json::to_vec(&body)
+                .map(|b| (path, b))
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(v) => v,
+            Err(e) => return fatal(e),
+        };
+        let req = self
+            .remote
+            .request(Method::POST, &self.remote.url(path), true)
+            .header("content-type", "application/json")
+            .header("x-dashscope-async", "enable")
+            .body(Bytes::from(body));
+        let (status, headers, answer) = match self.remote.exchange(req).await {
+            Ok(v) => v,
+            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        };
+        if !status.is_success() && submit_refused(&answer) {
+            tracing::warn!(
+                channel = name,
+                answer = snippet(&answer),
+                "dashscope refused a submission's content"
+            );
+            return SubmitOutcome::Refused {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the request".into(),
+            };
+        }
+        match submit_outcome(name, status, &answer) {
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                reason,
+            } => SubmitOutcome::RateLimited {
+                retry_after: retry_after(&headers),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let name = self.remote.name();
+        let url = self
+            .remote
+            .url(&format!("/api/v1/tasks/{}", path_part(upstream_id)));
+        let req = self
+            .remote
+            .request(Method::GET, &url, true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Err(e) => PollOutcome::Transient(format!("channel {name}: {e}")),
+            Ok((status, _, body)) => match poll_answer(name, status, &body) {
+                Ok(state) => outcome(name, state),
+                Err(e) => e.outcome(),
+            },
+        }
+    }
+
+    /// `POST /api/v1/tasks/{id}/cancel`: DashScope cancels a task still pending (a running
+    /// one answers `UnsupportedOperation`, logged).
+    async fn cancel(&self, upstream_id: &str) {
+        let url = self
+            .remote
+            .url(&format!("/api/v1/tasks/{}/cancel", path_part(upstream_id)));
+        let req = self
+            .remote
+            .request(Method::POST, &url, true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Ok((status, _, _)) if status.is_success() => {}
+            Ok((status, _, body)) => tracing::info!(
+                channel = self.remote.name(),
+                %status,
+                answer = snippet(&body),
+                "dashscope did not cancel the task"
+            ),
+            Err(e) => tracing::warn!(channel = self.remote.name(), error = %e, "cancel failed"),
+        }
+    }
+
+    /// A query of a task id that never existed: `200 UNKNOWN` with a good key, `401
+    /// InvalidApiKey` with a bad one (or one of another region).
+    async fn check(&self) -> ChannelCheck {
+        let url = self
+            .remote
+            .url("/api/v1/tasks/00000000-0000-0000-0000-000000000000");
+        let req = self
+            .remote
+            .request(Method::GET, &url, true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => check_answer(status, &body),
+        }
+    }
+}
+
+/// A channel test's answer.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
+    if status.is_success()
+        && serde_json::from_slice::<WanTask>(body).is_ok_and(|t| t.output.is_some())
+    {
+        return ChannelCheck {
+            verdict: CheckVerdict::Ok,
+            detail: "reachable, key accepted".into(),
+        };
+    }
+    let (code, message) = serde_json::from_slice::<WanError>(body)
+        .map(|e| e.parts())
+        .unwrap_or_default();
+    let verdict = match (classify(&code, &message), status) {
+        (_, StatusCode::UNAUTHORIZED) | (ErrorClass::Channel, _) => CheckVerdict::KeyRefused,
+        (ErrorClass::Balance | ErrorClass::RateLimit, _) | (_, StatusCode::TOO_MANY_REQUESTS) => {
+            CheckVerdict::Quota
+        }
+        _ => CheckVerdict::Error,
+    };
+    ChannelCheck {
+        verdict,
+        detail: format!("dashscope answered {status} {code}: {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,7 +984,7 @@ mod tests {
     #[test]
     fn a_first_frame_is_img_url_and_a_tier() {
         let media = Inputs {
-            first_frame: Some(inline_image(b"\x89PNG cat", "image/png")),
+            first_frame: Some(super::super::media::data_uri(b"\x89PNG cat", "image/png")),
             ..Inputs::default()
         };
         let mut j = job("wan2.5-i2v-preview");
@@ -891,5 +1209,62 @@ mod tests {
             Err(PollError::Transient(_))
         ));
         assert!(matches!(poll("{}"), Err(PollError::Unreadable(_))));
+    }
+
+    #[test]
+    fn usage_is_billed_and_the_channel_test_reads_the_key() {
+        let done = outcome(
+            "w",
+            TaskState::Succeeded {
+                url: "https://x/v.mp4".into(),
+                seconds: Some(5.0),
+                tier: Some("720p".into()),
+                usage_read: true,
+            },
+        );
+        assert!(matches!(
+            done,
+            PollOutcome::Succeeded(ResultFiles {
+                usage: VendorUsage::Made { seconds: Some(s), resolution: Some(ref r) },
+                ..
+            }) if s == 5.0 && r == "720p"
+        ));
+        let unread = outcome(
+            "w",
+            TaskState::Succeeded {
+                url: "https://x/v.mp4".into(),
+                seconds: None,
+                tier: None,
+                usage_read: false,
+            },
+        );
+        assert!(matches!(
+            unread,
+            PollOutcome::Succeeded(ResultFiles {
+                usage: VendorUsage::Unreadable(_),
+                ..
+            })
+        ));
+        let check = |status: u16, body: &str| {
+            check_answer(StatusCode::from_u16(status).unwrap(), body.as_bytes()).verdict
+        };
+        assert_eq!(
+            check(
+                200,
+                r#"{"request_id":"r","output":{"task_id":"00000000-0000-0000-0000-000000000000","task_status":"UNKNOWN"}}"#
+            ),
+            CheckVerdict::Ok
+        );
+        assert_eq!(
+            check(
+                401,
+                r#"{"code":"InvalidApiKey","message":"Invalid API-key provided."}"#
+            ),
+            CheckVerdict::KeyRefused
+        );
+        assert_eq!(
+            check(400, r#"{"code":"Arrearage","message":"Access denied"}"#),
+            CheckVerdict::Quota
+        );
     }
 }
