@@ -1,6 +1,6 @@
 //! The upstream video vendors behind one seam, the [`Vendor`] trait, one module each:
-//! [`openai_videos`] (another relay or reseller speaking `/v1/videos`) and [`ark`]
-//! (Seedance-style content generation tasks). What
+//! [`openai_videos`] (another relay or reseller speaking `/v1/videos`), [`ark`]
+//! (Seedance-style content generation tasks) and [`veo`] (Google Veo on the Gemini API). What
 //! every HTTP vendor shares is in [`common`] (settings, the key header, classification of
 //! answers, upstream ids in paths, references read from the blob store, result downloads,
 //! channel tests).
@@ -16,6 +16,7 @@ pub mod kling;
 pub mod media;
 pub mod minimax;
 pub mod openai_videos;
+pub mod veo;
 pub mod wan;
 
 use std::collections::BTreeMap;
@@ -144,6 +145,7 @@ pub struct Registration {
 pub static REGISTRY: &[Registration] = &[
     openai_videos::REGISTRATION,
     ark::REGISTRATION,
+    veo::REGISTRATION,
     kling::REGISTRATION,
     minimax::REGISTRATION,
     wan::REGISTRATION,

@@ -233,6 +233,30 @@ impl Remote {
         }
     }
 
+    /// A result that came inline as base64 (a vendor answering with the video's bytes),
+    /// decoded off the async workers into a temp file of the blob store.
+    pub async fn inline_result(&self, data: String) -> Result<crate::ResultSource, String> {
+        use base64::Engine as _;
+        let path = self.blobs.temp_path();
+        let target = path.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| format!("not base64: {e}"))?;
+            std::fs::write(&target, bytes).map_err(|e| format!("writing a temp file: {e}"))
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        match written {
+            Ok(()) => Ok(crate::ResultSource::LocalFile(path)),
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&path).await;
+                Err(e)
+            }
+        }
+    }
+
     /// A channel test: GETs `url` of the channel's own API with the key, and reads the answer
     /// by its status, or by `classify` when it knows the vendor's bodies better.
     pub async fn check_get(

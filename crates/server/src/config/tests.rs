@@ -294,3 +294,78 @@ fn channels_replace_the_default_list() {
     assert_eq!(config.channels.len(), 1);
     assert_eq!(config.channels[0].name, "only");
 }
+
+/// `relay.example.toml` with its commented channel and model blocks uncommented, as an
+/// operator would.
+fn example_uncommented() -> String {
+    let text = include_str!("../../../../relay.example.toml");
+    let mut out = String::with_capacity(text.len());
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.starts_with("# [[channels]]") || line.starts_with("# [models.") {
+            in_block = true;
+        }
+        if in_block && line == "#" {
+            out.push('\n');
+            continue;
+        }
+        match line.strip_prefix("# ") {
+            Some(rest) if in_block => out.push_str(rest),
+            _ => {
+                in_block = false;
+                out.push_str(line);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_example_has_a_channel_of_every_kind_and_passes_the_check() {
+    let text = example_uncommented();
+    let config = Config::from_toml(Some(&text), "relay.example.toml (uncommented)")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kinds: Vec<&str> = config.channels.iter().map(|c| c.kind.as_str()).collect();
+    for registration in ::channels::vendors::REGISTRY {
+        assert!(
+            kinds.contains(&registration.kind),
+            "relay.example.toml has no commented channel of kind {}",
+            registration.kind
+        );
+    }
+    for kind in ["simulator", "anthropic", "openai-chat"] {
+        assert!(kinds.contains(&kind), "{kind}");
+    }
+    // And as it is, it passes too.
+    Config::from_toml(
+        Some(include_str!("../../../../relay.example.toml")),
+        "relay.example.toml",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_vendor_channel_needs_what_its_kind_needs() {
+    let veo = |extra: &str| {
+        Config::from_toml(
+            Some(&format!(
+                "[[channels]]\nname = \"g\"\nkind = \"veo\"\nmodels = [\"model_h3\"]\n{extra}"
+            )),
+            "t.toml",
+        )
+    };
+    let err = veo("").unwrap_err().to_string();
+    assert!(
+        err.contains("channels.g: kind veo needs api_key (or api_key_env)"),
+        "{err}"
+    );
+    // No base_url: the kind's public endpoint.
+    let ok = veo("api_key_env = \"GEMINI_API_KEY\"\n").unwrap();
+    assert_eq!(ok.channels[0].base_url, None);
+    veo("api_key = \"k\"\nbase_url = \"http://127.0.0.1:9\"\n").unwrap();
+    let err = veo("api_key = \"k\"\nbase_url = \"ftp://x\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("must start with http:// or https://"), "{err}");
+}
