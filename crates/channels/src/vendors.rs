@@ -12,9 +12,13 @@
 
 pub mod ark;
 pub mod common;
+pub mod kling;
+pub mod media;
+pub mod minimax;
 pub mod openai_videos;
 pub mod redact;
 pub mod veo;
+pub mod wan;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -143,6 +147,9 @@ pub static REGISTRY: &[Registration] = &[
     openai_videos::REGISTRATION,
     ark::REGISTRATION,
     veo::REGISTRATION,
+    kling::REGISTRATION,
+    minimax::REGISTRATION,
+    wan::REGISTRATION,
 ];
 
 /// The registration of `kind`.

@@ -272,22 +272,7 @@ impl Remote {
     /// The failure recorded when the upstream ends a task without a result. The upstream's
     /// own words (`detail`, its error as JSON text) go to the log only, redacted.
     pub fn upstream_failed(&self, status: &str, detail: &str) -> PollOutcome {
-        let detail = self.log_text(detail.as_bytes());
-        tracing::warn!(
-            channel = self.name(),
-            status,
-            detail,
-            "upstream ended a task without a result"
-        );
-        let message = match status {
-            "cancelled" => "the upstream cancelled the task",
-            "expired" => "the upstream task expired before it finished",
-            _ => "the upstream failed the task",
-        };
-        PollOutcome::Failed {
-            code: "upstream_error".into(),
-            message: message.into(),
-        }
+        ended_without_result(self.name(), status, &self.log_text(detail.as_bytes()))
     }
 
     /// Starts a download of a result URL, following redirects: the key goes along only to
@@ -494,6 +479,37 @@ pub enum ReadBlobError {
     Failed { id: String, message: String },
 }
 
+/// An upstream body for a log line where no channel is at hand: redacted as
+/// [`Remote::log_text`] does, less the channel's own key.
+pub fn snippet(body: &[u8]) -> String {
+    redact::for_log(body, None)
+}
+
+/// [`Remote::upstream_failed`] where no channel is at hand (a pure mapping of an answer).
+pub fn upstream_failed(name: &str, status: &str, detail: &str) -> PollOutcome {
+    ended_without_result(name, status, &snippet(detail.as_bytes()))
+}
+
+/// The failure recorded when the upstream ends a task without a result; its own words
+/// (`detail`, already redacted) go to the log only.
+fn ended_without_result(name: &str, status: &str, detail: &str) -> PollOutcome {
+    tracing::warn!(
+        channel = name,
+        status,
+        detail,
+        "upstream ended a task without a result"
+    );
+    let message = match status {
+        "cancelled" => "the upstream cancelled the task",
+        "expired" => "the upstream task expired before it finished",
+        _ => "the upstream failed the task",
+    };
+    PollOutcome::Failed {
+        code: "upstream_error".into(),
+        message: message.into(),
+    }
+}
+
 /// The media type of a stored reference by its first bytes (images, videos and audio the
 /// relay accepts), `application/octet-stream` when it is none of them.
 pub fn media_mime(bytes: &[u8]) -> &'static str {
@@ -589,6 +605,7 @@ pub(crate) fn test_remote(name: &str) -> Remote {
         min_poll_interval: Duration::from_secs(2),
         max_inline_bytes: 1024,
         result_urls: ResultUrls::default(),
+        network: Network::default(),
     };
     Remote::new(settings, blobs)
 }

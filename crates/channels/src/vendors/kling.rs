@@ -1,0 +1,1185 @@
+//! `kling`: Kuaishou's Kling video API (docs.md: Kling). Three task kinds on their own paths,
+//! `POST /v1/videos/{text2video,image2video,multi-image2video}`, each polled at
+//! `GET /v1/videos/<kind>/<task_id>`: the upstream id the relay keeps is `<kind>/<task_id>`, so
+//! a poll knows its path. Every call carries a fresh HS256 JWT made from the channel's access
+//! key and secret key (`iss` = access key, `exp` = now + 1800 s, `nbf` = now - 5 s).
+//!
+//! Frames go as `image` and `image_tail` (the last frame), reference images as the
+//! multi-image `image_list`; inline as raw base64 without a `data:` prefix (the vendor's own
+//! rule), or as the relay's signed URL when over the inline cap. Answers are
+//! `{code, message, request_id, data}`, `code` 0 for success; errors are read by `code`
+//! (1000-1004 key refused, 1100-1102 account and balance, 1301 content refused, 1302-1303
+//! rate limits, 5000-5002 the vendor's own trouble). The result is `task_result.videos[0]`,
+//! its `url` (kept 30 days) and its `duration` (a string of seconds), the length billed.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::vendors::ark::callback_token;
+use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::{CallbackSettings, Need, Registration, Vendor, VendorSettings, media};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `kling` kind: an access key and a secret key; it takes a `callback_secret`.
+pub const REGISTRATION: Registration = Registration {
+    kind: "kling",
+    default_base_url: DEFAULT_BASE_URL,
+    needs: &[Need::AccessKey, Need::SecretKey],
+    callbacks: true,
+    models: catalog,
+    build: |s| Kling::new(s).map(|k| Box::new(k) as Box<dyn Vendor>),
+};
+
+/// The models Kling documents and what each makes (its capability map). `std` mode makes
+/// 720p, `pro` 1080p (kling-v1 720p in both); image-to-video-only models (kling-v1-5,
+/// kling-v2-1) are listed with the rest: a text-only request to them is refused by Kling.
+pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
+    let ratios = || vec!["16:9".to_owned(), "9:16".to_owned(), "1:1".to_owned()];
+    let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let model =
+        |durations: Vec<u32>, resolutions: &[&str], last_frame: bool, refs: u32| ModelCaps {
+            durations,
+            resolutions: tiers(resolutions),
+            ratios: ratios(),
+            durations_by_resolution: BTreeMap::new(),
+            first_frame: true,
+            last_frame,
+            reference_images: refs,
+            reference_image_durations: Vec::new(),
+            reference_videos: 0,
+            reference_audios: 0,
+            audio: false,
+        };
+    let five_ten = || vec![5, 10];
+    vec![
+        ("kling-v1", model(five_ten(), &["720p"], true, 0)),
+        ("kling-v1-5", model(five_ten(), &["720p", "1080p"], true, 0)),
+        ("kling-v1-6", model(five_ten(), &["720p", "1080p"], true, 4)),
+        ("kling-v2-master", model(five_ten(), &["720p"], false, 0)),
+        ("kling-v2-1", model(five_ten(), &["720p", "1080p"], true, 0)),
+        ("kling-v2-1-master", model(five_ten(), &["1080p"], false, 0)),
+        (
+            "kling-v2-5-turbo",
+            model(five_ten(), &["720p", "1080p"], true, 0),
+        ),
+        ("kling-v2-6", model(five_ten(), &["720p", "1080p"], true, 0)),
+        (
+            "kling-v3",
+            model((3..=15).collect(), &["720p", "1080p"], true, 0),
+        ),
+    ]
+}
+
+/// Kling's public endpoint for servers outside China.
+pub const DEFAULT_BASE_URL: &str = "https://api-singapore.klingai.com";
+
+/// The longest life of a token, in seconds (the vendor's own sample uses 1800).
+const TOKEN_LIFE_SECS: u64 = 1800;
+
+/// How many reference images `multi-image2video` takes.
+const MAX_IMAGE_LIST: usize = 4;
+
+/// A Kling task kind: the path it is submitted to and polled at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Text2Video,
+    Image2Video,
+    MultiImage2Video,
+}
+
+impl Endpoint {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Text2Video => "text2video",
+            Endpoint::Image2Video => "image2video",
+            Endpoint::MultiImage2Video => "multi-image2video",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Endpoint> {
+        [
+            Endpoint::Text2Video,
+            Endpoint::Image2Video,
+            Endpoint::MultiImage2Video,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+    }
+}
+
+/// The claims of a Kling token.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Claims {
+    pub iss: String,
+    pub exp: u64,
+    pub nbf: u64,
+}
+
+/// A token for `access_key` signed HS256 with `secret_key`, valid from 5 s before `now_secs`
+/// for [`TOKEN_LIFE_SECS`].
+pub fn token(access_key: &str, secret_key: &str, now_secs: u64) -> Result<String, String> {
+    let claims = Claims {
+        iss: access_key.to_owned(),
+        exp: now_secs + TOKEN_LIFE_SECS,
+        nbf: now_secs.saturating_sub(5),
+    };
+    let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    let key = jsonwebtoken::EncodingKey::from_secret(secret_key.as_bytes());
+    jsonwebtoken::encode(&header, &claims, &key).map_err(|e| format!("signing a token: {e}"))
+}
+
+/// An image as Kling takes it: a URL, or raw base64 without a `data:` prefix.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ImageItem {
+    pub image: String,
+}
+
+/// The body of a submission, as Kling names its fields. One struct for the three kinds: a
+/// field a kind does not have stays `None` and is left out.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct KlingRequest {
+    pub model_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub negative_prompt: Option<String>,
+    /// Seconds, as a string: "5", "10".
+    pub duration: String,
+    /// `std` (720p) or `pro` (1080p on most models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// `on` or `off`: audio made with the video (kling-v2-6 pro, kling-v3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sound: Option<String>,
+    /// Text and multi-image kinds only; image to video follows its image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aspect_ratio: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_tail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_list: Option<Vec<ImageItem>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    /// The relay's task id: unique per account, as Kling asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_task_id: Option<String>,
+}
+
+/// The images of a job, each already in the form Kling takes (see [`ImageItem`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Images {
+    pub first_frame: Option<String>,
+    pub last_frame: Option<String>,
+    pub references: Vec<String>,
+}
+
+/// The Kling kind and body for `job`, its images already encoded. Refuses what Kling has no
+/// field for (video or audio references, a last frame without a first, reference images
+/// beside frames) rather than dropping it.
+pub fn to_vendor(
+    job: &VideoJob,
+    images: Images,
+    references: &[StoredReference],
+    callback_url: Option<String>,
+) -> Result<(Endpoint, KlingRequest), String> {
+    if let Some(r) = references.iter().find(|r| r.role != ReferenceRole::Image) {
+        return Err(format!(
+            "kling takes no {} references",
+            r.role.as_str().trim_start_matches("reference_")
+        ));
+    }
+    if job.reference_video.is_some() {
+        return Err("kling takes no reference video".into());
+    }
+    if job.audio_url.is_some() {
+        return Err("kling takes no reference audio".into());
+    }
+    let endpoint = match (
+        &images.first_frame,
+        &images.last_frame,
+        images.references.len(),
+    ) {
+        (None, None, 0) => Endpoint::Text2Video,
+        (Some(_), _, 0) => Endpoint::Image2Video,
+        (None, Some(_), _) => return Err("kling needs a first frame with a last frame".into()),
+        (None, None, n) if n <= MAX_IMAGE_LIST => Endpoint::MultiImage2Video,
+        (None, None, n) => {
+            return Err(format!(
+                "kling takes at most {MAX_IMAGE_LIST} reference images, not {n}"
+            ));
+        }
+        (Some(_), _, _) => return Err("kling takes reference images or frames, not both".into()),
+    };
+    // `std` makes 720p, `pro` 1080p; a first-format size is read by its short side.
+    let mode = match job.resolution.as_deref() {
+        Some("1080p") => Some("pro"),
+        Some("720p") => Some("std"),
+        Some(_) => None,
+        None if job.width.min(job.height) > 720 => Some("pro"),
+        None if job.width.min(job.height) > 0 => Some("std"),
+        None => None,
+    }
+    .map(str::to_owned);
+    let aspect_ratio = (endpoint != Endpoint::Image2Video
+        && matches!(job.ratio.as_str(), "16:9" | "9:16" | "1:1"))
+    .then(|| job.ratio.clone());
+    let image_list = (endpoint == Endpoint::MultiImage2Video).then(|| {
+        images
+            .references
+            .into_iter()
+            .map(|image| ImageItem { image })
+            .collect()
+    });
+    let request = KlingRequest {
+        model_name: job.model.clone(),
+        prompt: Some(job.prompt.clone()).filter(|p| !p.is_empty()),
+        negative_prompt: None,
+        duration: job.duration_secs.to_string(),
+        mode,
+        sound: None,
+        aspect_ratio,
+        image: images.first_frame,
+        image_tail: images.last_frame,
+        image_list,
+        callback_url,
+        external_task_id: Some(job.task_id.clone()),
+    };
+    Ok((endpoint, request))
+}
+
+/// Every Kling answer: `code` 0 with `data`, or an error `code` and `message`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct KlingAnswer<T> {
+    pub code: i64,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub request_id: Option<String>,
+    #[serde(default = "Option::default")]
+    pub data: Option<T>,
+}
+
+/// A task as submission, query and callback give it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct KlingTask {
+    pub task_id: String,
+    #[serde(default)]
+    pub task_status: String,
+    #[serde(default)]
+    pub task_status_msg: Option<String>,
+    #[serde(default)]
+    pub task_result: Option<KlingTaskResult>,
+    /// Units deducted from the resource pack (a string).
+    #[serde(default)]
+    pub final_unit_deduction: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct KlingTaskResult {
+    #[serde(default)]
+    pub videos: Vec<KlingVideo>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct KlingVideo {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub url: String,
+    /// Seconds, as a string ("5", "5.1").
+    #[serde(default)]
+    pub duration: Option<String>,
+}
+
+/// What a Kling error code means for the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The channel's keys were refused, or its account cannot serve this (1000-1002, 1103,
+    /// 1203, 1304): another channel may; this one needs its operator.
+    Channel,
+    /// The account's balance or resource pack is spent (1100-1102): rest the channel.
+    Balance,
+    /// Too many requests or tasks at once (1302, 1303): rest the channel briefly.
+    RateLimit,
+    /// The token was not yet or no longer valid (1003, 1004): a clock or a bug of ours; a
+    /// new token on the next try may do.
+    Token,
+    /// The request itself is wrong (1200, 1201, 1202): no channel will take it.
+    Request,
+    /// The platform's policy refused the content (1300, 1301).
+    Refused,
+    /// The vendor's own trouble (5000-5002, or a code we do not know with a 5xx).
+    Vendor,
+}
+
+/// The class of a Kling error `code` (HTTP `status` decides for a code we do not know).
+pub fn classify(code: i64, status: StatusCode) -> ErrorClass {
+    match code {
+        1000..=1002 | 1103 | 1203 | 1304 => ErrorClass::Channel,
+        1003 | 1004 => ErrorClass::Token,
+        1100..=1102 => ErrorClass::Balance,
+        1200..=1202 => ErrorClass::Request,
+        1300 | 1301 => ErrorClass::Refused,
+        1302 | 1303 => ErrorClass::RateLimit,
+        5000..=5999 => ErrorClass::Vendor,
+        _ if status == StatusCode::TOO_MANY_REQUESTS => ErrorClass::RateLimit,
+        _ if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN => {
+            ErrorClass::Channel
+        }
+        _ if status.is_client_error() => ErrorClass::Request,
+        _ => ErrorClass::Vendor,
+    }
+}
+
+/// How long a channel whose balance is spent rests before it is tried again.
+const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A submission's answer (`status`, `body`) as the engine's outcome; `Accepted` carries the
+/// upstream id `<kind>/<task_id>`.
+pub fn submit_outcome(
+    name: &str,
+    endpoint: Endpoint,
+    status: StatusCode,
+    body: &[u8],
+) -> SubmitOutcome {
+    let answer = serde_json::from_slice::<KlingAnswer<KlingTask>>(body);
+    match answer {
+        Ok(KlingAnswer {
+            code: 0,
+            data: Some(task),
+            ..
+        }) if status.is_success() && valid_id(&task.task_id) => SubmitOutcome::Accepted {
+            upstream_id: format!("{}/{}", endpoint.as_str(), task.task_id),
+        },
+        Ok(answer) if answer.code != 0 => {
+            let detail = format!(
+                "channel {name}: kling answered {status} code {}: {}",
+                answer.code, answer.message
+            );
+            match classify(answer.code, status) {
+                ErrorClass::Channel | ErrorClass::Token | ErrorClass::Vendor => {
+                    SubmitOutcome::Retry(detail)
+                }
+                ErrorClass::Balance => SubmitOutcome::RateLimited {
+                    retry_after: Some(BALANCE_REST),
+                    reason: detail,
+                },
+                ErrorClass::RateLimit => SubmitOutcome::RateLimited {
+                    retry_after: None,
+                    reason: detail,
+                },
+                ErrorClass::Request | ErrorClass::Refused => SubmitOutcome::Fatal(detail),
+            }
+        }
+        _ => {
+            let detail = format!(
+                "channel {name}: kling answered {status} without a task: {}",
+                super::common::snippet(body)
+            );
+            if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+                SubmitOutcome::Retry(detail)
+            } else {
+                SubmitOutcome::Fatal(detail)
+            }
+        }
+    }
+}
+
+/// Whether the refusal of a submission was the platform's content policy (1300, 1301).
+pub fn submit_refused(body: &[u8]) -> bool {
+    serde_json::from_slice::<KlingAnswer<serde_json::Value>>(body)
+        .is_ok_and(|a| classify(a.code, StatusCode::BAD_REQUEST) == ErrorClass::Refused)
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200 && !id.contains('/')
+}
+
+/// The kind and task id of an upstream id made by [`submit_outcome`].
+pub fn split_upstream_id(upstream_id: &str) -> Option<(Endpoint, &str)> {
+    let (kind, id) = upstream_id.split_once('/')?;
+    let endpoint = Endpoint::parse(kind)?;
+    valid_id(id).then_some((endpoint, id))
+}
+
+/// The error code a content refusal ends a task with.
+pub const REFUSED_CODE: &str = "moderation_blocked";
+
+/// Whether a failed task's message is the platform's content risk control: Kling gives no
+/// code for it, only its words ("triggering the content risk control of the platform").
+pub fn is_refusal_message(msg: &str) -> bool {
+    let msg = msg.to_ascii_lowercase();
+    [
+        "risk control",
+        "risk-control",
+        "content security",
+        "security policy",
+        "sensitive",
+        "inappropriate",
+        "moderation",
+    ]
+    .iter()
+    .any(|w| msg.contains(w))
+}
+
+/// What a finished or running task means: the video URL and the reported length on success.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskState {
+    Running {
+        progress: u8,
+    },
+    Succeeded {
+        url: String,
+        duration_secs: Option<f64>,
+    },
+    Failed {
+        refused: bool,
+        message: String,
+    },
+    Unknown(String),
+}
+
+/// A task's state from its `task_status` (`submitted`, `processing`, `succeed`, `failed`).
+pub fn from_vendor(task: &KlingTask) -> TaskState {
+    match task.task_status.as_str() {
+        "submitted" => TaskState::Running { progress: 0 },
+        "processing" => TaskState::Running { progress: 50 },
+        "succeed" => match task
+            .task_result
+            .as_ref()
+            .and_then(|r| r.videos.first())
+            .filter(|v| v.url.starts_with("https://") || v.url.starts_with("http://"))
+        {
+            Some(video) => TaskState::Succeeded {
+                url: video.url.clone(),
+                duration_secs: video
+                    .duration
+                    .as_deref()
+                    .and_then(|d| d.trim().parse::<f64>().ok())
+                    .filter(|d| d.is_finite() && *d > 0.0),
+            },
+            None => TaskState::Failed {
+                refused: false,
+                message: "succeeded without a video".into(),
+            },
+        },
+        "failed" => {
+            let message = task.task_status_msg.clone().unwrap_or_default();
+            TaskState::Failed {
+                refused: is_refusal_message(&message),
+                message,
+            }
+        }
+        other => TaskState::Unknown(other.to_owned()),
+    }
+}
+
+/// Why a poll's answer says nothing of its task's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollError {
+    /// The vendor no longer knows the task: it is lost.
+    Lost,
+    /// The call failed; the next poll may do.
+    Transient(String),
+    /// The answer could not be read.
+    Unreadable(String),
+}
+
+impl PollError {
+    pub fn outcome(self) -> PollOutcome {
+        match self {
+            PollError::Lost => PollOutcome::Failed {
+                code: "upstream_error".into(),
+                message: "the upstream no longer knows the task".into(),
+            },
+            PollError::Transient(reason) => PollOutcome::Transient(reason),
+            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
+        }
+    }
+}
+
+/// A poll's answer (`status`, `body`) as the task's state, or why it says nothing of it.
+pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskState, PollError> {
+    match serde_json::from_slice::<KlingAnswer<KlingTask>>(body) {
+        Ok(KlingAnswer {
+            code: 0,
+            data: Some(task),
+            ..
+        }) if status.is_success() => Ok(from_vendor(&task)),
+        Ok(answer) if answer.code != 0 => match classify(answer.code, status) {
+            // The task (or the model) is unknown to the vendor: it is lost.
+            _ if answer.code == 1203 || status == StatusCode::NOT_FOUND => Err(PollError::Lost),
+            _ => Err(PollError::Transient(format!(
+                "channel {name}: kling poll answered {status} code {}: {}",
+                answer.code, answer.message
+            ))),
+        },
+        _ if !status.is_success() => Err(PollError::Transient(format!(
+            "channel {name}: kling poll answered {status}: {}",
+            super::common::snippet(body)
+        ))),
+        _ => Err(PollError::Unreadable(format!(
+            "channel {name}: unreadable kling poll answer: {}",
+            super::common::snippet(body)
+        ))),
+    }
+}
+
+/// A `kling` channel.
+pub struct Kling {
+    remote: Remote,
+    access_key: String,
+    secret_key: String,
+    callback: Option<CallbackSettings>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Kling {
+    pub fn new(settings: VendorSettings) -> Result<Kling, String> {
+        let access_key = settings
+            .kind
+            .access_key
+            .clone()
+            .ok_or("kling needs an access key")?;
+        let secret_key = settings
+            .kind
+            .secret_key
+            .clone()
+            .ok_or("kling needs a secret key")?;
+        Ok(Kling {
+            remote: Remote::new(settings.remote, settings.blobs),
+            access_key,
+            secret_key,
+            callback: settings.callback,
+        })
+    }
+
+    /// A request to Kling's API with a fresh token (made per call: signing is a few
+    /// microseconds, and a token never outlives its use).
+    fn request(&self, method: Method, path: &str) -> Result<http::request::Builder, String> {
+        let token = token(&self.access_key, &self.secret_key, now_secs())?;
+        Ok(self
+            .remote
+            .request(method, &self.remote.url(path), false)
+            .header("authorization", format!("Bearer {token}")))
+    }
+
+    /// The `callback_url` of `task_id`, when the channel has a callback secret and the relay
+    /// knows its public address: `<public base>/callbacks/kling/<channel>?task=..&token=..`.
+    pub fn callback_url(&self, task_id: &str) -> Option<String> {
+        let callback = self.callback.as_ref()?;
+        let base = callback.public_base.get()?.trim_end_matches('/');
+        let name = self.remote.name();
+        let token = callback_token(&callback.secret, name, task_id);
+        Some(format!(
+            "{base}/callbacks/kling/{}?task={}&token={token}",
+            path_part(name),
+            path_part(task_id)
+        ))
+    }
+
+    async fn images(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Images, String> {
+        let one = |blob: &Option<String>, url: &Option<String>| {
+            let (blob, url) = (blob.clone(), url.clone());
+            async move {
+                match blob {
+                    Some(blob) => {
+                        media::reference(&self.remote, &blob, url.as_deref(), media::raw_base64)
+                            .await
+                            .map(Some)
+                    }
+                    None => Ok(None),
+                }
+            }
+        };
+        let first_frame = one(&job.first_frame, &job.first_frame_url).await?;
+        let last_frame = one(&job.last_frame, &job.last_frame_url).await?;
+        let mut images = Vec::new();
+        for r in references.iter().filter(|r| r.role == ReferenceRole::Image) {
+            images.push(
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::raw_base64)
+                    .await?,
+            );
+        }
+        Ok(Images {
+            first_frame,
+            last_frame,
+            references: images,
+        })
+    }
+}
+
+/// What a finished task reports of its length: the vendor's `duration`, else unreadable
+/// (settled at the pre-deduction, never at zero).
+fn usage(duration_secs: Option<f64>) -> VendorUsage {
+    match duration_secs {
+        Some(seconds) => VendorUsage::Made {
+            seconds: Some(seconds),
+            resolution: None,
+        },
+        None => VendorUsage::Unreadable("kling reported no readable videos[0].duration".into()),
+    }
+}
+
+/// A task's state as the engine's poll outcome.
+pub fn outcome(name: &str, state: TaskState) -> PollOutcome {
+    match state {
+        TaskState::Running { progress } => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        TaskState::Succeeded { url, duration_secs } => PollOutcome::Succeeded(ResultFiles {
+            video: ResultSource::Url(url),
+            thumbnail: None,
+            last_frame: None,
+            spritesheet: None,
+            usage: usage(duration_secs),
+        }),
+        TaskState::Failed {
+            refused: true,
+            message,
+        } => {
+            tracing::warn!(channel = name, message, "kling refused a task's content");
+            PollOutcome::Failed {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the task".into(),
+            }
+        }
+        TaskState::Failed {
+            refused: false,
+            message,
+        } => super::common::upstream_failed(name, "failed", &message),
+        TaskState::Unknown(status) => {
+            PollOutcome::Unknown(format!("channel {name}: unknown kling status {status:?}"))
+        }
+    }
+}
+
+#[async_trait]
+impl Vendor for Kling {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        let name = self.remote.name();
+        let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
+        let images = match self.images(job, references).await {
+            Ok(images) => images,
+            Err(e) => return fatal(e),
+        };
+        let callback = self.callback_url(&job.task_id);
+        let (endpoint, body) = match to_vendor(job, images, references, callback) {
+            Ok(v) => v,
+            Err(e) => return fatal(e),
+        };
+        let body = match serde_json::to_vec(&body) {
+            Ok(b) => b,
+            Err(e) => return fatal(e.to_string()),
+        };
+        let req = match self.request(Method::POST, &format!("/v1/videos/{}", endpoint.as_str())) {
+            Ok(req) => req
+                .header("content-type", "application/json")
+                .body(Bytes::from(body)),
+            Err(e) => return fatal(e),
+        };
+        let (status, headers, answer) = match self.remote.exchange(req).await {
+            Ok(v) => v,
+            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        };
+        if submit_refused(&answer) {
+            tracing::warn!(
+                channel = name,
+                answer = snippet(&answer),
+                "kling refused a submission's content"
+            );
+            return SubmitOutcome::Refused {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the request".into(),
+            };
+        }
+        match submit_outcome(name, endpoint, status, &answer) {
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                reason,
+            } => SubmitOutcome::RateLimited {
+                retry_after: retry_after(&headers),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let name = self.remote.name();
+        let Some((endpoint, id)) = split_upstream_id(upstream_id) else {
+            return PollOutcome::Failed {
+                code: "upstream_error".into(),
+                message: "the upstream task id is not one this channel made".into(),
+            };
+        };
+        let path = format!("/v1/videos/{}/{}", endpoint.as_str(), path_part(id));
+        let req = match self.request(Method::GET, &path) {
+            Ok(req) => req.body(Bytes::new()),
+            Err(e) => return PollOutcome::Transient(format!("channel {name}: {e}")),
+        };
+        match self.remote.exchange(req).await {
+            Err(e) => PollOutcome::Transient(format!("channel {name}: {e}")),
+            Ok((status, _, body)) => match poll_answer(name, status, &body) {
+                Ok(state) => outcome(name, state),
+                Err(e) => e.outcome(),
+            },
+        }
+    }
+
+    /// `GET /account/costs` over the last day: free, generates nothing, needs a good token.
+    async fn check(&self) -> ChannelCheck {
+        let end = now_secs() * 1000;
+        let path = format!(
+            "/account/costs?start_time={}&end_time={end}",
+            end.saturating_sub(86_400_000)
+        );
+        let req = match self.request(Method::GET, &path) {
+            Ok(req) => req.body(Bytes::new()),
+            Err(e) => {
+                return ChannelCheck {
+                    verdict: CheckVerdict::KeyRefused,
+                    detail: e,
+                };
+            }
+        };
+        match self.remote.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => check_answer(status, &body),
+        }
+    }
+}
+
+/// A channel test's answer: code 0 is a good key; 1000-1004 a refused one; 1100-1102 and the
+/// rate limits an account out of funds or rate.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
+    let answer = serde_json::from_slice::<KlingAnswer<serde_json::Value>>(body);
+    let (verdict, detail) = match answer {
+        Ok(a) if a.code == 0 && status.is_success() => {
+            (CheckVerdict::Ok, "reachable, key accepted".to_owned())
+        }
+        Ok(a) => {
+            let verdict = match classify(a.code, status) {
+                ErrorClass::Channel | ErrorClass::Token => CheckVerdict::KeyRefused,
+                ErrorClass::Balance | ErrorClass::RateLimit => CheckVerdict::Quota,
+                _ => CheckVerdict::Error,
+            };
+            (
+                verdict,
+                format!("kling answered {status} code {}: {}", a.code, a.message),
+            )
+        }
+        Err(_) => (
+            CheckVerdict::Error,
+            format!("unexpected answer: {status}: {}", snippet(body)),
+        ),
+    };
+    ChannelCheck { verdict, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn job() -> VideoJob {
+        VideoJob {
+            task_id: "video_1".into(),
+            model: "kling-v2-6".into(),
+            prompt: "A cute little rabbit wearing glasses".into(),
+            width: 1280,
+            height: 720,
+            ratio: "1:1".into(),
+            resolution: Some("1080p".into()),
+            duration_secs: 5,
+            first_frame: None,
+            last_frame: None,
+            first_frame_url: None,
+            last_frame_url: None,
+            audio_url: None,
+            reference_video: None,
+            reference_video_audio: false,
+            return_last_frame: false,
+            seed: None,
+            sim: Default::default(),
+        }
+    }
+
+    fn body(request: &KlingRequest) -> Value {
+        serde_json::to_value(request).unwrap()
+    }
+
+    #[test]
+    fn text_to_video_is_the_documented_body() {
+        let (endpoint, request) = to_vendor(&job(), Images::default(), &[], None).unwrap();
+        assert_eq!(endpoint, Endpoint::Text2Video);
+        assert_eq!(
+            body(&request),
+            json!({"model_name": "kling-v2-6", "prompt": "A cute little rabbit wearing glasses",
+                   "duration": "5", "mode": "pro", "aspect_ratio": "1:1",
+                   "external_task_id": "video_1"})
+        );
+        // The duration is a string, whatever the length.
+        let mut ten = job();
+        ten.duration_secs = 10;
+        ten.resolution = Some("720p".into());
+        ten.ratio = "adaptive".into();
+        let (_, request) =
+            to_vendor(&ten, Images::default(), &[], Some("https://r/cb".into())).unwrap();
+        let sent = body(&request);
+        assert_eq!(sent["duration"], "10");
+        assert_eq!(sent["mode"], "std");
+        assert!(sent.get("aspect_ratio").is_none(), "{sent}");
+        assert_eq!(sent["callback_url"], "https://r/cb");
+    }
+
+    #[test]
+    fn frames_go_to_image_to_video_without_a_ratio() {
+        let images = Images {
+            first_frame: Some(super::super::media::raw_base64(
+                b"\x89PNG first",
+                "image/png",
+            )),
+            last_frame: Some("https://relay.example/files/last.png?sig=1".into()),
+            references: vec![],
+        };
+        let (endpoint, request) = to_vendor(&job(), images, &[], None).unwrap();
+        assert_eq!(endpoint, Endpoint::Image2Video);
+        let sent = body(&request);
+        // Raw base64, never a data: URI.
+        assert_eq!(sent["image"], "iVBORyBmaXJzdA==");
+        assert_eq!(
+            sent["image_tail"],
+            "https://relay.example/files/last.png?sig=1"
+        );
+        assert!(sent.get("aspect_ratio").is_none(), "{sent}");
+        let only_last = Images {
+            last_frame: Some("x".into()),
+            ..Images::default()
+        };
+        assert!(to_vendor(&job(), only_last, &[], None).is_err());
+    }
+
+    #[test]
+    fn reference_images_go_as_an_image_list() {
+        let images = Images {
+            references: vec!["aGVsbG8=".into(), "https://relay.example/b.png".into()],
+            ..Images::default()
+        };
+        let mut multi = job();
+        multi.model = "kling-v1-6".into();
+        multi.ratio = "16:9".into();
+        let (endpoint, request) = to_vendor(&multi, images, &[], None).unwrap();
+        assert_eq!(endpoint, Endpoint::MultiImage2Video);
+        let sent = body(&request);
+        assert_eq!(
+            sent["image_list"],
+            json!([{"image": "aGVsbG8="}, {"image": "https://relay.example/b.png"}])
+        );
+        assert_eq!(sent["aspect_ratio"], "16:9");
+        let five = Images {
+            references: vec!["a".into(); 5],
+            ..Images::default()
+        };
+        let err = to_vendor(&multi, five, &[], None).unwrap_err();
+        assert!(err.contains("at most 4"), "{err}");
+        // Video and audio references have no field at Kling: refused, not dropped.
+        let video = StoredReference {
+            role: ReferenceRole::Video,
+            blob: "b".into(),
+            url: None,
+        };
+        let err = to_vendor(&multi, Images::default(), &[video], None).unwrap_err();
+        assert!(err.contains("video"), "{err}");
+    }
+
+    #[test]
+    fn the_token_carries_the_documented_claims_and_verifies() {
+        let t = token("ak-1", "sk-1", 1_700_000_000).unwrap();
+        let header = jsonwebtoken::decode_header(&t).unwrap();
+        assert_eq!(header.alg, jsonwebtoken::Algorithm::HS256);
+        assert_eq!(header.typ.as_deref(), Some("JWT"));
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        validation.validate_exp = false;
+        validation.required_spec_claims.clear();
+        let claims = jsonwebtoken::decode::<Claims>(
+            &t,
+            &jsonwebtoken::DecodingKey::from_secret(b"sk-1"),
+            &validation,
+        )
+        .unwrap()
+        .claims;
+        assert_eq!(
+            claims,
+            Claims {
+                iss: "ak-1".into(),
+                exp: 1_700_001_800,
+                nbf: 1_699_999_995
+            }
+        );
+        // Another secret does not verify it.
+        assert!(
+            jsonwebtoken::decode::<Claims>(
+                &t,
+                &jsonwebtoken::DecodingKey::from_secret(b"sk-2"),
+                &validation
+            )
+            .is_err()
+        );
+    }
+
+    /// The documented submit answer.
+    const SUBMITTED: &str = r#"{"code":0,"message":"SUCCEED","request_id":"9984d27b-a408-4073-ae28-17ca6a13622d",
+        "data":{"task_id":"786329374510137429","task_info":{"external_task_id":""},
+        "task_status":"submitted","created_at":1722769557708,"updated_at":1722769557708}}"#;
+
+    #[test]
+    fn submit_answers_classify_by_code() {
+        let ok = submit_outcome(
+            "k",
+            Endpoint::Image2Video,
+            StatusCode::OK,
+            SUBMITTED.as_bytes(),
+        );
+        assert_eq!(
+            ok,
+            SubmitOutcome::Accepted {
+                upstream_id: "image2video/786329374510137429".into()
+            }
+        );
+        assert_eq!(
+            split_upstream_id("image2video/786329374510137429"),
+            Some((Endpoint::Image2Video, "786329374510137429"))
+        );
+        assert_eq!(split_upstream_id("video/1"), None);
+        assert_eq!(split_upstream_id("text2video/"), None);
+        let err = |status: u16, code: i64| {
+            let body = json!({"code": code, "message": "m", "request_id": "r"}).to_string();
+            submit_outcome(
+                "k",
+                Endpoint::Text2Video,
+                StatusCode::from_u16(status).unwrap(),
+                body.as_bytes(),
+            )
+        };
+        // Keys refused, IP not allowed, model not open to the account: another channel may.
+        for (status, code) in [
+            (401, 1000),
+            (401, 1002),
+            (403, 1103),
+            (429, 1304),
+            (500, 5000),
+        ] {
+            assert!(
+                matches!(err(status, code), SubmitOutcome::Retry(_)),
+                "{code}"
+            );
+        }
+        // Rate and concurrency limits rest the channel; a spent balance rests it longer.
+        for code in [1302, 1303] {
+            assert!(matches!(
+                err(429, code),
+                SubmitOutcome::RateLimited {
+                    retry_after: None,
+                    ..
+                }
+            ));
+        }
+        assert!(matches!(
+            err(429, 1102),
+            SubmitOutcome::RateLimited {
+                retry_after: Some(BALANCE_REST),
+                ..
+            }
+        ));
+        // The request itself, or its content: no channel would take it.
+        for code in [1201, 1301] {
+            assert!(matches!(err(400, code), SubmitOutcome::Fatal(_)), "{code}");
+        }
+        let refused = json!({"code": 1301, "message": "Trigger the content security policy of the platform", "request_id": "r"});
+        assert!(submit_refused(refused.to_string().as_bytes()));
+        assert!(!submit_refused(br#"{"code":1201,"message":"m"}"#));
+        // No JSON at all: by HTTP status.
+        assert!(matches!(
+            submit_outcome(
+                "k",
+                Endpoint::Text2Video,
+                StatusCode::BAD_GATEWAY,
+                b"<html>"
+            ),
+            SubmitOutcome::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn documented_poll_answers_map_to_states() {
+        let poll = |json: &str| poll_answer("k", StatusCode::OK, json.as_bytes());
+        let processing = r#"{"code":0,"message":"SUCCEED","request_id":"x","data":{"task_id":"786329374510137429",
+            "task_status":"processing","task_status_msg":"","task_info":{"external_task_id":""},
+            "created_at":1722769557708,"updated_at":1722769560123}}"#;
+        assert_eq!(poll(processing), Ok(TaskState::Running { progress: 50 }));
+        let submitted = processing.replace("\"processing\"", "\"submitted\"");
+        assert_eq!(poll(&submitted), Ok(TaskState::Running { progress: 0 }));
+        let succeed = r#"{"code":0,"message":"SUCCEED","request_id":"x","data":{"task_id":"786329374510137429",
+            "task_status":"succeed","task_status_msg":"","task_info":{"external_task_id":""},
+            "task_result":{"videos":[{"id":"b6c8","url":"https://v1-kling.klingai.com/kcdn/video.mp4",
+            "watermark_url":"","duration":"5.1"}]},"watermark_info":{"enabled":false},
+            "final_unit_deduction":"1","created_at":1722769557708,"updated_at":1722769642311}}"#;
+        assert_eq!(
+            poll(succeed),
+            Ok(TaskState::Succeeded {
+                url: "https://v1-kling.klingai.com/kcdn/video.mp4".into(),
+                duration_secs: Some(5.1)
+            })
+        );
+        let failed = r#"{"code":0,"message":"SUCCEED","request_id":"x","data":{"task_id":"786329374510137429",
+            "task_status":"failed","task_status_msg":"Failure to pass the risk control system",
+            "task_info":{"external_task_id":""},"created_at":1,"updated_at":2}}"#;
+        assert!(matches!(
+            poll(failed),
+            Ok(TaskState::Failed { refused: true, .. })
+        ));
+        let plain = failed.replace("Failure to pass the risk control system", "internal error");
+        assert!(matches!(
+            poll(&plain),
+            Ok(TaskState::Failed { refused: false, .. })
+        ));
+        let odd = processing.replace("\"processing\"", "\"paused\"");
+        assert_eq!(poll(&odd), Ok(TaskState::Unknown("paused".into())));
+        // An unreadable duration is no duration, never zero.
+        let no_len = succeed.replace("\"5.1\"", "\"soon\"");
+        assert!(matches!(
+            poll(&no_len),
+            Ok(TaskState::Succeeded {
+                duration_secs: None,
+                ..
+            })
+        ));
+        // Errors: a lost task fails, anything else is tried again.
+        let lost =
+            br#"{"code":1203,"message":"The requested resource does not exist","request_id":"r"}"#;
+        assert!(matches!(
+            poll_answer("k", StatusCode::NOT_FOUND, lost),
+            Err(PollError::Lost)
+        ));
+        let busy = br#"{"code":5001,"message":"maintenance","request_id":"r"}"#;
+        assert!(matches!(
+            poll_answer("k", StatusCode::SERVICE_UNAVAILABLE, busy),
+            Err(PollError::Transient(_))
+        ));
+        assert!(matches!(
+            poll_answer("k", StatusCode::OK, b"{}"),
+            Err(PollError::Unreadable(_))
+        ));
+    }
+
+    #[test]
+    fn outcomes_refund_refusals_and_bill_the_reported_length() {
+        let done = outcome(
+            "k",
+            TaskState::Succeeded {
+                url: "https://cdn/v.mp4".into(),
+                duration_secs: Some(5.1),
+            },
+        );
+        let PollOutcome::Succeeded(files) = done else {
+            panic!("{done:?}")
+        };
+        assert_eq!(files.video, ResultSource::Url("https://cdn/v.mp4".into()));
+        assert_eq!(
+            files.usage,
+            VendorUsage::Made {
+                seconds: Some(5.1),
+                resolution: None
+            }
+        );
+        let unread = outcome(
+            "k",
+            TaskState::Succeeded {
+                url: "https://cdn/v.mp4".into(),
+                duration_secs: None,
+            },
+        );
+        assert!(matches!(
+            unread,
+            PollOutcome::Succeeded(ResultFiles {
+                usage: VendorUsage::Unreadable(_),
+                ..
+            })
+        ));
+        let refused = outcome(
+            "k",
+            TaskState::Failed {
+                refused: true,
+                message: "risk control".into(),
+            },
+        );
+        assert!(matches!(refused, PollOutcome::Failed { code, .. } if code == REFUSED_CODE));
+        let failed = outcome(
+            "k",
+            TaskState::Failed {
+                refused: false,
+                message: "x".into(),
+            },
+        );
+        assert!(matches!(failed, PollOutcome::Failed { code, .. } if code == "upstream_error"));
+    }
+
+    #[test]
+    fn a_channel_test_reads_the_accounts_answer() {
+        let check = |status: u16, body: &str| {
+            check_answer(StatusCode::from_u16(status).unwrap(), body.as_bytes()).verdict
+        };
+        assert_eq!(
+            check(
+                200,
+                r#"{"code":0,"message":"string","request_id":"string","data":{"code":0,"msg":"string","resource_pack_subscribe_infos":[]}}"#
+            ),
+            CheckVerdict::Ok
+        );
+        assert_eq!(
+            check(401, r#"{"code":1002,"message":"Authorization is invalid"}"#),
+            CheckVerdict::KeyRefused
+        );
+        assert_eq!(
+            check(429, r#"{"code":1102,"message":"Resource pack depleted"}"#),
+            CheckVerdict::Quota
+        );
+        assert_eq!(check(502, "<html>"), CheckVerdict::Error);
+    }
+
+    #[test]
+    fn the_catalog_names_each_documented_model_once() {
+        let models = catalog();
+        let names: std::collections::BTreeSet<&str> = models.iter().map(|(m, _)| *m).collect();
+        assert_eq!(names.len(), models.len());
+        let v3 = &models.iter().find(|(m, _)| *m == "kling-v3").unwrap().1;
+        assert_eq!(v3.durations, (3..=15).collect::<Vec<u32>>());
+        let multi = &models.iter().find(|(m, _)| *m == "kling-v1-6").unwrap().1;
+        assert_eq!(multi.reference_images, 4);
+    }
+}

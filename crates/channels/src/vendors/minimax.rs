@@ -1,0 +1,963 @@
+//! `minimax`: MiniMax Hailuo's video API (docs/channels.md: MiniMax). A task is
+//! `POST /v1/video_generation`, polled at `GET /v1/query/video_generation?task_id=`; a finished
+//! task names a `file_id`, resolved at `GET /v1/files/retrieve?file_id=` into a `download_url`
+//! that lasts about an hour, so the engine fetches it at once. Every call carries
+//! `Authorization: Bearer <key>`.
+//!
+//! Frames go as `first_frame_image` and `last_frame_image`, a reference image (S2V-01) as a
+//! `subject_reference` of type `character`: a URL, or a `data:` URI when inline. Errors may come
+//! as HTTP 200: `base_resp.status_code` decides (1002 rate limit, 1004 and 2049 key refused,
+//! 1008 balance spent, 1026 and 1027 content refused, 2013 bad parameter). MiniMax reports no
+//! usage: a task is billed on the duration it was asked for.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::vendors::ark::callback_token;
+use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::{CallbackSettings, Need, Registration, Vendor, VendorSettings, media};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `minimax` kind: an API key; it takes a `callback_secret`.
+pub const REGISTRATION: Registration = Registration {
+    kind: "minimax",
+    default_base_url: DEFAULT_BASE_URL,
+    needs: &[Need::ApiKey],
+    callbacks: true,
+    models: catalog,
+    build: |s| Ok(Box::new(Minimax::new(s))),
+};
+
+/// The Hailuo models of the v1 API and what each makes. Tiers are MiniMax's own (`512p`,
+/// `720p`, `768p`, `1080p`); 10 s only below 1080p. Image-only models (2.3-Fast, the I2V-01
+/// series) are listed with the rest: a text-only request to them is refused by MiniMax.
+pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
+    let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let model = |durations: Vec<u32>, resolutions: &[&str], by: &[(&str, Vec<u32>)]| ModelCaps {
+        durations,
+        resolutions: tiers(resolutions),
+        // The video follows the tier's size (text) or the image.
+        ratios: Vec::new(),
+        durations_by_resolution: by
+            .iter()
+            .map(|(t, d)| ((*t).to_owned(), d.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        first_frame: true,
+        last_frame: false,
+        reference_images: 0,
+        reference_image_durations: Vec::new(),
+        reference_videos: 0,
+        reference_audios: 0,
+        audio: false,
+    };
+    let hailuo = |tiers: &[&str]| model(vec![6, 10], tiers, &[("1080p", vec![6])]);
+    let six = || model(vec![6], &["720p"], &[]);
+    let mut two = hailuo(&["512p", "768p", "1080p"]);
+    two.last_frame = true;
+    let mut subject = six();
+    subject.first_frame = false;
+    subject.reference_images = 1;
+    let mut text = six();
+    text.first_frame = false;
+    vec![
+        ("MiniMax-Hailuo-2.3", hailuo(&["768p", "1080p"])),
+        ("MiniMax-Hailuo-2.3-Fast", hailuo(&["768p", "1080p"])),
+        ("MiniMax-Hailuo-02", two),
+        ("T2V-01-Director", text.clone()),
+        ("T2V-01", text),
+        ("I2V-01-Director", six()),
+        ("I2V-01-live", six()),
+        ("I2V-01", six()),
+        ("S2V-01", subject),
+    ]
+}
+
+/// MiniMax's international endpoint.
+pub const DEFAULT_BASE_URL: &str = "https://api.minimax.io";
+
+/// The error code a content refusal ends a task with.
+pub const REFUSED_CODE: &str = "moderation_blocked";
+
+/// How long a channel whose balance is spent rests before it is tried again.
+const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A subject reference (S2V-01): one character, one image.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SubjectReference {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub image: Vec<String>,
+}
+
+/// The body of `POST /v1/video_generation`, as MiniMax names its fields.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MinimaxRequest {
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Seconds, an integer: 6 or 10.
+    pub duration: u32,
+    /// Upper case: "512P", "720P", "768P", "1080P".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_frame_image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_frame_image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_reference: Option<Vec<SubjectReference>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+}
+
+/// The images of a job, each already a URL or a `data:` URI.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Images {
+    pub first_frame: Option<String>,
+    pub last_frame: Option<String>,
+    pub references: Vec<String>,
+}
+
+/// The body for `job`, its images already encoded. Refuses what MiniMax has no field for
+/// (video or audio references, more than one reference image) rather than dropping it.
+pub fn to_vendor(
+    job: &VideoJob,
+    images: Images,
+    references: &[StoredReference],
+    callback_url: Option<String>,
+) -> Result<MinimaxRequest, String> {
+    if let Some(r) = references.iter().find(|r| r.role != ReferenceRole::Image) {
+        return Err(format!(
+            "minimax takes no {} references",
+            r.role.as_str().trim_start_matches("reference_")
+        ));
+    }
+    if job.reference_video.is_some() {
+        return Err("minimax takes no reference video".into());
+    }
+    if job.audio_url.is_some() {
+        return Err("minimax takes no reference audio".into());
+    }
+    if images.references.len() > 1 {
+        return Err(format!(
+            "minimax takes one reference image, not {}",
+            images.references.len()
+        ));
+    }
+    if images.last_frame.is_some() && images.first_frame.is_none() {
+        return Err("minimax needs a first frame with a last frame".into());
+    }
+    let subject_reference = (!images.references.is_empty()).then(|| {
+        vec![SubjectReference {
+            kind: "character".into(),
+            image: images.references,
+        }]
+    });
+    Ok(MinimaxRequest {
+        model: job.model.clone(),
+        prompt: Some(job.prompt.clone()).filter(|p| !p.is_empty()),
+        duration: job.duration_secs,
+        resolution: job.resolution.as_deref().map(str::to_ascii_uppercase),
+        first_frame_image: images.first_frame,
+        last_frame_image: images.last_frame,
+        subject_reference,
+        callback_url,
+    })
+}
+
+/// `base_resp`, in every answer.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct BaseResp {
+    #[serde(default)]
+    pub status_code: i64,
+    #[serde(default)]
+    pub status_msg: String,
+}
+
+/// The answer to a submission.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Submitted {
+    #[serde(default)]
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub base_resp: Option<BaseResp>,
+}
+
+/// The answer to a query, and the body of a status callback.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Queried {
+    #[serde(default)]
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub status: String,
+    /// A string here (an integer in `files/retrieve`).
+    #[serde(default)]
+    pub file_id: Option<String>,
+    #[serde(default)]
+    pub video_width: Option<u32>,
+    #[serde(default)]
+    pub video_height: Option<u32>,
+    #[serde(default)]
+    pub base_resp: Option<BaseResp>,
+}
+
+/// The answer to `files/retrieve`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Retrieved {
+    #[serde(default)]
+    pub file: Option<FileObject>,
+    #[serde(default)]
+    pub base_resp: Option<BaseResp>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FileObject {
+    #[serde(default)]
+    pub download_url: Option<String>,
+    #[serde(default)]
+    pub bytes: Option<u64>,
+}
+
+/// What a `base_resp.status_code` means for the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The key was refused, or the plan does not cover this (1004, 2049, 2061): another
+    /// channel may; this one needs its operator.
+    Channel,
+    /// The balance or the plan's quota is spent (1008, 1028, 1030, 2056): rest the channel.
+    Balance,
+    /// Too many requests or connections (1002, 1039, 1041, 2045): rest the channel briefly.
+    RateLimit,
+    /// The request itself is wrong (1042, 2013): no channel will take it.
+    Request,
+    /// Input or output refused as sensitive (1026, 1027).
+    Refused,
+    /// The vendor's own trouble (1000, 1001, 1024, 1033, or a code we do not know).
+    Vendor,
+}
+
+/// The class of a non-zero `status_code`.
+pub fn classify(code: i64) -> ErrorClass {
+    match code {
+        1004 | 2049 | 2061 => ErrorClass::Channel,
+        1008 | 1028 | 1030 | 2056 => ErrorClass::Balance,
+        1002 | 1039 | 1041 | 2045 => ErrorClass::RateLimit,
+        1042 | 2013 => ErrorClass::Request,
+        1026 | 1027 => ErrorClass::Refused,
+        _ => ErrorClass::Vendor,
+    }
+}
+
+/// The class of an HTTP status that is not a success and carries no `base_resp`.
+fn classify_status(status: StatusCode) -> ErrorClass {
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorClass::Channel,
+        StatusCode::TOO_MANY_REQUESTS => ErrorClass::RateLimit,
+        s if s.is_client_error() && s != StatusCode::REQUEST_TIMEOUT => ErrorClass::Request,
+        _ => ErrorClass::Vendor,
+    }
+}
+
+fn outcome_of(class: ErrorClass, detail: String) -> SubmitOutcome {
+    match class {
+        ErrorClass::Channel | ErrorClass::Vendor => SubmitOutcome::Retry(detail),
+        ErrorClass::Balance => SubmitOutcome::RateLimited {
+            retry_after: Some(BALANCE_REST),
+            reason: detail,
+        },
+        ErrorClass::RateLimit => SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason: detail,
+        },
+        ErrorClass::Request | ErrorClass::Refused => SubmitOutcome::Fatal(detail),
+    }
+}
+
+/// A submission's answer as the engine's outcome: `base_resp` decides, whatever the HTTP
+/// status; without one, the HTTP status does.
+pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutcome {
+    match serde_json::from_slice::<Submitted>(body) {
+        Ok(Submitted {
+            base_resp: Some(base),
+            ..
+        }) if base.status_code != 0 => outcome_of(
+            classify(base.status_code),
+            format!(
+                "channel {name}: minimax answered {status} status_code {}: {}",
+                base.status_code, base.status_msg
+            ),
+        ),
+        Ok(Submitted {
+            task_id: Some(id),
+            base_resp: Some(_),
+        }) if status.is_success() && valid_id(&id) => SubmitOutcome::Accepted { upstream_id: id },
+        _ => {
+            let detail = format!(
+                "channel {name}: minimax answered {status} without a task: {}",
+                super::common::snippet(body)
+            );
+            if status.is_success() {
+                SubmitOutcome::Fatal(detail)
+            } else {
+                outcome_of(classify_status(status), detail)
+            }
+        }
+    }
+}
+
+/// Whether a submission was refused as sensitive content.
+pub fn submit_refused(body: &[u8]) -> bool {
+    serde_json::from_slice::<Submitted>(body).is_ok_and(|a| {
+        a.base_resp
+            .is_some_and(|b| classify(b.status_code) == ErrorClass::Refused)
+    })
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200
+}
+
+/// A task's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskState {
+    Running {
+        progress: u8,
+    },
+    /// Done: its file is to be resolved into a download URL.
+    Succeeded {
+        file_id: String,
+    },
+    Failed {
+        refused: bool,
+        message: String,
+    },
+    Unknown(String),
+}
+
+/// Why a poll's answer says nothing of its task's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollError {
+    /// The vendor no longer knows the task: it is lost.
+    Lost,
+    /// The call failed (the vendor's trouble, a rate limit, the key refused); the next poll
+    /// may do.
+    Transient(String),
+    /// The answer could not be read.
+    Unreadable(String),
+}
+
+impl PollError {
+    pub fn outcome(self) -> PollOutcome {
+        match self {
+            PollError::Lost => PollOutcome::Failed {
+                code: "upstream_error".into(),
+                message: "the upstream no longer knows the task".into(),
+            },
+            PollError::Transient(reason) => PollOutcome::Transient(reason),
+            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
+        }
+    }
+}
+
+/// A task's state from its `status` (`Preparing`, `Queueing`, `Processing`, `Success`,
+/// `Fail`; callbacks write them in lower case, so case is not looked at).
+pub fn from_vendor(task: &Queried) -> TaskState {
+    let code = task.base_resp.as_ref().map_or(0, |b| b.status_code);
+    match task.status.to_ascii_lowercase().as_str() {
+        "preparing" | "queueing" => TaskState::Running { progress: 0 },
+        "processing" => TaskState::Running { progress: 50 },
+        "success" => match task.file_id.as_deref().filter(|f| !f.is_empty()) {
+            Some(file_id) => TaskState::Succeeded {
+                file_id: file_id.to_owned(),
+            },
+            None => TaskState::Failed {
+                refused: false,
+                message: "succeeded without a file".into(),
+            },
+        },
+        "fail" | "failed" => TaskState::Failed {
+            refused: classify(code) == ErrorClass::Refused,
+            message: task
+                .base_resp
+                .as_ref()
+                .map(|b| format!("{} {}", b.status_code, b.status_msg))
+                .unwrap_or_default(),
+        },
+        other => TaskState::Unknown(other.to_owned()),
+    }
+}
+
+/// A query's answer as the task's state. A non-zero `base_resp` on a task whose `status`
+/// says it failed is the failure's reason; on an answer without a task status it is the
+/// call's own failure (rate limit, key refused), and the next poll may do.
+pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskState, PollError> {
+    let parsed = serde_json::from_slice::<Queried>(body);
+    match parsed {
+        Ok(task) if status.is_success() && !task.status.is_empty() => Ok(from_vendor(&task)),
+        Ok(Queried {
+            base_resp: Some(base),
+            ..
+        }) if base.status_code != 0 => Err(PollError::Transient(format!(
+            "channel {name}: minimax query answered {status} status_code {}: {}",
+            base.status_code, base.status_msg
+        ))),
+        _ if status == StatusCode::NOT_FOUND => Err(PollError::Lost),
+        _ if !status.is_success() => Err(PollError::Transient(format!(
+            "channel {name}: minimax query answered {status}: {}",
+            super::common::snippet(body)
+        ))),
+        _ => Err(PollError::Unreadable(format!(
+            "channel {name}: unreadable minimax query answer: {}",
+            super::common::snippet(body)
+        ))),
+    }
+}
+
+/// A `files/retrieve` answer as the file's download URL.
+pub fn retrieve_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<String, PollError> {
+    match serde_json::from_slice::<Retrieved>(body) {
+        Ok(Retrieved {
+            base_resp: Some(base),
+            ..
+        }) if base.status_code != 0 => Err(PollError::Transient(format!(
+            "channel {name}: minimax files/retrieve answered status_code {}: {}",
+            base.status_code, base.status_msg
+        ))),
+        Ok(Retrieved {
+            file:
+                Some(FileObject {
+                    download_url: Some(url),
+                    ..
+                }),
+            ..
+        }) if status.is_success()
+            && (url.starts_with("https://") || url.starts_with("http://")) =>
+        {
+            Ok(url)
+        }
+        _ if !status.is_success() => Err(PollError::Transient(format!(
+            "channel {name}: minimax files/retrieve answered {status}: {}",
+            super::common::snippet(body)
+        ))),
+        _ => Err(PollError::Unreadable(format!(
+            "channel {name}: minimax files/retrieve without a download_url: {}",
+            super::common::snippet(body)
+        ))),
+    }
+}
+
+/// A `minimax` channel.
+pub struct Minimax {
+    remote: Remote,
+    callback: Option<CallbackSettings>,
+}
+
+impl Minimax {
+    pub fn new(settings: VendorSettings) -> Minimax {
+        Minimax {
+            remote: Remote::new(settings.remote, settings.blobs),
+            callback: settings.callback,
+        }
+    }
+
+    /// The `callback_url` of `task_id`: `<public base>/callbacks/minimax/<channel>?task=..&token=..`,
+    /// when the channel has a callback secret and the relay knows its public address.
+    pub fn callback_url(&self, task_id: &str) -> Option<String> {
+        let callback = self.callback.as_ref()?;
+        let base = callback.public_base.get()?.trim_end_matches('/');
+        let name = self.remote.name();
+        let token = callback_token(&callback.secret, name, task_id);
+        Some(format!(
+            "{base}/callbacks/minimax/{}?task={}&token={token}",
+            path_part(name),
+            path_part(task_id)
+        ))
+    }
+
+    async fn images(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Images, String> {
+        let mut out = Images::default();
+        for (blob, url, slot) in [
+            (&job.first_frame, &job.first_frame_url, &mut out.first_frame),
+            (&job.last_frame, &job.last_frame_url, &mut out.last_frame),
+        ] {
+            if let Some(blob) = blob {
+                *slot = Some(
+                    media::reference(&self.remote, blob, url.as_deref(), media::data_uri).await?,
+                );
+            }
+        }
+        for r in references.iter().filter(|r| r.role == ReferenceRole::Image) {
+            out.references.push(
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::data_uri).await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// GETs `path` of MiniMax's API with the key.
+    async fn get(&self, path: &str) -> Result<(StatusCode, Bytes), String> {
+        let req = self
+            .remote
+            .request(Method::GET, &self.remote.url(path), true)
+            .body(Bytes::new());
+        let name = self.remote.name();
+        self.remote
+            .exchange(req)
+            .await
+            .map(|(status, _, body)| (status, body))
+            .map_err(|e| format!("channel {name}: {e}"))
+    }
+}
+
+/// A task's state as the engine's poll outcome; a finished task's `download_url` is given.
+pub fn outcome(name: &str, state: TaskState, download_url: Option<String>) -> PollOutcome {
+    match state {
+        TaskState::Running { progress } => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        TaskState::Succeeded { .. } => match download_url {
+            Some(url) => PollOutcome::Succeeded(ResultFiles {
+                video: ResultSource::Url(url),
+                thumbnail: None,
+                last_frame: None,
+                spritesheet: None,
+                // The v1 API reports no length: settled on what was asked.
+                usage: VendorUsage::NotReported,
+            }),
+            None => PollOutcome::Transient(format!("channel {name}: no download URL yet")),
+        },
+        TaskState::Failed {
+            refused: true,
+            message,
+        } => {
+            tracing::warn!(channel = name, message, "minimax refused a task's content");
+            PollOutcome::Failed {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the task".into(),
+            }
+        }
+        TaskState::Failed {
+            refused: false,
+            message,
+        } => super::common::upstream_failed(name, "failed", &message),
+        TaskState::Unknown(status) => {
+            PollOutcome::Unknown(format!("channel {name}: unknown minimax status {status:?}"))
+        }
+    }
+}
+
+#[async_trait]
+impl Vendor for Minimax {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        let name = self.remote.name();
+        let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
+        let images = match self.images(job, references).await {
+            Ok(images) => images,
+            Err(e) => return fatal(e),
+        };
+        let callback = self.callback_url(&job.task_id);
+        let body = match to_vendor(job, images, references, callback)
+            .and_then(|b| serde_json::to_vec(&b).map_err(|e| e.to_string()))
+        {
+            Ok(b) => b,
+            Err(e) => return fatal(e),
+        };
+        let req = self
+            .remote
+            .request(Method::POST, &self.remote.url("/v1/video_generation"), true)
+            .header("content-type", "application/json")
+            .body(Bytes::from(body));
+        let (status, headers, answer) = match self.remote.exchange(req).await {
+            Ok(v) => v,
+            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        };
+        if submit_refused(&answer) {
+            tracing::warn!(
+                channel = name,
+                answer = snippet(&answer),
+                "minimax refused a submission's content"
+            );
+            return SubmitOutcome::Refused {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the request".into(),
+            };
+        }
+        match submit_outcome(name, status, &answer) {
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                reason,
+            } => SubmitOutcome::RateLimited {
+                retry_after: retry_after(&headers),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// Queries the task; once it succeeded, resolves its file into the download URL (valid
+    /// for about an hour: the engine fetches it at once).
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let name = self.remote.name();
+        let query = format!(
+            "/v1/query/video_generation?task_id={}",
+            path_part(upstream_id)
+        );
+        let state = match self.get(&query).await {
+            Err(e) => return PollOutcome::Transient(e),
+            Ok((status, body)) => match poll_answer(name, status, &body) {
+                Ok(state) => state,
+                Err(e) => return e.outcome(),
+            },
+        };
+        let TaskState::Succeeded { file_id } = &state else {
+            return outcome(name, state, None);
+        };
+        let retrieve = format!("/v1/files/retrieve?file_id={}", path_part(file_id));
+        match self.get(&retrieve).await {
+            Err(e) => PollOutcome::Transient(e),
+            Ok((status, body)) => match retrieve_answer(name, status, &body) {
+                Ok(url) => outcome(name, state, Some(url)),
+                Err(e) => e.outcome(),
+            },
+        }
+    }
+
+    /// `GET /v1/files/list`: authenticated, generates nothing.
+    async fn check(&self) -> ChannelCheck {
+        let req = self
+            .remote
+            .request(Method::GET, &self.remote.url("/v1/files/list"), true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => check_answer(status, &body),
+        }
+    }
+}
+
+/// A channel test's answer: `base_resp` 0 is a good key; 1004 or 2049 a refused one; a
+/// balance or rate code an account out of funds or rate.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
+    let base = serde_json::from_slice::<Submitted>(body)
+        .ok()
+        .and_then(|a| a.base_resp);
+    let (verdict, detail) = match base {
+        Some(b) if b.status_code == 0 && status.is_success() => {
+            (CheckVerdict::Ok, "reachable, key accepted".to_owned())
+        }
+        Some(b) => {
+            let verdict = match classify(b.status_code) {
+                ErrorClass::Channel => CheckVerdict::KeyRefused,
+                ErrorClass::Balance | ErrorClass::RateLimit => CheckVerdict::Quota,
+                _ => CheckVerdict::Error,
+            };
+            (
+                verdict,
+                format!(
+                    "minimax answered status_code {}: {}",
+                    b.status_code, b.status_msg
+                ),
+            )
+        }
+        None => {
+            let verdict = match status {
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => CheckVerdict::KeyRefused,
+                StatusCode::TOO_MANY_REQUESTS => CheckVerdict::Quota,
+                _ => CheckVerdict::Error,
+            };
+            (
+                verdict,
+                format!("unexpected answer: {status}: {}", snippet(body)),
+            )
+        }
+    };
+    ChannelCheck { verdict, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn job() -> VideoJob {
+        VideoJob {
+            task_id: "video_1".into(),
+            model: "MiniMax-Hailuo-2.3".into(),
+            prompt: "A stylish woman walks down a Tokyo street".into(),
+            width: 1920,
+            height: 1080,
+            ratio: "16:9".into(),
+            resolution: Some("1080p".into()),
+            duration_secs: 6,
+            first_frame: None,
+            last_frame: None,
+            first_frame_url: None,
+            last_frame_url: None,
+            audio_url: None,
+            reference_video: None,
+            reference_video_audio: false,
+            return_last_frame: false,
+            seed: None,
+            sim: Default::default(),
+        }
+    }
+
+    fn body(request: &MinimaxRequest) -> Value {
+        serde_json::to_value(request).unwrap()
+    }
+
+    #[test]
+    fn text_to_video_is_the_documented_body() {
+        let request = to_vendor(
+            &job(),
+            Images::default(),
+            &[],
+            Some("https://relay.example/callbacks/minimax/m?task=video_1&token=t".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            body(&request),
+            json!({"model": "MiniMax-Hailuo-2.3",
+                   "prompt": "A stylish woman walks down a Tokyo street",
+                   "duration": 6, "resolution": "1080P",
+                   "callback_url": "https://relay.example/callbacks/minimax/m?task=video_1&token=t"})
+        );
+    }
+
+    #[test]
+    fn frames_and_a_subject_go_as_data_uris_or_urls() {
+        let images = Images {
+            first_frame: Some(super::super::media::data_uri(
+                b"\xFF\xD8\xFFjpeg",
+                "image/jpeg",
+            )),
+            last_frame: Some("https://example.com/end.jpg".into()),
+            references: vec![],
+        };
+        let mut two = job();
+        two.model = "MiniMax-Hailuo-02".into();
+        two.resolution = Some("768p".into());
+        let sent = body(&to_vendor(&two, images, &[], None).unwrap());
+        assert_eq!(
+            sent["first_frame_image"],
+            "data:image/jpeg;base64,/9j/anBlZw=="
+        );
+        assert_eq!(sent["last_frame_image"], "https://example.com/end.jpg");
+        assert_eq!(sent["resolution"], "768P");
+        assert_eq!(sent["duration"], 6);
+
+        let subject = Images {
+            references: vec!["https://cdn.example/face.jpg".into()],
+            ..Images::default()
+        };
+        let mut s2v = job();
+        s2v.model = "S2V-01".into();
+        s2v.resolution = None;
+        let sent = body(&to_vendor(&s2v, subject, &[], None).unwrap());
+        assert_eq!(
+            sent["subject_reference"],
+            json!([{"type": "character", "image": ["https://cdn.example/face.jpg"]}])
+        );
+        assert!(sent.get("resolution").is_none(), "{sent}");
+        let two_refs = Images {
+            references: vec!["a".into(), "b".into()],
+            ..Images::default()
+        };
+        assert!(to_vendor(&s2v, two_refs, &[], None).is_err());
+        let audio = StoredReference {
+            role: ReferenceRole::Audio,
+            blob: "b".into(),
+            url: None,
+        };
+        let err = to_vendor(&s2v, Images::default(), &[audio], None).unwrap_err();
+        assert!(err.contains("audio"), "{err}");
+    }
+
+    #[test]
+    fn submit_answers_classify_by_base_resp_even_in_a_200() {
+        let ok = br#"{"task_id":"106916112212032","base_resp":{"status_code":0,"status_msg":"success"}}"#;
+        assert_eq!(
+            submit_outcome("m", StatusCode::OK, ok),
+            SubmitOutcome::Accepted {
+                upstream_id: "106916112212032".into()
+            }
+        );
+        let err = |code: i64| {
+            let body =
+                json!({"task_id": "", "base_resp": {"status_code": code, "status_msg": "m"}});
+            submit_outcome("m", StatusCode::OK, body.to_string().as_bytes())
+        };
+        for code in [1004, 2049, 1000, 1024] {
+            assert!(matches!(err(code), SubmitOutcome::Retry(_)), "{code}");
+        }
+        for code in [1002, 1039, 2045] {
+            assert!(
+                matches!(
+                    err(code),
+                    SubmitOutcome::RateLimited {
+                        retry_after: None,
+                        ..
+                    }
+                ),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            err(1008),
+            SubmitOutcome::RateLimited {
+                retry_after: Some(BALANCE_REST),
+                ..
+            }
+        ));
+        for code in [2013, 1026, 1027] {
+            assert!(matches!(err(code), SubmitOutcome::Fatal(_)), "{code}");
+        }
+        assert!(submit_refused(
+            br#"{"task_id":"","base_resp":{"status_code":1026,"status_msg":"input new_sensitive"}}"#
+        ));
+        // An empty task id with a zero code is no acceptance.
+        assert!(matches!(
+            submit_outcome(
+                "m",
+                StatusCode::OK,
+                br#"{"task_id":"","base_resp":{"status_code":0}}"#
+            ),
+            SubmitOutcome::Fatal(_)
+        ));
+        // HTTP statuses without a base_resp.
+        assert!(matches!(
+            submit_outcome("m", StatusCode::TOO_MANY_REQUESTS, b""),
+            SubmitOutcome::RateLimited { .. }
+        ));
+        assert!(matches!(
+            submit_outcome("m", StatusCode::UNAUTHORIZED, b""),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            submit_outcome("m", StatusCode::BAD_GATEWAY, b"<html>"),
+            SubmitOutcome::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn documented_queries_map_to_states() {
+        let poll = |json: &str| poll_answer("m", StatusCode::OK, json.as_bytes());
+        for (status, progress) in [("Preparing", 0), ("Queueing", 0), ("Processing", 50)] {
+            let body = format!(
+                r#"{{"task_id":"106916112212032","status":"{status}","file_id":"","base_resp":{{"status_code":0,"status_msg":"success"}}}}"#
+            );
+            assert_eq!(poll(&body), Ok(TaskState::Running { progress }));
+        }
+        let success = r#"{"task_id":"176843862716480","status":"Success","file_id":"176844028768320",
+            "video_width":1920,"video_height":1080,"base_resp":{"status_code":0,"status_msg":"success"}}"#;
+        assert_eq!(
+            poll(success),
+            Ok(TaskState::Succeeded {
+                file_id: "176844028768320".into()
+            })
+        );
+        // A callback's lower case.
+        let lower = success.replace("\"Success\"", "\"success\"");
+        assert!(matches!(poll(&lower), Ok(TaskState::Succeeded { .. })));
+        let refused = r#"{"task_id":"1","status":"Fail","file_id":"","base_resp":{"status_code":1027,"status_msg":"output new_sensitive"}}"#;
+        assert!(matches!(
+            poll(refused),
+            Ok(TaskState::Failed { refused: true, .. })
+        ));
+        let failed = r#"{"task_id":"1","status":"Fail","file_id":"","base_resp":{"status_code":0,"status_msg":"success"}}"#;
+        assert!(matches!(
+            poll(failed),
+            Ok(TaskState::Failed { refused: false, .. })
+        ));
+        let odd = success.replace("\"Success\"", "\"Paused\"");
+        assert_eq!(poll(&odd), Ok(TaskState::Unknown("paused".into())));
+        // A rate limit on the query itself, in a 200: the task is as it was.
+        let limited = r#"{"base_resp":{"status_code":1002,"status_msg":"rate limit"}}"#;
+        assert!(matches!(poll(limited), Err(PollError::Transient(_))));
+        assert!(matches!(poll("[]"), Err(PollError::Unreadable(_))));
+    }
+
+    #[test]
+    fn a_retrieved_file_gives_its_download_url() {
+        let file = br#"{"file":{"file_id":176844028768320,"bytes":5896337,"created_at":1700469398,
+            "filename":"output_aigc.mp4","purpose":"video_generation",
+            "download_url":"https://video-product.cdn.minimax.io/inference_output/video/output.mp4"},
+            "base_resp":{"status_code":0,"status_msg":"success"}}"#;
+        assert_eq!(
+            retrieve_answer("m", StatusCode::OK, file),
+            Ok("https://video-product.cdn.minimax.io/inference_output/video/output.mp4".into())
+        );
+        let limited =
+            br#"{"file":null,"base_resp":{"status_code":1002,"status_msg":"rate limit"}}"#;
+        assert!(matches!(
+            retrieve_answer("m", StatusCode::OK, limited),
+            Err(PollError::Transient(_))
+        ));
+        assert!(matches!(
+            retrieve_answer("m", StatusCode::OK, br#"{"base_resp":{"status_code":0}}"#),
+            Err(PollError::Unreadable(_))
+        ));
+    }
+
+    #[test]
+    fn a_finished_task_is_its_download_url_settled_as_asked() {
+        let done = outcome(
+            "m",
+            TaskState::Succeeded {
+                file_id: "1".into(),
+            },
+            Some("https://cdn/v.mp4".into()),
+        );
+        assert_eq!(
+            done,
+            PollOutcome::Succeeded(ResultFiles {
+                video: ResultSource::Url("https://cdn/v.mp4".into()),
+                thumbnail: None,
+                last_frame: None,
+                spritesheet: None,
+                usage: VendorUsage::NotReported,
+            })
+        );
+        let refused = outcome(
+            "m",
+            TaskState::Failed {
+                refused: true,
+                message: "1027".into(),
+            },
+            None,
+        );
+        assert!(matches!(refused, PollOutcome::Failed { code, .. } if code == REFUSED_CODE));
+        let check = |body: &str| check_answer(StatusCode::OK, body.as_bytes()).verdict;
+        assert_eq!(
+            check(r#"{"files":[],"base_resp":{"status_code":0,"status_msg":"success"}}"#),
+            CheckVerdict::Ok
+        );
+        assert_eq!(
+            check(r#"{"base_resp":{"status_code":2049,"status_msg":"invalid api key"}}"#),
+            CheckVerdict::KeyRefused
+        );
+        assert_eq!(
+            check(r#"{"base_resp":{"status_code":1008,"status_msg":"insufficient balance"}}"#),
+            CheckVerdict::Quota
+        );
+        let names: std::collections::BTreeSet<&str> = catalog().iter().map(|(m, _)| *m).collect();
+        assert_eq!(names.len(), 9);
+    }
+}

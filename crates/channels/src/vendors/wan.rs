@@ -1,0 +1,1270 @@
+//! `wan`: Alibaba's Wan models on DashScope (Model Studio) asynchronous tasks (docs/channels.md:
+//! Wan). Text and image to video are `POST /api/v1/services/aigc/video-generation/video-synthesis`,
+//! first-and-last-frame models (`*-kf2v-*`) `POST /api/v1/services/aigc/image2video/video-synthesis`,
+//! each with `Authorization: Bearer <key>` and `X-DashScope-Async: enable`; every task is polled
+//! at `GET /api/v1/tasks/{task_id}` and cancelled (while pending) at `POST .../cancel`.
+//!
+//! Up to wan2.6 the body is `{model, input: {prompt, negative_prompt, img_url | first_frame_url,
+//! last_frame_url, audio_url}, parameters: {size "1280*720" | resolution "720P", duration,
+//! seed}}`; wan2.7 and later name their media in `input.media[]` and take `resolution` with
+//! `ratio`. Images go as URLs or `data:` URIs. A finished task's `output.video_url` lasts a
+//! day; its `usage` says the seconds billed (`duration`, `output_video_duration`, or
+//! `video_duration` on wan2.1) and the tier (`SR`). Errors are `{code, message}` by name:
+//! `Throttling*` rests the channel, `Arrearage` (a spent balance) too, `InvalidApiKey` and
+//! `AccessDenied*` fail over, `DataInspectionFailed` is a content refusal, `InvalidParameter`
+//! the request's own fault.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::{Need, Registration, Vendor, VendorSettings, media};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
+};
+
+/// The `wan` kind: an API key of the endpoint's region.
+pub const REGISTRATION: Registration = Registration {
+    kind: "wan",
+    default_base_url: DEFAULT_BASE_URL,
+    needs: &[Need::ApiKey],
+    callbacks: false,
+    models: catalog,
+    build: |s| Ok(Box::new(Wan::new(s))),
+};
+
+/// The Wan models DashScope documents (Singapore names; Beijing spells wan2.1 `wanx2.1`) and
+/// what each makes. Image-only models are listed with the rest: a text-only request to them
+/// is refused by DashScope.
+pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
+    let list = |v: &[&str]| v.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let model = |durations: Vec<u32>, tiers: &[&str], ratios: &[&str]| ModelCaps {
+        durations,
+        resolutions: list(tiers),
+        ratios: list(ratios),
+        durations_by_resolution: BTreeMap::new(),
+        first_frame: true,
+        last_frame: false,
+        reference_images: 0,
+        reference_image_durations: Vec::new(),
+        reference_videos: 0,
+        reference_audios: 0,
+        audio: false,
+    };
+    let three = ["16:9", "9:16", "1:1"];
+    let five = ["16:9", "9:16", "1:1", "4:3", "3:4"];
+    let sound = |mut m: ModelCaps| {
+        m.audio = true;
+        m.reference_audios = 1;
+        m
+    };
+    let text = |mut m: ModelCaps| {
+        m.first_frame = false;
+        m
+    };
+    let last = |mut m: ModelCaps| {
+        m.last_frame = true;
+        m
+    };
+    vec![
+        (
+            "wan2.7-t2v",
+            sound(text(model((2..=15).collect(), &["720p", "1080p"], &five))),
+        ),
+        (
+            "wan2.7-i2v",
+            last(sound(model((2..=15).collect(), &["720p", "1080p"], &[]))),
+        ),
+        (
+            "wan2.6-t2v",
+            sound(text(model(vec![5, 10, 15], &["720p", "1080p"], &five))),
+        ),
+        (
+            "wan2.6-i2v",
+            sound(model(vec![5, 10, 15], &["720p", "1080p"], &[])),
+        ),
+        (
+            "wan2.5-t2v-preview",
+            sound(text(model(vec![5, 10], &["480p", "720p", "1080p"], &three))),
+        ),
+        (
+            "wan2.5-i2v-preview",
+            sound(model(vec![5, 10], &["480p", "720p", "1080p"], &[])),
+        ),
+        (
+            "wan2.2-t2v-plus",
+            text(model(vec![5], &["480p", "1080p"], &three)),
+        ),
+        ("wan2.2-i2v-plus", model(vec![5], &["480p", "1080p"], &[])),
+        ("wan2.2-i2v-flash", model(vec![5], &["480p", "720p"], &[])),
+        (
+            "wan2.2-kf2v-flash",
+            last(model(vec![5], &["480p", "720p", "1080p"], &[])),
+        ),
+        (
+            "wan2.1-t2v-turbo",
+            text(model(vec![5], &["480p", "720p"], &three)),
+        ),
+        ("wan2.1-t2v-plus", text(model(vec![5], &["720p"], &five))),
+        ("wan2.1-i2v-turbo", model(vec![5], &["480p", "720p"], &[])),
+        ("wan2.1-i2v-plus", model(vec![5], &["720p"], &[])),
+        ("wan2.1-kf2v-plus", last(model(vec![5], &["720p"], &[]))),
+    ]
+}
+
+/// DashScope's international (Singapore) endpoint.
+pub const DEFAULT_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";
+
+/// Text and image to video.
+pub const SYNTHESIS_PATH: &str = "/api/v1/services/aigc/video-generation/video-synthesis";
+/// First-and-last-frame models.
+pub const KF2V_PATH: &str = "/api/v1/services/aigc/image2video/video-synthesis";
+
+/// The error code a content refusal ends a task with.
+pub const REFUSED_CODE: &str = "moderation_blocked";
+
+/// How long a channel whose balance is spent rests before it is tried again.
+const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A media item of the newer protocol (wan2.7 and later).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Media {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct WanInput {
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub negative_prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub img_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_frame_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_frame_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audio_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media: Option<Vec<Media>>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct WanParameters {
+    /// Text to video up to wan2.6: `"1280*720"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Image to video, first and last frame, and wan2.7: `"720P"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
+    /// wan2.7 text to video: `"16:9"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<String>,
+    pub duration: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+}
+
+/// The body of a submission, as DashScope names its fields.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct WanRequest {
+    pub model: String,
+    pub input: WanInput,
+    pub parameters: WanParameters,
+}
+
+/// The media of a job, each already a URL or a `data:` URI.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inputs {
+    pub first_frame: Option<String>,
+    pub last_frame: Option<String>,
+    pub references: Vec<(ReferenceRole, String)>,
+}
+
+/// Whether `model` speaks the newer `input.media[]` protocol (wan2.7 and later).
+pub fn is_media_model(model: &str) -> bool {
+    let Some(version) = model.strip_prefix("wan") else {
+        return false;
+    };
+    let major_minor: String = version
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let mut parts = major_minor.split('.');
+    let major = parts
+        .next()
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or(0);
+    let minor = parts
+        .next()
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or(0);
+    (major, minor) >= (2, 7)
+}
+
+/// The `size` of text to video for a tier (`480p`, `720p`, `1080p`) and ratio, from
+/// DashScope's table.
+pub fn size_for(tier: &str, ratio: &str) -> Option<&'static str> {
+    Some(match (tier, ratio) {
+        ("480p", "16:9") => "832*480",
+        ("480p", "9:16") => "480*832",
+        ("480p", "1:1") => "624*624",
+        ("720p", "16:9") => "1280*720",
+        ("720p", "9:16") => "720*1280",
+        ("720p", "1:1") => "960*960",
+        ("720p", "4:3") => "1088*832",
+        ("720p", "3:4") => "832*1088",
+        ("1080p", "16:9") => "1920*1080",
+        ("1080p", "9:16") => "1080*1920",
+        ("1080p", "1:1") => "1440*1440",
+        ("1080p", "4:3") => "1632*1248",
+        ("1080p", "3:4") => "1248*1632",
+        _ => return None,
+    })
+}
+
+/// The tier of a job: its own, else the one its size's short side names.
+fn tier_of(job: &VideoJob) -> String {
+    if let Some(tier) = &job.resolution {
+        return tier.to_ascii_lowercase();
+    }
+    match job.width.min(job.height) {
+        0..=540 => "480p",
+        541..=900 => "720p",
+        _ => "1080p",
+    }
+    .to_owned()
+}
+
+/// The path and body for `job`, its media already encoded. Refuses what the model's protocol
+/// has no field for rather than dropping it.
+pub fn to_vendor(job: &VideoJob, media: Inputs) -> Result<(&'static str, WanRequest), String> {
+    let tier = tier_of(job);
+    let negative_prompt = None;
+    let audio = media
+        .references
+        .iter()
+        .find(|(role, _)| *role == ReferenceRole::Audio)
+        .map(|(_, url)| url.clone())
+        .or_else(|| job.audio_url.clone());
+    let images: Vec<String> = media
+        .references
+        .iter()
+        .filter(|(role, _)| *role == ReferenceRole::Image)
+        .map(|(_, url)| url.clone())
+        .collect();
+    let videos: Vec<String> = media
+        .references
+        .iter()
+        .filter(|(role, _)| *role == ReferenceRole::Video)
+        .map(|(_, url)| url.clone())
+        .chain(job.reference_video.clone())
+        .collect();
+    if media
+        .references
+        .iter()
+        .filter(|(role, _)| *role == ReferenceRole::Audio)
+        .count()
+        + usize::from(job.audio_url.is_some())
+        > 1
+    {
+        return Err("wan takes one audio track".into());
+    }
+    if media.last_frame.is_some() && media.first_frame.is_none() {
+        return Err("wan needs a first frame with a last frame".into());
+    }
+    let parameters =
+        |size: Option<String>, resolution: Option<String>, ratio: Option<String>| WanParameters {
+            size,
+            resolution,
+            ratio,
+            duration: job.duration_secs,
+            seed: job.seed,
+        };
+    if is_media_model(&job.model) {
+        let item = |kind: &str, url: String| Media {
+            kind: kind.into(),
+            url,
+        };
+        let mut items: Vec<Media> = Vec::new();
+        items.extend(media.first_frame.clone().map(|u| item("first_frame", u)));
+        items.extend(media.last_frame.clone().map(|u| item("last_frame", u)));
+        items.extend(images.into_iter().map(|u| item("reference_image", u)));
+        items.extend(videos.into_iter().map(|u| item("reference_video", u)));
+        let has_media = !items.is_empty();
+        if has_media && let Some(url) = audio.clone() {
+            items.push(item("driving_audio", url));
+        }
+        let text_only = !has_media;
+        let request = WanRequest {
+            model: job.model.clone(),
+            input: WanInput {
+                prompt: job.prompt.clone(),
+                negative_prompt,
+                // Text to video takes its audio as `audio_url`.
+                audio_url: audio.filter(|_| text_only),
+                media: (!text_only).then_some(items),
+                ..WanInput::default()
+            },
+            parameters: parameters(
+                None,
+                Some(tier.to_ascii_uppercase()),
+                (text_only || media.first_frame.is_none())
+                    .then(|| job.ratio.clone())
+                    .filter(|r| r != "adaptive"),
+            ),
+        };
+        return Ok((SYNTHESIS_PATH, request));
+    }
+    if !images.is_empty() || !videos.is_empty() {
+        return Err(format!(
+            "{} takes no reference images or videos (wan2.7 and later do)",
+            job.model
+        ));
+    }
+    let kf2v = job.model.contains("kf2v");
+    match (media.first_frame, media.last_frame, kf2v) {
+        (first, last, true) => {
+            let Some(first) = first else {
+                return Err(format!("{} needs a first frame", job.model));
+            };
+            let request = WanRequest {
+                model: job.model.clone(),
+                input: WanInput {
+                    prompt: job.prompt.clone(),
+                    negative_prompt,
+                    first_frame_url: Some(first),
+                    last_frame_url: last,
+                    ..WanInput::default()
+                },
+                parameters: parameters(None, Some(tier.to_ascii_uppercase()), None),
+            };
+            Ok((KF2V_PATH, request))
+        }
+        (Some(_), Some(_), false) => Err(format!(
+            "{} takes no last frame (first-and-last-frame models are *-kf2v-*)",
+            job.model
+        )),
+        (Some(first), None, false) => {
+            let request = WanRequest {
+                model: job.model.clone(),
+                input: WanInput {
+                    prompt: job.prompt.clone(),
+                    negative_prompt,
+                    img_url: Some(first),
+                    audio_url: audio,
+                    ..WanInput::default()
+                },
+                parameters: parameters(None, Some(tier.to_ascii_uppercase()), None),
+            };
+            Ok((SYNTHESIS_PATH, request))
+        }
+        (None, _, false) => {
+            let size = size_for(&tier, &job.ratio)
+                .map(str::to_owned)
+                .or_else(|| {
+                    // A first-format size (no tier asked) the table has as it is.
+                    if job.resolution.is_some() {
+                        return None;
+                    }
+                    let asked = format!("{}*{}", job.width, job.height);
+                    ["480p", "720p", "1080p"]
+                        .iter()
+                        .flat_map(|t| {
+                            ["16:9", "9:16", "1:1", "4:3", "3:4"]
+                                .iter()
+                                .filter_map(move |r| size_for(t, r))
+                        })
+                        .find(|s| *s == asked)
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| format!("wan has no {tier} size for ratio {}", job.ratio))?;
+            let request = WanRequest {
+                model: job.model.clone(),
+                input: WanInput {
+                    prompt: job.prompt.clone(),
+                    negative_prompt,
+                    audio_url: audio,
+                    ..WanInput::default()
+                },
+                parameters: parameters(Some(size), None, None),
+            };
+            Ok((SYNTHESIS_PATH, request))
+        }
+    }
+}
+
+/// An error answer: `{code, message, request_id}` (some gateways wrap it as `{error: {..}}`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct WanError {
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub error: Option<Box<WanError>>,
+}
+
+impl WanError {
+    /// The code and message, from either shape.
+    fn parts(&self) -> (String, String) {
+        let inner = self.error.as_deref();
+        let code = self
+            .code
+            .clone()
+            .or_else(|| inner.and_then(|e| e.code.clone()))
+            .unwrap_or_default();
+        let message = self
+            .message
+            .clone()
+            .or_else(|| inner.and_then(|e| e.message.clone()))
+            .unwrap_or_default();
+        (code, message)
+    }
+}
+
+/// What a DashScope error code means for the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The key was refused, or the account cannot use this model (`InvalidApiKey`,
+    /// `AccessDenied*`, `Model.AccessDenied`, `ModelNotFound`): another channel may.
+    Channel,
+    /// The balance or the quota is spent (`Arrearage`, `Throttling.AllocationQuota`,
+    /// `AllocationQuota.*`): rest the channel.
+    Balance,
+    /// Too many requests (`Throttling`, `Throttling.RateQuota`): rest it briefly.
+    RateLimit,
+    /// The request itself is wrong (`InvalidParameter`, `BadRequest*`, `InvalidURL`).
+    Request,
+    /// Content refused (`DataInspectionFailed`, `IPInfringementSuspect`).
+    Refused,
+    /// The vendor's own trouble (`InternalError*`, or a code we do not know).
+    Vendor,
+}
+
+/// The class of a code, by name; case and `_` are not looked at (`InvalidApiKey` is
+/// `invalid_api_key`).
+pub fn classify(code: &str, message: &str) -> ErrorClass {
+    let norm: String = code
+        .chars()
+        .filter(|c| *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect();
+    let message = message.to_ascii_lowercase();
+    match norm.as_str() {
+        "invalidapikey" | "modelnotfound" | "unsupportedmodel" => ErrorClass::Channel,
+        n if n.starts_with("accessdenied") && n != "accessdenied" => {
+            // `AccessDenied.Unpurchased`, `AllocationQuota.FreeTierOnly` and the like.
+            ErrorClass::Channel
+        }
+        "accessdenied" | "model.accessdenied" => ErrorClass::Channel,
+        "arrearage" | "insufficientquota" | "throttling.allocationquota" => ErrorClass::Balance,
+        n if n.starts_with("allocationquota") => ErrorClass::Balance,
+        n if n.starts_with("throttling") => ErrorClass::RateLimit,
+        "datainspectionfailed" | "ipinfringementsuspect" => ErrorClass::Refused,
+        // DashScope says an unknown model with this code: the channel's model map is wrong.
+        "invalidparameter" if message.contains("model not exist") => ErrorClass::Channel,
+        "invalidparameter" | "invalidurl" | "unsupportedoperation" => ErrorClass::Request,
+        n if n.starts_with("badrequest") || n.starts_with("invalidparameter") => {
+            ErrorClass::Request
+        }
+        _ => ErrorClass::Vendor,
+    }
+}
+
+/// A submission's answer as the engine's outcome.
+pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutcome {
+    if status.is_success()
+        && let Ok(task) = serde_json::from_slice::<WanTask>(body)
+        && let Some(output) = task.output
+        && !output.task_id.is_empty()
+        && output.task_id.len() <= 200
+    {
+        return SubmitOutcome::Accepted {
+            upstream_id: output.task_id,
+        };
+    }
+    let (code, message) = serde_json::from_slice::<WanError>(body)
+        .map(|e| e.parts())
+        .unwrap_or_default();
+    let detail = format!(
+        "channel {name}: dashscope answered {status} {code}: {message} {}",
+        if code.is_empty() {
+            super::common::snippet(body)
+        } else {
+            String::new()
+        }
+    );
+    let class = if code.is_empty() {
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorClass::Channel,
+            StatusCode::TOO_MANY_REQUESTS => ErrorClass::RateLimit,
+            s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.is_success() => {
+                ErrorClass::Vendor
+            }
+            _ => ErrorClass::Request,
+        }
+    } else {
+        classify(&code, &message)
+    };
+    match class {
+        ErrorClass::Channel | ErrorClass::Vendor => SubmitOutcome::Retry(detail),
+        ErrorClass::Balance => SubmitOutcome::RateLimited {
+            retry_after: Some(BALANCE_REST),
+            reason: detail,
+        },
+        ErrorClass::RateLimit => SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason: detail,
+        },
+        ErrorClass::Request | ErrorClass::Refused => SubmitOutcome::Fatal(detail),
+    }
+}
+
+/// Whether a submission was refused for its content.
+pub fn submit_refused(body: &[u8]) -> bool {
+    serde_json::from_slice::<WanError>(body).is_ok_and(|e| {
+        let (code, message) = e.parts();
+        classify(&code, &message) == ErrorClass::Refused
+    })
+}
+
+/// A task as submission and query give it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WanTask {
+    #[serde(default)]
+    pub output: Option<WanOutput>,
+    #[serde(default)]
+    pub usage: Option<WanUsage>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct WanOutput {
+    #[serde(default)]
+    pub task_id: String,
+    #[serde(default)]
+    pub task_status: String,
+    #[serde(default)]
+    pub video_url: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// `usage` of a finished task; names differ by model generation.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct WanUsage {
+    /// Seconds billed (wan2.2 and later).
+    #[serde(default)]
+    pub duration: Option<f64>,
+    #[serde(default)]
+    pub output_video_duration: Option<f64>,
+    /// Seconds (wanx2.1).
+    #[serde(default)]
+    pub video_duration: Option<f64>,
+    /// The tier's short side: 480, 720, 1080.
+    #[serde(default, rename = "SR")]
+    pub sr: Option<u32>,
+}
+
+impl WanUsage {
+    /// The seconds made, from whichever name the model's generation uses.
+    pub fn seconds(&self) -> Option<f64> {
+        self.duration
+            .or(self.output_video_duration)
+            .or(self.video_duration)
+            .filter(|d| d.is_finite() && *d > 0.0)
+    }
+
+    /// The tier made (`720p`), from `SR`.
+    pub fn tier(&self) -> Option<String> {
+        self.sr.map(|sr| format!("{sr}p"))
+    }
+}
+
+/// A task's state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskState {
+    Running {
+        progress: u8,
+    },
+    Succeeded {
+        url: String,
+        seconds: Option<f64>,
+        tier: Option<String>,
+        /// Whether a `usage` came at all (none is logged, and settled as asked).
+        usage_read: bool,
+    },
+    Failed {
+        refused: bool,
+        status: &'static str,
+        message: String,
+    },
+    Unknown(String),
+}
+
+/// A task's state from `output.task_status` (`PENDING`, `RUNNING`, `SUCCEEDED`, `FAILED`,
+/// `CANCELED`, `UNKNOWN`: the id is older than a day or of another region).
+pub fn from_vendor(task: &WanTask) -> TaskState {
+    let Some(output) = &task.output else {
+        return TaskState::Unknown("no output".into());
+    };
+    match output.task_status.as_str() {
+        "PENDING" => TaskState::Running { progress: 0 },
+        "RUNNING" => TaskState::Running { progress: 50 },
+        "SUCCEEDED" => match output
+            .video_url
+            .as_deref()
+            .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+        {
+            Some(url) => {
+                let usage = task.usage.clone().unwrap_or_default();
+                TaskState::Succeeded {
+                    url: url.to_owned(),
+                    seconds: usage.seconds(),
+                    tier: usage.tier(),
+                    usage_read: task.usage.is_some() && usage.seconds().is_some(),
+                }
+            }
+            None => TaskState::Failed {
+                refused: false,
+                status: "failed",
+                message: "succeeded without a video_url".into(),
+            },
+        },
+        "FAILED" => {
+            let code = output.code.clone().unwrap_or_default();
+            let message = output.message.clone().unwrap_or_default();
+            TaskState::Failed {
+                refused: classify(&code, &message) == ErrorClass::Refused,
+                status: "failed",
+                message: format!("{code}: {message}"),
+            }
+        }
+        "CANCELED" => TaskState::Failed {
+            refused: false,
+            status: "cancelled",
+            message: "cancelled".into(),
+        },
+        "UNKNOWN" => TaskState::Failed {
+            refused: false,
+            status: "expired",
+            message: "the task is unknown (older than a day, or of another region)".into(),
+        },
+        other => TaskState::Unknown(other.to_owned()),
+    }
+}
+
+/// Why a poll's answer says nothing of its task's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollError {
+    Transient(String),
+    Unreadable(String),
+}
+
+impl PollError {
+    pub fn outcome(self) -> PollOutcome {
+        match self {
+            PollError::Transient(reason) => PollOutcome::Transient(reason),
+            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
+        }
+    }
+}
+
+/// A query's answer as the task's state.
+pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskState, PollError> {
+    if !status.is_success() {
+        return Err(PollError::Transient(format!(
+            "channel {name}: dashscope query answered {status}: {}",
+            super::common::snippet(body)
+        )));
+    }
+    match serde_json::from_slice::<WanTask>(body) {
+        Ok(task) if task.output.is_some() => Ok(from_vendor(&task)),
+        _ => Err(PollError::Unreadable(format!(
+            "channel {name}: unreadable dashscope query answer: {}",
+            super::common::snippet(body)
+        ))),
+    }
+}
+
+/// A `wan` channel.
+pub struct Wan {
+    remote: Remote,
+}
+
+impl Wan {
+    pub fn new(settings: VendorSettings) -> Wan {
+        Wan {
+            remote: Remote::new(settings.remote, settings.blobs),
+        }
+    }
+
+    async fn inputs(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Inputs, String> {
+        let mut out = Inputs::default();
+        for (blob, url, slot) in [
+            (&job.first_frame, &job.first_frame_url, &mut out.first_frame),
+            (&job.last_frame, &job.last_frame_url, &mut out.last_frame),
+        ] {
+            if let Some(blob) = blob {
+                *slot = Some(
+                    media::reference(&self.remote, blob, url.as_deref(), media::data_uri).await?,
+                );
+            }
+        }
+        for r in references {
+            let sent =
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::data_uri).await?;
+            out.references.push((r.role, sent));
+        }
+        Ok(out)
+    }
+}
+
+/// A task's state as the engine's poll outcome.
+pub fn outcome(name: &str, state: TaskState) -> PollOutcome {
+    match state {
+        TaskState::Running { progress } => PollOutcome::Running {
+            progress,
+            next_poll: None,
+        },
+        TaskState::Succeeded {
+            url,
+            seconds,
+            tier,
+            usage_read,
+        } => PollOutcome::Succeeded(ResultFiles {
+            video: ResultSource::Url(url),
+            thumbnail: None,
+            last_frame: None,
+            spritesheet: None,
+            usage: if usage_read {
+                VendorUsage::Made {
+                    seconds,
+                    resolution: tier,
+                }
+            } else {
+                VendorUsage::Unreadable("dashscope reported no readable usage".into())
+            },
+        }),
+        TaskState::Failed {
+            refused: true,
+            message,
+            ..
+        } => {
+            tracing::warn!(
+                channel = name,
+                message,
+                "dashscope refused a task's content"
+            );
+            PollOutcome::Failed {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the task".into(),
+            }
+        }
+        TaskState::Failed {
+            refused: false,
+            status,
+            message,
+        } => super::common::upstream_failed(name, status, &message),
+        TaskState::Unknown(status) => PollOutcome::Unknown(format!(
+            "channel {name}: unknown dashscope status {status:?}"
+        )),
+    }
+}
+
+#[async_trait]
+impl Vendor for Wan {
+    fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
+        let name = self.remote.name();
+        let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
+        let inputs = match self.inputs(job, references).await {
+            Ok(inputs) => inputs,
+            Err(e) => return fatal(e),
+        };
+        let (path, body) = match to_vendor(job, inputs).and_then(|(path, body)| {
+            serde_json::to_vec(&body)
+                .map(|b| (path, b))
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(v) => v,
+            Err(e) => return fatal(e),
+        };
+        let req = self
+            .remote
+            .request(Method::POST, &self.remote.url(path), true)
+            .header("content-type", "application/json")
+            .header("x-dashscope-async", "enable")
+            .body(Bytes::from(body));
+        let (status, headers, answer) = match self.remote.exchange(req).await {
+            Ok(v) => v,
+            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
+        };
+        if !status.is_success() && submit_refused(&answer) {
+            tracing::warn!(
+                channel = name,
+                answer = snippet(&answer),
+                "dashscope refused a submission's content"
+            );
+            return SubmitOutcome::Refused {
+                code: REFUSED_CODE.into(),
+                message: "the upstream refused the content of the request".into(),
+            };
+        }
+        match submit_outcome(name, status, &answer) {
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                reason,
+            } => SubmitOutcome::RateLimited {
+                retry_after: retry_after(&headers),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
+        let name = self.remote.name();
+        let url = self
+            .remote
+            .url(&format!("/api/v1/tasks/{}", path_part(upstream_id)));
+        let req = self
+            .remote
+            .request(Method::GET, &url, true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Err(e) => PollOutcome::Transient(format!("channel {name}: {e}")),
+            Ok((status, _, body)) => match poll_answer(name, status, &body) {
+                Ok(state) => outcome(name, state),
+                Err(e) => e.outcome(),
+            },
+        }
+    }
+
+    /// `POST /api/v1/tasks/{id}/cancel`: DashScope cancels a task still pending (a running
+    /// one answers `UnsupportedOperation`, logged).
+    async fn cancel(&self, upstream_id: &str) {
+        let url = self
+            .remote
+            .url(&format!("/api/v1/tasks/{}/cancel", path_part(upstream_id)));
+        let req = self
+            .remote
+            .request(Method::POST, &url, true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Ok((status, _, _)) if status.is_success() => {}
+            Ok((status, _, body)) => tracing::info!(
+                channel = self.remote.name(),
+                %status,
+                answer = snippet(&body),
+                "dashscope did not cancel the task"
+            ),
+            Err(e) => tracing::warn!(channel = self.remote.name(), error = %e, "cancel failed"),
+        }
+    }
+
+    /// A query of a task id that never existed: `200 UNKNOWN` with a good key, `401
+    /// InvalidApiKey` with a bad one (or one of another region).
+    async fn check(&self) -> ChannelCheck {
+        let url = self
+            .remote
+            .url("/api/v1/tasks/00000000-0000-0000-0000-000000000000");
+        let req = self
+            .remote
+            .request(Method::GET, &url, true)
+            .body(Bytes::new());
+        match self.remote.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => check_answer(status, &body),
+        }
+    }
+}
+
+/// A channel test's answer.
+pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
+    if status.is_success()
+        && serde_json::from_slice::<WanTask>(body).is_ok_and(|t| t.output.is_some())
+    {
+        return ChannelCheck {
+            verdict: CheckVerdict::Ok,
+            detail: "reachable, key accepted".into(),
+        };
+    }
+    let (code, message) = serde_json::from_slice::<WanError>(body)
+        .map(|e| e.parts())
+        .unwrap_or_default();
+    let verdict = match (classify(&code, &message), status) {
+        (_, StatusCode::UNAUTHORIZED) | (ErrorClass::Channel, _) => CheckVerdict::KeyRefused,
+        (ErrorClass::Balance | ErrorClass::RateLimit, _) | (_, StatusCode::TOO_MANY_REQUESTS) => {
+            CheckVerdict::Quota
+        }
+        _ => CheckVerdict::Error,
+    };
+    ChannelCheck {
+        verdict,
+        detail: format!("dashscope answered {status} {code}: {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn job(model: &str) -> VideoJob {
+        VideoJob {
+            task_id: "video_1".into(),
+            model: model.into(),
+            prompt: "A kitten running in the moonlight".into(),
+            width: 832,
+            height: 480,
+            ratio: "16:9".into(),
+            resolution: Some("480p".into()),
+            duration_secs: 10,
+            first_frame: None,
+            last_frame: None,
+            first_frame_url: None,
+            last_frame_url: None,
+            audio_url: None,
+            reference_video: None,
+            reference_video_audio: false,
+            return_last_frame: false,
+            seed: Some(12345),
+            sim: Default::default(),
+        }
+    }
+
+    fn body(request: &WanRequest) -> Value {
+        serde_json::to_value(request).unwrap()
+    }
+
+    #[test]
+    fn text_to_video_takes_a_size_with_an_asterisk() {
+        let mut j = job("wan2.5-t2v-preview");
+        j.audio_url = Some("https://example.com/a.mp3".into());
+        let (path, request) = to_vendor(&j, Inputs::default()).unwrap();
+        assert_eq!(path, SYNTHESIS_PATH);
+        assert_eq!(
+            body(&request),
+            json!({"model": "wan2.5-t2v-preview",
+                   "input": {"prompt": "A kitten running in the moonlight",
+                             "audio_url": "https://example.com/a.mp3"},
+                   "parameters": {"size": "832*480", "duration": 10, "seed": 12345}})
+        );
+        // A first-format size the table has, without a tier.
+        let mut first = job("wan2.2-t2v-plus");
+        first.resolution = None;
+        first.width = 1920;
+        first.height = 1080;
+        first.duration_secs = 5;
+        let (_, request) = to_vendor(&first, Inputs::default()).unwrap();
+        assert_eq!(request.parameters.size.as_deref(), Some("1920*1080"));
+        let mut odd = job("wan2.2-t2v-plus");
+        odd.ratio = "21:9".into();
+        assert!(to_vendor(&odd, Inputs::default()).is_err());
+    }
+
+    #[test]
+    fn a_first_frame_is_img_url_and_a_tier() {
+        let media = Inputs {
+            first_frame: Some(super::super::media::data_uri(b"\x89PNG cat", "image/png")),
+            ..Inputs::default()
+        };
+        let mut j = job("wan2.5-i2v-preview");
+        j.resolution = Some("720p".into());
+        let (path, request) = to_vendor(&j, media).unwrap();
+        assert_eq!(path, SYNTHESIS_PATH);
+        let sent = body(&request);
+        assert_eq!(
+            sent["input"]["img_url"],
+            "data:image/png;base64,iVBORyBjYXQ="
+        );
+        assert_eq!(sent["parameters"]["resolution"], "720P");
+        assert!(sent["parameters"].get("size").is_none(), "{sent}");
+    }
+
+    #[test]
+    fn first_and_last_frames_go_to_kf2v_on_its_own_path() {
+        let media = Inputs {
+            first_frame: Some("https://example.com/first.png".into()),
+            last_frame: Some("https://example.com/last.png".into()),
+            references: vec![],
+        };
+        let mut j = job("wan2.2-kf2v-flash");
+        j.resolution = Some("720p".into());
+        j.duration_secs = 5;
+        j.seed = None;
+        let (path, request) = to_vendor(&j, media.clone()).unwrap();
+        assert_eq!(path, KF2V_PATH);
+        assert_eq!(
+            body(&request),
+            json!({"model": "wan2.2-kf2v-flash",
+                   "input": {"prompt": "A kitten running in the moonlight",
+                             "first_frame_url": "https://example.com/first.png",
+                             "last_frame_url": "https://example.com/last.png"},
+                   "parameters": {"resolution": "720P", "duration": 5}})
+        );
+        // A last frame to a model that takes none: refused, not dropped.
+        let err = to_vendor(&job("wan2.5-i2v-preview"), media).unwrap_err();
+        assert!(err.contains("kf2v"), "{err}");
+    }
+
+    #[test]
+    fn wan_2_7_names_its_media() {
+        assert!(is_media_model("wan2.7-i2v"));
+        assert!(is_media_model("wan3.0-video"));
+        assert!(!is_media_model("wan2.6-t2v"));
+        assert!(!is_media_model("wanx2.1-t2v-turbo"));
+        let media = Inputs {
+            first_frame: Some("https://example.com/a.png".into()),
+            last_frame: Some("https://example.com/b.png".into()),
+            references: vec![(ReferenceRole::Audio, "https://example.com/a.mp3".into())],
+        };
+        let mut j = job("wan2.7-i2v");
+        j.resolution = Some("720p".into());
+        j.seed = None;
+        let (path, request) = to_vendor(&j, media).unwrap();
+        assert_eq!(path, SYNTHESIS_PATH);
+        assert_eq!(
+            body(&request),
+            json!({"model": "wan2.7-i2v",
+                   "input": {"prompt": "A kitten running in the moonlight", "media": [
+                       {"type": "first_frame", "url": "https://example.com/a.png"},
+                       {"type": "last_frame", "url": "https://example.com/b.png"},
+                       {"type": "driving_audio", "url": "https://example.com/a.mp3"}]},
+                   "parameters": {"resolution": "720P", "duration": 10}})
+        );
+        let (_, t2v) = to_vendor(&job("wan2.7-t2v"), Inputs::default()).unwrap();
+        let sent = body(&t2v);
+        assert_eq!(sent["parameters"]["ratio"], "16:9");
+        assert_eq!(sent["parameters"]["resolution"], "480P");
+        assert!(sent["input"].get("media").is_none(), "{sent}");
+        // Reference images need the newer protocol.
+        let refs = Inputs {
+            references: vec![(ReferenceRole::Image, "https://example.com/r.png".into())],
+            ..Inputs::default()
+        };
+        assert!(to_vendor(&job("wan2.6-t2v"), refs.clone()).is_err());
+        let (_, r2v) = to_vendor(&job("wan2.7-r2v"), refs).unwrap();
+        assert_eq!(
+            body(&r2v)["input"]["media"],
+            json!([{"type": "reference_image", "url": "https://example.com/r.png"}])
+        );
+    }
+
+    #[test]
+    fn submit_answers_classify_by_code_name() {
+        let ok = br#"{"output":{"task_status":"PENDING","task_id":"0385dc79-5ff8-4d82-bcb6-xxxxxx"},"request_id":"4909100c"}"#;
+        assert_eq!(
+            submit_outcome("w", StatusCode::OK, ok),
+            SubmitOutcome::Accepted {
+                upstream_id: "0385dc79-5ff8-4d82-bcb6-xxxxxx".into()
+            }
+        );
+        let err = |status: u16, code: &str, message: &str| {
+            let body = json!({"code": code, "message": message, "request_id": "r"});
+            submit_outcome(
+                "w",
+                StatusCode::from_u16(status).unwrap(),
+                body.to_string().as_bytes(),
+            )
+        };
+        assert!(matches!(
+            err(401, "InvalidApiKey", "Invalid API-key provided."),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            err(400, "InvalidParameter", "Model not exist."),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            err(403, "AccessDenied.Unpurchased", "m"),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            err(429, "Throttling.RateQuota", "Requests rate limit exceeded"),
+            SubmitOutcome::RateLimited {
+                retry_after: None,
+                ..
+            }
+        ));
+        for (status, code) in [(400, "Arrearage"), (429, "Throttling.AllocationQuota")] {
+            assert!(
+                matches!(
+                    err(status, code, "m"),
+                    SubmitOutcome::RateLimited {
+                        retry_after: Some(BALANCE_REST),
+                        ..
+                    }
+                ),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            err(400, "InvalidParameter", "duration"),
+            SubmitOutcome::Fatal(_)
+        ));
+        assert!(matches!(
+            err(
+                400,
+                "DataInspectionFailed",
+                "Input data may contain inappropriate content."
+            ),
+            SubmitOutcome::Fatal(_)
+        ));
+        assert!(submit_refused(
+            br#"{"code":"DataInspectionFailed","message":"Input data may contain inappropriate content."}"#
+        ));
+        // The compatible-mode envelope, lower case.
+        let wrapped = br#"{"error":{"code":"invalid_api_key","message":"Incorrect API key"}}"#;
+        assert!(matches!(
+            submit_outcome("w", StatusCode::UNAUTHORIZED, wrapped),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            submit_outcome("w", StatusCode::INTERNAL_SERVER_ERROR, b"oops"),
+            SubmitOutcome::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn documented_queries_map_to_states() {
+        let poll = |s: &str| poll_answer("w", StatusCode::OK, s.as_bytes());
+        let running = r#"{"request_id":"e5d7","output":{"task_id":"86ec","task_status":"RUNNING",
+            "submit_time":"2025-09-29 14:18:52.331","scheduled_time":"2025-09-29 14:18:59.290"}}"#;
+        assert_eq!(poll(running), Ok(TaskState::Running { progress: 50 }));
+        let new_usage = r#"{"request_id":"caa6","output":{"task_id":"eff1","task_status":"SUCCEEDED",
+            "video_url":"https://dashscope-result-sh.oss-accelerate.aliyuncs.com/xxx.mp4?Expires=1"},
+            "usage":{"duration":10,"output_video_duration":10,"video_count":1,"ratio":"16:9","SR":720}}"#;
+        assert_eq!(
+            poll(new_usage),
+            Ok(TaskState::Succeeded {
+                url: "https://dashscope-result-sh.oss-accelerate.aliyuncs.com/xxx.mp4?Expires=1"
+                    .into(),
+                seconds: Some(10.0),
+                tier: Some("720p".into()),
+                usage_read: true,
+            })
+        );
+        let legacy = r#"{"request_id":"4c87","output":{"task_id":"4363","task_status":"SUCCEEDED",
+            "video_url":"https://dashscope-result-wlcb.oss-cn-wulanchabu.aliyuncs.com/1d/xxx.mp4?Expires=2"},
+            "usage":{"video_duration":5,"video_count":1,"SR":1080}}"#;
+        assert!(matches!(
+            poll(legacy),
+            Ok(TaskState::Succeeded { seconds: Some(s), tier: Some(t), .. }) if s == 5.0 && t == "1080p"
+        ));
+        let no_usage =
+            r#"{"output":{"task_id":"1","task_status":"SUCCEEDED","video_url":"https://x/v.mp4"}}"#;
+        assert!(matches!(
+            poll(no_usage),
+            Ok(TaskState::Succeeded {
+                usage_read: false,
+                ..
+            })
+        ));
+        let refused = r#"{"output":{"task_id":"1","task_status":"FAILED","code":"DataInspectionFailed",
+            "message":"Output data may contain inappropriate content."}}"#;
+        assert!(matches!(
+            poll(refused),
+            Ok(TaskState::Failed { refused: true, .. })
+        ));
+        let late = r#"{"output":{"task_id":"1","task_status":"FAILED","code":"InvalidParameter",
+            "message":"duration customization is not supported"}}"#;
+        assert!(matches!(
+            poll(late),
+            Ok(TaskState::Failed {
+                refused: false,
+                status: "failed",
+                ..
+            })
+        ));
+        for (status, word) in [("CANCELED", "cancelled"), ("UNKNOWN", "expired")] {
+            let body = format!(r#"{{"output":{{"task_id":"1","task_status":"{status}"}}}}"#);
+            assert!(
+                matches!(poll(&body), Ok(TaskState::Failed { status: s, .. }) if s == word),
+                "{status}"
+            );
+        }
+        let odd = running.replace("RUNNING", "SUSPENDED");
+        assert_eq!(poll(&odd), Ok(TaskState::Unknown("SUSPENDED".into())));
+        assert!(matches!(
+            poll_answer("w", StatusCode::TOO_MANY_REQUESTS, b"{}"),
+            Err(PollError::Transient(_))
+        ));
+        assert!(matches!(poll("{}"), Err(PollError::Unreadable(_))));
+    }
+
+    #[test]
+    fn usage_is_billed_and_the_channel_test_reads_the_key() {
+        let done = outcome(
+            "w",
+            TaskState::Succeeded {
+                url: "https://x/v.mp4".into(),
+                seconds: Some(5.0),
+                tier: Some("720p".into()),
+                usage_read: true,
+            },
+        );
+        assert!(matches!(
+            done,
+            PollOutcome::Succeeded(ResultFiles {
+                usage: VendorUsage::Made { seconds: Some(s), resolution: Some(ref r) },
+                ..
+            }) if s == 5.0 && r == "720p"
+        ));
+        let unread = outcome(
+            "w",
+            TaskState::Succeeded {
+                url: "https://x/v.mp4".into(),
+                seconds: None,
+                tier: None,
+                usage_read: false,
+            },
+        );
+        assert!(matches!(
+            unread,
+            PollOutcome::Succeeded(ResultFiles {
+                usage: VendorUsage::Unreadable(_),
+                ..
+            })
+        ));
+        let check = |status: u16, body: &str| {
+            check_answer(StatusCode::from_u16(status).unwrap(), body.as_bytes()).verdict
+        };
+        assert_eq!(
+            check(
+                200,
+                r#"{"request_id":"r","output":{"task_id":"00000000-0000-0000-0000-000000000000","task_status":"UNKNOWN"}}"#
+            ),
+            CheckVerdict::Ok
+        );
+        assert_eq!(
+            check(
+                401,
+                r#"{"code":"InvalidApiKey","message":"Invalid API-key provided."}"#
+            ),
+            CheckVerdict::KeyRefused
+        );
+        assert_eq!(
+            check(400, r#"{"code":"Arrearage","message":"Access denied"}"#),
+            CheckVerdict::Quota
+        );
+    }
+}

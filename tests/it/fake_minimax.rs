@@ -1,0 +1,349 @@
+//! A fake of MiniMax Hailuo's video API, strict as the vendor: every call carries
+//! `Authorization: Bearer` [`API_KEY`] (else HTTP 200 with `base_resp.status_code` 1004, as
+//! MiniMax answers errors); submissions are checked field by field and type by type (an integer
+//! `duration` the model makes at that `resolution`, upper case; images a URL or a `data:` URI;
+//! `last_frame_image` on MiniMax-Hailuo-02 only and with a first frame; `subject_reference` on
+//! S2V-01 only, one character with one image).
+//!
+//! A task runs for `run_ms`, then succeeds with a `file_id`, resolved by `files/retrieve` to a
+//! `download_url` serving a playable MP4 (403 once `expire_results` is set); a prompt with
+//! `[fail]` fails, with `[refuse]` fails with 1027 (output sensitive), with `[blocked]` is
+//! refused at submission with 1026. `next_errors` answers the next submissions with these
+//! `status_code`s, in HTTP 200s.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+use crate::fake_vendor::{self, FakeServer, header, is_image, is_url, playable_mp4, unbase64};
+
+pub const API_KEY: &str = "minimax-key-test-58";
+
+#[derive(Default)]
+pub struct State {
+    pub run_ms: AtomicU64,
+    pub expire_results: AtomicBool,
+    /// The next submissions are answered with these `base_resp.status_code`s, in order.
+    pub next_errors: Mutex<VecDeque<i64>>,
+    /// Accepted submission bodies, oldest first.
+    pub submissions: Mutex<Vec<Value>>,
+    /// Paths of every call, oldest first.
+    pub calls: Mutex<Vec<String>>,
+    tasks: Mutex<HashMap<String, Task>>,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+struct Task {
+    started: Instant,
+    prompt: String,
+}
+
+pub struct FakeMinimax {
+    pub base: String,
+    pub state: Arc<State>,
+    _server: FakeServer,
+}
+
+impl FakeMinimax {
+    pub async fn start() -> FakeMinimax {
+        let state = Arc::new(State::default());
+        state.run_ms.store(100, Ordering::SeqCst);
+        let base = Arc::new(std::sync::OnceLock::<String>::new());
+        let (st, b) = (state.clone(), base.clone());
+        let server = fake_vendor::serve(move |req| {
+            let (st, b) = (st.clone(), b.clone());
+            async move { answer(&st, b.get().map_or("", String::as_str), req) }
+        })
+        .await;
+        let _ = base.set(server.base.clone());
+        FakeMinimax {
+            base: server.base.clone(),
+            state,
+            _server: server,
+        }
+    }
+
+    pub fn submissions(&self) -> Vec<Value> {
+        self.state.submissions.lock().unwrap().clone()
+    }
+
+    pub fn fail_next(&self, code: i64) {
+        self.state.next_errors.lock().unwrap().push_back(code);
+    }
+}
+
+/// An error as MiniMax gives it: HTTP 200, the code in `base_resp`.
+fn base_error(code: i64, msg: &str) -> Response<Full<Bytes>> {
+    fake_vendor::json(
+        200,
+        &json!({"task_id": "", "base_resp": {"status_code": code, "status_msg": msg}}),
+    )
+}
+
+fn answer(state: &State, base: &str, req: Request<Bytes>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    state.calls.lock().unwrap().push(path.clone());
+    // The CDN's signed download URLs need no key.
+    if let Some(file) = path.strip_prefix("/cdn/") {
+        return download(state, file);
+    }
+    if header(&req, "authorization") != Some(&format!("Bearer {API_KEY}")) {
+        return base_error(
+            1004,
+            "login fail: Please carry the API secret key in the 'Authorization' field of the request header",
+        );
+    }
+    match (req.method(), path.as_str()) {
+        (&Method::POST, "/v1/video_generation") => submit(state, &req),
+        (&Method::GET, "/v1/query/video_generation") => query(state, &req),
+        (&Method::GET, "/v1/files/retrieve") => retrieve(state, base, &req),
+        (&Method::GET, "/v1/files/list") => fake_vendor::json(
+            200,
+            &json!({"files": [], "base_resp": {"status_code": 0, "status_msg": "success"}}),
+        ),
+        _ => fake_vendor::json(404, &json!({"error": "not found"})),
+    }
+}
+
+/// Models, the resolutions each makes, and the durations at each.
+fn durations(model: &str, resolution: &str, image: bool) -> Option<&'static [u64]> {
+    match (model, resolution) {
+        ("MiniMax-Hailuo-2.3" | "MiniMax-Hailuo-2.3-Fast", "768P") => Some(&[6, 10]),
+        ("MiniMax-Hailuo-2.3" | "MiniMax-Hailuo-2.3-Fast", "1080P") => Some(&[6]),
+        ("MiniMax-Hailuo-02", "768P") => Some(&[6, 10]),
+        ("MiniMax-Hailuo-02", "512P") if image => Some(&[6, 10]),
+        ("MiniMax-Hailuo-02", "1080P") => Some(&[6]),
+        (
+            "T2V-01" | "T2V-01-Director" | "I2V-01" | "I2V-01-Director" | "I2V-01-live" | "S2V-01",
+            "720P",
+        ) => Some(&[6]),
+        _ => None,
+    }
+}
+
+fn image_ok(v: &Value) -> Result<(), String> {
+    let Some(s) = v.as_str() else {
+        return Err("an image must be a string".into());
+    };
+    if is_url(s) {
+        return Ok(());
+    }
+    let Some(rest) = s.strip_prefix("data:") else {
+        return Err("an inline image must be a data: URI".into());
+    };
+    let Some((mime, data)) = rest.split_once(";base64,") else {
+        return Err("a data: URI must be base64".into());
+    };
+    if !matches!(mime, "image/jpeg" | "image/png" | "image/webp") {
+        return Err(format!("image type {mime}"));
+    }
+    match unbase64(data) {
+        Some(bytes) if is_image(&bytes) => Ok(()),
+        _ => Err("the data: URI is not a jpg or png".into()),
+    }
+}
+
+fn check_body(body: &Value) -> Result<(), String> {
+    const FIELDS: [&str; 11] = [
+        "model",
+        "prompt",
+        "prompt_optimizer",
+        "fast_pretreatment",
+        "duration",
+        "resolution",
+        "first_frame_image",
+        "last_frame_image",
+        "subject_reference",
+        "callback_url",
+        "aigc_watermark",
+    ];
+    let Some(obj) = body.as_object() else {
+        return Err("the body must be a JSON object".into());
+    };
+    if let Some(extra) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(format!("unknown field {extra}"));
+    }
+    let Some(model) = obj.get("model").and_then(Value::as_str) else {
+        return Err("model is required".into());
+    };
+    let first = obj.get("first_frame_image");
+    let image = first.is_some();
+    let default_resolution = match model {
+        "MiniMax-Hailuo-2.3" | "MiniMax-Hailuo-2.3-Fast" | "MiniMax-Hailuo-02" => "768P",
+        _ => "720P",
+    };
+    let resolution = match obj.get("resolution") {
+        None => default_resolution,
+        Some(Value::String(r)) => r.as_str(),
+        Some(other) => return Err(format!("resolution must be a string, not {other}")),
+    };
+    let duration = match obj.get("duration") {
+        None => 6,
+        Some(v) => v
+            .as_u64()
+            .ok_or(format!("duration must be an integer, not {v}"))?,
+    };
+    match durations(model, resolution, image) {
+        None => return Err(format!("{model} does not make {resolution}")),
+        Some(allowed) if !allowed.contains(&duration) => {
+            return Err(format!(
+                "{model} makes {allowed:?} s at {resolution}, not {duration}"
+            ));
+        }
+        Some(_) => {}
+    }
+    if model == "MiniMax-Hailuo-2.3-Fast" && !image {
+        return Err("MiniMax-Hailuo-2.3-Fast needs first_frame_image".into());
+    }
+    if model.starts_with("I2V-") && !image {
+        return Err(format!("{model} needs first_frame_image"));
+    }
+    if matches!(model, "T2V-01" | "T2V-01-Director" | "S2V-01") && image {
+        return Err(format!("{model} takes no first_frame_image"));
+    }
+    if let Some(v) = first {
+        image_ok(v)?;
+    }
+    if let Some(last) = obj.get("last_frame_image") {
+        if model != "MiniMax-Hailuo-02" || !image {
+            return Err("last_frame_image needs MiniMax-Hailuo-02 and a first frame".into());
+        }
+        image_ok(last)?;
+    }
+    if let Some(subject) = obj.get("subject_reference") {
+        if model != "S2V-01" {
+            return Err("subject_reference needs S2V-01".into());
+        }
+        let ok = subject.as_array().is_some_and(|a| {
+            a.len() == 1
+                && a[0]["type"] == "character"
+                && a[0]["image"].as_array().is_some_and(|i| i.len() == 1)
+        });
+        if !ok {
+            return Err("subject_reference is one character with one image".into());
+        }
+        image_ok(&subject[0]["image"][0])?;
+    } else if model == "S2V-01" {
+        return Err("S2V-01 needs subject_reference".into());
+    }
+    for text in ["prompt", "callback_url"] {
+        if obj.get(text).is_some_and(|v| !v.is_string()) {
+            return Err(format!("{text} must be a string"));
+        }
+    }
+    Ok(())
+}
+
+fn submit(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    if header(req, "content-type") != Some("application/json") {
+        return base_error(
+            2013,
+            "invalid params: Content-Type must be application/json",
+        );
+    }
+    if let Some(code) = state.next_errors.lock().unwrap().pop_front() {
+        return base_error(code, "as the test asked");
+    }
+    let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
+        return base_error(2013, "invalid params: the body is not JSON");
+    };
+    if let Err(why) = check_body(&body) {
+        return base_error(2013, &format!("invalid params, {why}"));
+    }
+    let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
+    if prompt.contains("[blocked]") {
+        return base_error(1026, "input new_sensitive");
+    }
+    let id = format!(
+        "{}",
+        106_916_112_212_032 + state.next_id.fetch_add(1, Ordering::SeqCst)
+    );
+    state.tasks.lock().unwrap().insert(
+        id.clone(),
+        Task {
+            started: Instant::now(),
+            prompt,
+        },
+    );
+    state.submissions.lock().unwrap().push(body);
+    fake_vendor::json(
+        200,
+        &json!({"task_id": id, "base_resp": {"status_code": 0, "status_msg": "success"}}),
+    )
+}
+
+fn query(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    let Some(id) = fake_vendor::query(req, "task_id") else {
+        return base_error(2013, "invalid params, task_id is required");
+    };
+    let Some(task) = state.tasks.lock().unwrap().get(&id).cloned() else {
+        return base_error(2013, "invalid params, task not found");
+    };
+    let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
+    let ok = json!({"status_code": 0, "status_msg": "success"});
+    let body = if task.started.elapsed() < run / 3 {
+        json!({"task_id": id, "status": "Queueing", "file_id": "", "base_resp": ok})
+    } else if task.started.elapsed() < run {
+        json!({"task_id": id, "status": "Processing", "file_id": "", "base_resp": ok})
+    } else if task.prompt.contains("[refuse]") {
+        json!({"task_id": id, "status": "Fail", "file_id": "",
+               "base_resp": {"status_code": 1027, "status_msg": "output new_sensitive"}})
+    } else if task.prompt.contains("[fail]") {
+        json!({"task_id": id, "status": "Fail", "file_id": "", "base_resp": ok})
+    } else {
+        json!({"task_id": id, "status": "Success", "file_id": format!("9{id}"),
+               "video_width": 1366, "video_height": 768, "base_resp": ok})
+    };
+    fake_vendor::json(200, &body)
+}
+
+fn retrieve(state: &State, base: &str, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    let Some(file_id) = fake_vendor::query(req, "file_id") else {
+        return base_error(2013, "invalid params, file_id is required");
+    };
+    let known = file_id
+        .strip_prefix('9')
+        .is_some_and(|id| state.tasks.lock().unwrap().contains_key(id));
+    if !known {
+        return base_error(2013, "invalid params, file not found");
+    }
+    let Ok(numeric) = file_id.parse::<u64>() else {
+        return base_error(2013, "invalid params, file_id");
+    };
+    fake_vendor::json(
+        200,
+        &json!({"file": {"file_id": numeric, "bytes": playable_mp4().len(),
+                "created_at": 1_700_469_398, "filename": "output_aigc.mp4",
+                "purpose": "video_generation",
+                "download_url": format!("{base}/cdn/{file_id}/output.mp4?Expires=1")},
+                "base_resp": {"status_code": 0, "status_msg": "success"}}),
+    )
+}
+
+fn download(state: &State, file: &str) -> Response<Full<Bytes>> {
+    let known = file
+        .split('/')
+        .next()
+        .and_then(|f| f.strip_prefix('9'))
+        .is_some_and(|id| state.tasks.lock().unwrap().contains_key(id));
+    if !known {
+        return fake_vendor::bytes(404, "text/plain", Bytes::from_static(b"no such file"));
+    }
+    if state.expire_results.load(Ordering::SeqCst) {
+        return fake_vendor::bytes(
+            403,
+            "application/xml",
+            Bytes::from_static(
+                b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+            ),
+        );
+    }
+    fake_vendor::bytes(200, "video/mp4", playable_mp4())
+}

@@ -1,0 +1,163 @@
+//! What the fakes of real video vendors share: a small hyper server on loopback that hands
+//! each whole request to its vendor's handler, JSON answers, query parameters, and the
+//! playable MP4 their result URLs serve (a real H.264 video rendered once by the relay's own
+//! renderer).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// A fake vendor's server; it stops when dropped.
+pub struct FakeServer {
+    pub base: String,
+    _stop: oneshot::Sender<()>,
+}
+
+/// Serves `handler` on a fresh loopback port: each request is read whole, then handed over.
+pub async fn serve<F, Fut>(handler: F) -> FakeServer
+where
+    F: Fn(Request<Bytes>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let handler = Arc::new(handler);
+    let (stop, mut stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let handler = handler.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req: Request<Incoming>| {
+                            let handler = handler.clone();
+                            async move {
+                                let (parts, body) = req.into_parts();
+                                let bytes = match body.collect().await {
+                                    Ok(b) => b.to_bytes(),
+                                    Err(_) => Bytes::new(),
+                                };
+                                Ok::<_, Infallible>(handler(Request::from_parts(parts, bytes)).await)
+                            }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+            }
+        }
+    });
+    FakeServer { base, _stop: stop }
+}
+
+/// A JSON answer.
+pub fn json(status: u16, body: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::from_u16(status).expect("status"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("response")
+}
+
+/// An answer of `content_type` with `body`.
+pub fn bytes(status: u16, content_type: &str, body: Bytes) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::from_u16(status).expect("status"))
+        .header("content-type", content_type)
+        .body(Full::new(body))
+        .expect("response")
+}
+
+/// The value of query parameter `name` of `req`, percent-decoded.
+pub fn query(req: &Request<Bytes>, name: &str) -> Option<String> {
+    req.uri().query()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The request's header `name`, when it is text.
+pub fn header<'a>(req: &'a Request<Bytes>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A short playable H.264 MP4 (64x64, 1 s), rendered once per test binary.
+pub fn playable_mp4() -> Bytes {
+    static MP4: OnceLock<Bytes> = OnceLock::new();
+    MP4.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (video, thumb, last) = (
+            dir.path().join("v.mp4"),
+            dir.path().join("t.png"),
+            dir.path().join("l.png"),
+        );
+        let spec = channels::sim::render::RenderSpec {
+            width: 64,
+            height: 64,
+            duration_secs: 1,
+            fps: 6,
+            text: "vendor".into(),
+            first_frame: None,
+        };
+        channels::sim::render::render(&spec, &video, &thumb, &last).expect("render an MP4");
+        Bytes::from(std::fs::read(&video).expect("read the MP4"))
+    })
+    .clone()
+}
+
+/// Whether `s` is a `data:` URI, an http(s) URL, or neither.
+pub fn is_url(s: &str) -> bool {
+    s.starts_with("http://") || s.starts_with("https://")
+}
+
+/// Decodes standard base64 (with or without padding); `None` when it is not.
+pub fn unbase64(s: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(s))
+        .ok()
+}
+
+/// Whether `bytes` start like a PNG or a JPEG.
+pub fn is_image(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x89PNG\r\n\x1a\n") || bytes.starts_with(&[0xFF, 0xD8, 0xFF])
+}

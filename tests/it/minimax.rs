@@ -1,0 +1,223 @@
+//! `minimax` channels against [`FakeMinimax`]: both formats come back playable from the
+//! relay's own copy (the finished task's file resolved to its download URL), frames and a
+//! subject reference reach the vendor as `data:` URIs, errors inside HTTP 200s are read
+//! (a refusal refunded, a rate limit or a refused key failing over), failures and an expired
+//! download URL are refunded exactly, and the channel test reads the key's answer.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+
+use crate::fake_minimax::{API_KEY, FakeMinimax};
+use crate::harness::{Relay, png};
+use crate::vendor_flows::{
+    WAIT, asset, config, entries_of, first_format, library, playable, refunded, second_format,
+    settled,
+};
+
+/// A `minimax` channel in front of `fake`: the first format's model on Hailuo 2.3, the
+/// second format's on Hailuo 02 (last frames) and S2V-01 (a subject).
+fn channel(name: &str, fake: &FakeMinimax, priority: i32, key: &str) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nkind = \"minimax\"\nbase_url = \"{}\"\n\
+         api_key = \"{key}\"\npriority = {priority}\n\
+         models = [\"model_h3\", \"gen2-pro\", \"gen2-lite\"]\n\
+         model_map = {{ \"model_h3\" = \"MiniMax-Hailuo-2.3\", \"gen2-pro\" = \"MiniMax-Hailuo-02\", \"gen2-lite\" = \"S2V-01\" }}\n",
+        fake.base
+    )
+}
+
+async fn relay_with(fake: &FakeMinimax) -> Relay {
+    Relay::start(&config(&channel("minimax", fake, 0, API_KEY))).await
+}
+
+fn data_png(bytes: &[u8]) -> String {
+    format!("data:image/png;base64,{}", crate::harness::base64(bytes))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_formats_come_back_playable_and_settled() {
+    let fake = FakeMinimax::start().await;
+    let relay = relay_with(&fake).await;
+    let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
+
+    let id = first_format(
+        &relay,
+        &key,
+        json!({"model": "model_h3", "prompt": "a stylish walk down a neon street",
+               "seconds": "6", "size": "1366x768"}),
+    )
+    .await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
+    assert_eq!(info.codec, "avc1");
+    // MiniMax reports no length: 6 s of model_h3 at 10 a second, as asked.
+    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(60));
+    assert_eq!(
+        fake.submissions()[0],
+        json!({"model": "MiniMax-Hailuo-2.3", "prompt": "a stylish walk down a neon street",
+               "duration": 6})
+    );
+    // Query, then the file resolved, then the download.
+    let calls = fake.state.calls.lock().unwrap().clone();
+    assert!(calls.iter().any(|p| p == "/v1/query/video_generation"));
+    assert!(calls.iter().any(|p| p == "/v1/files/retrieve"));
+    assert!(calls.iter().any(|p| p.starts_with("/cdn/")));
+
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "the flower blooms", "duration": 6,
+               "resolution": "1080p", "ratio": "16:9"}),
+    )
+    .await;
+    let done = relay.wait_generation_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    playable(&relay, &key, done["video_url"].as_str().expect("video_url")).await;
+    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(72));
+    assert_eq!(fake.submissions()[1]["resolution"], "1080P");
+    assert_eq!(fake.submissions()[1]["model"], "MiniMax-Hailuo-02");
+    assert!(!done.to_string().contains(&fake.base));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_and_a_subject_go_as_data_uris() {
+    let fake = FakeMinimax::start().await;
+    let subject = format!(
+        "[models.gen2-pro]\nkind = \"generation\"\nfamily = \"gen2\"\nresolutions = [\"1080p\"]\n\
+         durations = [6]\nratios = [\"16:9\", \"adaptive\"]\nprice_per_second = 12\n\
+         [models.hailuo-s2v]\nkind = \"generation\"\nfamily = \"gen2\"\nresolutions = [\"720p\"]\n\
+         durations = [6]\nratios = [\"16:9\"]\nprice_per_second = 4\n\
+         [[channels]]\nname = \"minimax\"\nkind = \"minimax\"\nbase_url = \"{}\"\n\
+         api_key = \"{API_KEY}\"\nmodels = [\"gen2-pro\", \"hailuo-s2v\"]\n\
+         model_map = {{ \"gen2-pro\" = \"MiniMax-Hailuo-02\", \"hailuo-s2v\" = \"S2V-01\" }}\n",
+        fake.base
+    );
+    let relay = Relay::start(&config(&subject)).await;
+    let key = relay.key.clone();
+    let lib = library(&relay, &key).await;
+    let (first, last) = (png(8, 8), png(6, 6));
+    let first_id = asset(&relay, &key, &lib, "image", &first).await;
+    let last_id = asset(&relay, &key, &lib, "image", &last).await;
+
+    // A first frame.
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "from this frame", "duration": 6,
+               "resolution": "1080p", "ratio": "adaptive",
+               "assets": [{"id": first_id, "role": "first_frame"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let sent = fake.submissions()[0].clone();
+    assert_eq!(sent["first_frame_image"], data_png(&first));
+    assert!(sent.get("last_frame_image").is_none(), "{sent}");
+
+    // First and last frames (Hailuo 02).
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "from one to the other", "duration": 6,
+               "resolution": "1080p", "ratio": "adaptive",
+               "assets": [{"id": first_id, "role": "first_frame"},
+                          {"id": last_id, "role": "last_frame"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let sent = fake.submissions()[1].clone();
+    assert_eq!(sent["first_frame_image"], data_png(&first));
+    assert_eq!(sent["last_frame_image"], data_png(&last));
+
+    // A subject reference, on a model of S2V-01's own durations and tier.
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "hailuo-s2v", "prompt": "she runs toward the camera", "duration": 6,
+               "resolution": "720p", "ratio": "16:9",
+               "assets": [{"id": first_id, "role": "reference_image"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let sent = fake.submissions()[2].clone();
+    assert_eq!(sent["model"], "S2V-01");
+    assert_eq!(
+        sent["subject_reference"],
+        json!([{"type": "character", "image": [data_png(&first)]}])
+    );
+    assert_eq!(sent["resolution"], "720P");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_in_200s_failures_and_expired_urls_are_refunded() {
+    let fake = FakeMinimax::start().await;
+    let relay = relay_with(&fake).await;
+    let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
+    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "6", "size": "1366x768"});
+    for (prompt, code) in [
+        ("this one [fail]s", "upstream_error"),
+        ("its output is [refuse]d", "moderation_blocked"),
+        ("its input is [blocked]", "moderation_blocked"),
+    ] {
+        let id = first_format(&relay, &key, task(prompt)).await;
+        let done = relay.wait_video_as(&key, &id, WAIT).await;
+        assert_eq!(done["status"], "failed", "{done}");
+        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
+        assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(60));
+    }
+    // A parameter the vendor refuses (status_code 2013 in a 200): the task fails, refunded.
+    fake.fail_next(2013);
+    let id = first_format(&relay, &key, task("refused as a bad parameter")).await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(60));
+
+    fake.state.expire_results.store(true, Ordering::SeqCst);
+    let id = first_format(&relay, &key, task("fetched too late")).await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(60));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
+    let (busy, spare) = (FakeMinimax::start().await, FakeMinimax::start().await);
+    let channels = format!(
+        "{}{}{}",
+        channel("first", &busy, 10, API_KEY),
+        channel("wrong-key", &busy, 5, "not-the-key"),
+        channel("spare", &spare, 0, API_KEY),
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
+    // 1002 (rate limit) in a 200 on the first; 1004 (key refused) on the second.
+    busy.fail_next(1002);
+    let id = first_format(
+        &relay,
+        &key,
+        json!({"model": "model_h3", "prompt": "failed over", "seconds": "6", "size": "1366x768"}),
+    )
+    .await;
+    let done = relay.wait_video_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(busy.submissions().is_empty());
+    assert_eq!(spare.submissions().len(), 1);
+    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(60));
+
+    for (name, verdict) in [("first", "ok"), ("wrong-key", "key_refused")] {
+        let channel = relay
+            .app
+            .engine
+            .channels()
+            .iter()
+            .find(|c| c.name() == name)
+            .cloned()
+            .expect("the channel");
+        let check = channel.check().await;
+        assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
+    }
+}
