@@ -216,7 +216,10 @@ async fn a_submission_cut_off_by_a_sigkill_is_never_sent_again() {
             Method::GET,
             &format!("{}/metrics", second.base),
             Body::Empty,
-            &[("authorization", "Bearer restart-admin".to_owned())],
+            &[(
+                "authorization",
+                "Bearer restart-admin-token-5f0c9e2b7a1d4386".to_owned(),
+            )],
         )
         .await
         .text();
