@@ -208,7 +208,7 @@ fn a_callback_secret_is_for_ark_channels_and_long_enough() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("callback_secret applies to ark channels only"),
+        err.contains("callback_secret applies to ark"),
         "{err}"
     );
 }
