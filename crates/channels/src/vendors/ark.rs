@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use store::BlobStore;
 
 use crate::vendors::common::{ReadBlobError, Remote, RemoteSettings, path_part};
-use crate::vendors::{CallbackSettings, Registration, Vendor};
+use crate::vendors::seam::{CallbackSettings, Registration, Vendor};
 use crate::video::job::{
     ChannelCheck, PollOutcome, ReferenceRole, ResultFiles, ResultSource, StoredReference,
     SubmitOutcome, VendorUsage, VideoJob,

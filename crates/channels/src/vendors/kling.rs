@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::vendors::ark::callback_token;
 use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
-use crate::vendors::{CallbackSettings, Need, Registration, Vendor, VendorSettings, media};
+use crate::vendors::media;
+use crate::vendors::seam::{CallbackSettings, Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{
     ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use store::BlobStore;
 
 use crate::vendors::common::{Remote, RemoteSettings, path_part};
-use crate::vendors::{Registration, Vendor};
+use crate::vendors::seam::{Registration, Vendor};
 use crate::video::job::{
     ChannelCheck, PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome,
     VendorUsage, VideoJob,

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::vendors::common::{KeyHeader, ReadBlobError, Remote, path_part, retry_after};
 use crate::vendors::redact;
-use crate::vendors::{Need, Registration, Vendor};
+use crate::vendors::seam::{Need, Registration, Vendor};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{
     ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,

@@ -22,7 +22,8 @@ use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
-use crate::vendors::{Need, Registration, Vendor, VendorSettings, media};
+use crate::vendors::media;
+use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{
     ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,

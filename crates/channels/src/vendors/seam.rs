@@ -1,0 +1,124 @@
+//! The seam every vendor stands behind: the [`Vendor`] trait, what a kind needs from the
+//! configuration ([`Need`], [`KindSettings`], [`CallbackSettings`]), what it is built from
+//! ([`VendorSettings`]) and its [`Registration`].
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use store::BlobStore;
+
+use crate::http::client::{UpstreamError, UpstreamResponse};
+use crate::vendors::common::{Remote, RemoteSettings};
+use crate::video::caps::ModelCaps;
+use crate::video::job::{ChannelCheck, PollOutcome, StoredReference, SubmitOutcome, VideoJob};
+
+/// One upstream video vendor's protocol. The engine reaches it through
+/// [`VideoChannel`](crate::VideoChannel), which also holds its capabilities.
+#[async_trait]
+pub trait Vendor: Send + Sync {
+    /// The pieces every HTTP vendor holds (settings, clients, blobs).
+    fn remote(&self) -> &Remote;
+
+    /// Submits `job` with its stored `references`; references the vendor has no field for
+    /// are left out with a warning.
+    async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome;
+
+    /// Looks at an accepted task.
+    async fn poll(&self, job: &VideoJob, upstream_id: &str) -> PollOutcome;
+
+    /// Best effort: asks the vendor to stop a task (default: the vendor has no cancel).
+    async fn cancel(&self, upstream_id: &str) {
+        let _ = upstream_id;
+    }
+
+    /// Starts the download of a result URL given by `poll` (default: the key goes along to
+    /// the channel's own origin only; other hosts go through the SSRF guard).
+    async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
+        self.remote().download(url).await
+    }
+
+    /// The cheapest authenticated call the vendor offers, generating nothing: reachable and
+    /// key accepted, or why not.
+    async fn check(&self) -> ChannelCheck;
+}
+
+/// A setting a kind needs beyond the shared ones, by its configuration key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// `api_key` or `api_key_env`.
+    ApiKey,
+    /// `access_key` or `access_key_env`.
+    AccessKey,
+    /// `secret_key` or `secret_key_env`.
+    SecretKey,
+    /// `credentials_file`.
+    CredentialsFile,
+    /// `project`.
+    Project,
+    /// `location`.
+    Location,
+}
+
+impl Need {
+    /// The configuration keys that meet it, as an error names them.
+    pub const fn keys(self) -> &'static str {
+        match self {
+            Need::ApiKey => "api_key (or api_key_env)",
+            Need::AccessKey => "access_key (or access_key_env)",
+            Need::SecretKey => "secret_key (or secret_key_env)",
+            Need::CredentialsFile => "credentials_file",
+            Need::Project => "project",
+            Need::Location => "location",
+        }
+    }
+}
+
+/// The kind-specific settings of a channel (read from the configuration, secrets from the
+/// environment where it names a variable).
+#[derive(Debug, Clone, Default)]
+pub struct KindSettings {
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+    /// A service account's key file (JSON).
+    pub credentials_file: Option<PathBuf>,
+    pub project: Option<String>,
+    pub location: Option<String>,
+}
+
+/// Where and how a channel asks its vendor to call back: a callback URL on the relay
+/// (`<public base>/callbacks/<kind>/<channel>?task=..&token=..`).
+#[derive(Debug, Clone)]
+pub struct CallbackSettings {
+    /// The channel's callback secret (config `callback_secret`).
+    pub secret: String,
+    /// The relay's public base URL, known once the relay is bound; no callback URL is sent
+    /// before.
+    pub public_base: Arc<OnceLock<String>>,
+}
+
+/// What a vendor's constructor gets.
+pub struct VendorSettings {
+    /// The shared settings; `base_url` is the configured one or the kind's default.
+    pub remote: RemoteSettings,
+    pub kind: KindSettings,
+    pub callback: Option<CallbackSettings>,
+    pub blobs: Arc<dyn BlobStore>,
+}
+
+/// One kind of vendor channel, as the configuration names it.
+pub struct Registration {
+    /// The `kind` of a `[[channels]]` entry.
+    pub kind: &'static str,
+    /// The vendor's public endpoint, used when a channel sets no `base_url` (empty: the
+    /// channel must set one).
+    pub default_base_url: &'static str,
+    /// The settings the kind needs beyond `name`, `kind` and `models` or `family`.
+    pub needs: &'static [Need],
+    /// Whether the kind takes a `callback_secret`.
+    pub callbacks: bool,
+    /// Its built-in model catalog: the vendor models it documents and what each can do.
+    pub models: fn() -> Vec<(&'static str, ModelCaps)>,
+    /// Builds a channel of the kind.
+    pub build: fn(VendorSettings) -> Result<Box<dyn Vendor>, String>,
+}
