@@ -207,10 +207,7 @@ fn a_callback_secret_is_for_ark_channels_and_long_enough() {
     let err = channel("openai-videos", "0123456789abcdef")
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("callback_secret applies to ark"),
-        "{err}"
-    );
+    assert!(err.contains("callback_secret applies to ark"), "{err}");
 }
 
 #[test]
