@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use channels::VideoChannel;
+use channels::{Demand, Fit, Offer, Refusal, VideoChannel};
 use store::{BlobStore, Store};
 use tokio::sync::Notify;
 
@@ -82,6 +82,23 @@ impl Engine {
     /// The channel that runs `model`, if any.
     pub fn channel_for(&self, model: &str) -> Option<&Arc<VideoChannel>> {
         self.channels.iter().find(|c| c.serves(model))
+    }
+
+    /// What each channel serving `model` offers for it, in configuration order.
+    pub fn offers(&self, model: &str) -> Vec<Offer<'_>> {
+        self.channels
+            .iter()
+            .filter(|c| c.serves(model))
+            .map(|c| c.offer(model))
+            .collect()
+    }
+
+    /// How a channel of `model` serves `demand` (health aside): the fit of the first that
+    /// can, or the field none of them can serve with what they can do instead. Every request
+    /// is checked so before it is charged or stored; routing then chooses only among the
+    /// channels that fit.
+    pub fn fit(&self, model: &str, demand: &Demand) -> Result<Fit, Refusal> {
+        channels::fit_any(&self.offers(model), demand)
     }
 
     pub fn channel_named(&self, name: &str) -> Option<&Arc<VideoChannel>> {
