@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use crate::metrics::EngineMetrics;
 use crate::routing::{ChannelRoute, Routing};
 use crate::settings::TasksConfig;
+use crate::settlement::Prices;
 use crate::stats::ChannelStats;
 
 /// A URL upstreams can fetch a stored blob at (the relay's signed `/files/...` URL), given
@@ -29,6 +30,8 @@ pub struct Parts {
     pub stats: Arc<HashMap<String, ChannelStats>>,
     pub settings: TasksConfig,
     pub public_urls: Option<PublicUrls>,
+    /// Each video model's price, for settling on what the vendor made.
+    pub prices: Prices,
 }
 
 /// Drives every unfinished video task to a final status (see [`crate::run`]). Request
@@ -41,6 +44,7 @@ pub struct Engine {
     pub(crate) stats: Arc<HashMap<String, ChannelStats>>,
     pub(crate) settings: TasksConfig,
     pub(crate) public_urls: Option<PublicUrls>,
+    pub(crate) prices: Prices,
     pub(crate) metrics: EngineMetrics,
     /// Wakes the engine when a task was created or changed by a request.
     pub(crate) wake: Notify,
@@ -61,6 +65,7 @@ impl Engine {
             stats: parts.stats,
             settings: parts.settings,
             public_urls: parts.public_urls,
+            prices: parts.prices,
             metrics: EngineMetrics::default(),
             wake: Notify::new(),
         }
