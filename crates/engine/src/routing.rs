@@ -482,7 +482,7 @@ mod tests {
                 .map(|c| c.name().to_owned())
         };
         assert_eq!(ask(5, false, &[]).as_deref(), Some("short"));
-        // 10 s: the high tier cannot make it, so the next one that can does.
+        // 10 s: the higher priority cannot make it, so the next one that can does.
         assert_eq!(ask(10, false, &[]).as_deref(), Some("long"));
         // A last frame: the short one takes none, the long one makes no 5 s.
         assert_eq!(ask(5, true, &[]).as_deref(), Some("any"));

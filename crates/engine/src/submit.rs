@@ -31,9 +31,9 @@ pub(crate) fn under_way(task: &Task) -> Option<&str> {
 /// Submits a task that no upstream has accepted yet: to the channel routing picks among those
 /// whose vendor model can make it, then, while submissions are refused with nothing taken
 /// (nothing sent, 408, 429, 5xx), to the next one of them (a task none of the configured
-/// channels can make any more fails, refunded). Once a channel accepted it the task is never submitted again; nor once a
-/// submission may have reached an upstream with no answer saying what became of it
-/// ([`ambiguous`]).
+/// channels can make any more fails, refunded). Once a channel accepted it the task is never
+/// submitted again; nor once a submission may have reached an upstream with no answer saying
+/// what became of it ([`ambiguous`]).
 ///
 /// Before a remote channel's submission goes out, the task is written naming that channel
 /// with no upstream id (one store step): a relay that stops before it records the answer
