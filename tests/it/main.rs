@@ -7,6 +7,7 @@ mod assets;
 mod batches;
 mod billing;
 mod blobs;
+mod caps;
 mod cli;
 mod cluster;
 mod errors;
