@@ -98,7 +98,7 @@ async fn created(
         video: blob,
         video_bytes,
     };
-    if let Err(e) = app.store.create_character(&character).await {
+    if let Err(e) = app.store.create_character(&character, u64::MAX, &[]).await {
         if let Err(removal) = app.blobs.delete(&character.video).await {
             tracing::warn!(
                 "removing {} of a refused character: {removal}",
