@@ -8,6 +8,7 @@ mod batches;
 mod billing;
 mod blobs;
 mod caps;
+mod characters;
 mod cli;
 mod cluster;
 mod errors;
