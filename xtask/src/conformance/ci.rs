@@ -29,7 +29,7 @@ pub fn run() -> anyhow::Result<()> {
         format!(
             "[server]\nmax_body_bytes = {MAX_BODY_BYTES}\n[tasks]\ntimeout_secs = {TASK_TIMEOUT_SECS}\n\
              [simulator]\ntask_secs = 1\nfps = 8\n[security]\nallow_private_urls = true\n\
-             [limits]\nrps = 1000\nburst = 1000\n"
+             [limits]\nrps = 1000\nburst = 1000\nauth_failures_burst = 1000000\n"
         ),
     )?;
     let relay = crate::relay::start_relay(
