@@ -198,7 +198,7 @@ impl CheckVerdict {
         match self {
             CheckVerdict::Ok => "reachable, key accepted",
             CheckVerdict::Unreachable => "unreachable",
-            CheckVerdict::Tls => "TLS failed",
+            CheckVerdict::Tls => "TLS handshake failed",
             CheckVerdict::KeyRefused => "key refused",
             CheckVerdict::Quota => "quota or balance exhausted",
             CheckVerdict::RateLimited => "rate limited",
