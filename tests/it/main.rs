@@ -8,6 +8,7 @@ mod batches;
 mod billing;
 mod blobs;
 mod caps;
+mod channel_test;
 mod cli;
 mod cluster;
 mod errors;
