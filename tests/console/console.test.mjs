@@ -198,6 +198,15 @@ try {
   await step('(4) channels, and metrics shown or said to be unavailable, without a page error', async () => {
     await go(page, 'channels');
     await page.locator('#channel-list .badge[data-status="healthy"]').first().waitFor();
+    // The simulator's Test button: the admin endpoint's answer, shown as text, and kept
+    // across the table's refreshes.
+    await page.locator('#channel-list tr', { hasText: 'simulator' }).getByRole('button', { name: 'Test' }).click();
+    const tested = page.locator('#channel-list .test-result[data-state="ok"]');
+    await tested.waitFor();
+    assert.match(await tested.innerText(), /^ok: built in/);
+    const shown = await tested.elementHandle();
+    await page.waitForFunction((el) => !el.isConnected, shown, { timeout: 15_000 });
+    assert.match(await tested.innerText(), /^ok: built in/);
     await page.locator('#metrics:not([data-state="loading"])').waitFor();
     const state = await page.getAttribute('#metrics', 'data-state');
     if (state === 'unavailable') {

@@ -1,6 +1,7 @@
 //! Fake chat upstreams: a small hyper server speaking the vendor's native messages format
 //! (`/v1/messages`, `/v1/messages/count_tokens`) and OpenAI-style chat completions
-//! (`/v1/chat/completions`), streamed and not, with switches for a slow first byte, a
+//! (`/v1/chat/completions`), streamed and not, and the model list a channel test reads
+//! (`/v1/models`, with the upstream's key), with switches for a slow first byte, a
 //! connection closed after the request was read, a mid-stream disconnect, a flood of `data:`
 //! lines that never ends its event, and 429 / 500 answers. It records what it was sent.
 
@@ -205,6 +206,28 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<F
             "application/json",
             chat_answer(&body).to_string(),
         ),
+        // The model list, a channel test's call: the native way (`x-api-key`) or the chat
+        // completions way (a bearer token), with the upstream's key or a 401.
+        "/v1/models" => {
+            let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+            let bearer = format!("Bearer {UPSTREAM_KEY}");
+            if header("x-api-key") == Some(UPSTREAM_KEY) || header("authorization") == Some(&bearer)
+            {
+                full(
+                    StatusCode::OK,
+                    "application/json",
+                    json!({"data": [{"type": "model", "id": "native-model"}], "has_more": false})
+                        .to_string(),
+                )
+            } else {
+                full(
+                    StatusCode::UNAUTHORIZED,
+                    "application/json",
+                    json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
+                        .to_string(),
+                )
+            }
+        }
         _ => full(StatusCode::NOT_FOUND, "text/plain", "no such path"),
     };
     Some(res)

@@ -13,7 +13,8 @@
 //! For the chaos of `cargo xtask crash --chaos` and the tests of ambiguous submissions it
 //! misbehaves on demand or at random: takes a submission and closes the connection unanswered,
 //! answers one late, answers 429, 500 or an error inside a `200`, loses a task (its polls
-//! answer 404), and cuts a result download off halfway.
+//! answer 404), and cuts a result download off halfway. Its task lists (what a channel test
+//! asks for) are empty, or answered 429 on demand.
 //!
 //! Self-contained (no test harness), so that `cargo xtask fake-upstream` serves the same fake
 //! for trying the relay by hand.
@@ -60,6 +61,8 @@ pub struct Switches {
     pub task_fail_permille: AtomicU32,
     /// The next this many submissions are answered 429.
     pub burst_429: AtomicU32,
+    /// The next this many task lists (a channel test's call) are answered 429.
+    pub lists_429: AtomicU32,
     /// Every request is answered 503.
     pub down: AtomicBool,
     /// Polls never answer.
@@ -536,6 +539,31 @@ async fn answer_other(
         );
     }
     match (&method, segs.as_slice()) {
+        // A list of the key's tasks, the channel test's call: none are listed here.
+        (&Method::GET, ["v1", "videos"])
+        | (&Method::GET, ["api", "v3", "contents", "generations", "tasks"]) => {
+            let limited = sw
+                .lists_429
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if limited {
+                let mut res = answer(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    json!({"error": {"message": "slow down"}}),
+                );
+                res.headers_mut()
+                    .insert("retry-after", http::HeaderValue::from_static("1"));
+                return res;
+            }
+            if segs[0] == "api" {
+                answer(StatusCode::OK, json!({"items": [], "total": 0}))
+            } else {
+                answer(
+                    StatusCode::OK,
+                    json!({"object": "list", "data": [], "has_more": false}),
+                )
+            }
+        }
         (&Method::GET, ["v1", "videos", id])
         | (&Method::GET, ["api", "v3", "contents", "generations", "tasks", id]) => {
             let ark = segs[0] == "api";

@@ -9,6 +9,7 @@ mod billing;
 mod blobs;
 mod caps;
 mod characters;
+mod channel_test;
 mod cli;
 mod cluster;
 mod errors;

@@ -12,7 +12,7 @@ mod videos;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -98,6 +98,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Test the configuration's channels against their upstreams.
+    Channels {
+        #[command(subcommand)]
+        command: ChannelsCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -126,6 +131,27 @@ enum ConfigCommand {
     Check { path: PathBuf },
 }
 
+#[derive(Subcommand)]
+enum ChannelsCommand {
+    /// Make the cheapest authenticated call the channel's upstream offers, generating
+    /// nothing, and print one line: reachable and key accepted, or why not. Exit code 0 when
+    /// the channel works, 1 when it does not, 2 when it could not be tested (unknown name,
+    /// bad configuration).
+    Test {
+        /// The channel's `name` in the configuration.
+        name: String,
+        /// Configuration file (TOML) over the embedded default, as the server reads it.
+        #[arg(long, env = "RELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// How long the test may take, in seconds, before the channel counts as unreachable.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
+        timeout: u64,
+    },
+}
+
+/// The exit code of `relay channels test` when the channel could not be tested.
+const NOT_TESTED: u8 = 2;
+
 /// The variable that sets the allocator's purge delay, in milliseconds: how long mimalloc keeps
 /// the pages it freed before it returns them to the system. Under load hyper's read buffers free pages all the
 /// time, and with mimalloc's default (1 s) a serving relay's memory climbs by megabytes before
@@ -152,18 +178,22 @@ fn allocator_settled() {
 
 fn main() -> ExitCode {
     match run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("relay: error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            print_error(&e);
             ExitCode::FAILURE
         }
     }
 }
 
-fn run() -> anyhow::Result<()> {
+fn print_error(e: &anyhow::Error) {
+    eprintln!("relay: error: {e}");
+    for cause in e.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     if matches!(cli.command, None | Some(Command::Serve(_))) {
         allocator_settled();
@@ -179,7 +209,7 @@ fn run() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    match cli.command {
+    let done = match cli.command {
         None => runtime.block_on(serve(cli.serve)),
         Some(Command::Serve(args)) => runtime.block_on(serve(args)),
         Some(Command::Keys {
@@ -207,19 +237,61 @@ fn run() -> anyhow::Result<()> {
             println!("{}: ok", path.display());
             Ok(())
         }
-    }
+        Some(Command::Channels {
+            command:
+                ChannelsCommand::Test {
+                    name,
+                    config,
+                    timeout,
+                },
+        }) => {
+            let limit = std::time::Duration::from_secs(timeout);
+            return Ok(runtime.block_on(channels_test(&name, config.as_deref(), limit)));
+        }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut config = match &args.config {
+/// The configuration as the server reads it: the file (or the embedded default), then the
+/// environment's overrides.
+fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    let mut config = match path {
         Some(path) => Config::load(path)?,
         None => Config::embedded()?,
     };
-    let origin = args.config.as_ref().map_or_else(
+    let origin = path.map_or_else(
         || "embedded default".to_owned(),
         |p| p.display().to_string(),
     );
     config.apply_env(&origin)?;
+    Ok(config)
+}
+
+/// `relay channels test NAME`: one line on stdout; exit code 0 when the channel works, 1 when
+/// it does not, [`NOT_TESTED`] when it could not be tested.
+async fn channels_test(name: &str, config: Option<&Path>, limit: std::time::Duration) -> ExitCode {
+    let tested = match load_config(config) {
+        Ok(config) => server::ops::channel_test::from_config(&config, name, limit).await,
+        Err(e) => Err(e),
+    };
+    match tested {
+        Ok((_, test)) => {
+            println!("{}", test.line(name));
+            if test.verdict.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(NOT_TESTED)
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = load_config(args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.server.listen = listen.to_string();
     }

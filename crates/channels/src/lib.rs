@@ -9,10 +9,12 @@
 //! - [`chat`]: the chat upstreams (`anthropic`, `openai-chat`, the simulator) and streams;
 //! - [`http`]: the upstream HTTP client every HTTP channel shares, its connection pool and
 //!   HTTP/1.1 reader, and the timers of its waits;
+//! - [`check`]: channel tests of every kind, bounded in time ([`ChannelTest`]);
 //! - [`mp4probe`]: reading an MP4's boxes, for checking stored videos.
 #![forbid(unsafe_code)]
 
 pub mod chat;
+pub mod check;
 pub mod http;
 pub mod mp4probe;
 pub mod sim;
@@ -23,6 +25,7 @@ pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
     UpstreamFailure,
 };
+pub use check::{ChannelTest, NoBlobs};
 pub use http::client::{
     UpstreamBody, UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts,
 };

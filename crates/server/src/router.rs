@@ -23,7 +23,7 @@ use crate::formats::{assets, batches, characters, generations, video_models, vid
 use crate::ground::auth::{authenticate, authenticate_admin, presented_secret};
 use crate::ground::http::{Answer, error, ok};
 use crate::ground::limits::{Class, Credential, Limited, Source};
-use crate::ops::{admin, webhooks};
+use crate::ops::{admin, channel_test, webhooks};
 
 #[cfg(test)]
 mod openapi_check;
@@ -289,7 +289,8 @@ async fn dispatch(
         | Route::RotateWebhookSecret(_)
         | Route::AdminTasks
         | Route::AdminWebhooks
-        | Route::AdminChannels => {
+        | Route::AdminChannels
+        | Route::TestChannel(_) => {
             if let Some(refused) = from.refuse_admin(app, headers) {
                 return refused;
             }
@@ -323,6 +324,7 @@ async fn dispatch(
                 Route::AdminTasks => admin::tasks(app, query).await,
                 Route::AdminWebhooks => webhooks::list(app, query).await,
                 Route::AdminChannels => admin::channels(app).await,
+                Route::TestChannel(name) => channel_test::admin(app, name).await,
                 _ => error(&ErrorCode::NotFound.into()),
             }
         }

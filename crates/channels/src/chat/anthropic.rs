@@ -9,9 +9,12 @@ use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use serde_json::Value;
 
-use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
+use super::call::{
+    ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure, check_get,
+};
 use super::stream::ChatEventStream;
 use crate::http::client::{UpstreamHttp, UpstreamResponse};
+use crate::video::job::{ChannelCheck, CheckVerdict};
 
 #[derive(Debug)]
 pub struct AnthropicChat {
@@ -32,6 +35,9 @@ const BETA: HeaderName = HeaderName::from_static("anthropic-beta");
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 const PATHS: [&str; 2] = ["/v1/messages", "/v1/messages/count_tokens"];
+
+/// The API version the channel test's call names (the relay's calls pass on the client's).
+const CHECK_VERSION: &str = "2023-06-01";
 
 impl AnthropicChat {
     pub fn new(settings: ChatSettings) -> AnthropicChat {
@@ -174,6 +180,35 @@ impl AnthropicChat {
                     format!("channel {name}: count_tokens answer without input_tokens"),
                 )
             })
+    }
+}
+
+impl AnthropicChat {
+    /// The channel test: `GET /v1/models?limit=1`, authenticated, generating nothing. A
+    /// `billing_error` is an empty account.
+    pub(crate) async fn check(&self) -> ChannelCheck {
+        let req = match &self.api_key {
+            Some(Err(e)) => Err(e.clone()),
+            _ => {
+                let mut headers = self.common.clone();
+                headers.remove(CONTENT_TYPE);
+                headers.insert(VERSION, HeaderValue::from_static(CHECK_VERSION));
+                let mut req = Request::builder().method(Method::GET).uri(url(
+                    &self.settings.base_url,
+                    "/v1/models",
+                    Some("limit=1"),
+                ));
+                if let Some(h) = req.headers_mut() {
+                    *h = headers;
+                }
+                req.body(Bytes::new()).map_err(|e| e.to_string())
+            }
+        };
+        check_get(&self.settings, &self.http, req, |_, body| {
+            let value = serde_json::from_slice::<Value>(body).ok()?;
+            (value["error"]["type"] == "billing_error").then_some(CheckVerdict::Quota)
+        })
+        .await
     }
 }
 

@@ -1,5 +1,5 @@
 //! The shared types of chat channels: a channel's settings, one call as a channel sees it,
-//! its answer, and how a failure before the first byte is reported. Every adapter and the
+//! its answer, how a failure before the first byte is reported, and the channel test's call. Every adapter and the
 //! dispatching [`ChatChannel`](super::ChatChannel) speak in these; this module knows none of
 //! them.
 
@@ -8,14 +8,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, Request, StatusCode};
 use messages::{Checked, MessagesRequest, Usage};
 
 use super::stream::ChatEventStream;
-use crate::http::client::{UpstreamError, UpstreamTimeouts};
+use crate::check;
+use crate::http::client::{UpstreamError, UpstreamHttp, UpstreamTimeouts};
 use crate::http::network::Network;
 use crate::sim::directives::SimDirectives;
+use crate::vendors::common::transport_check;
 use crate::vendors::redact;
+use crate::video::job::{ChannelCheck, CheckVerdict};
 
 /// How a chat channel is set up.
 #[derive(Debug, Clone, Default)]
@@ -207,3 +210,36 @@ impl UpstreamFailure {
 
 /// The largest whole (non-streamed) upstream answer read.
 pub const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// A chat channel's test: sends `req` (a GET of the upstream's model list, with the key) on
+/// `http` and reads the answer by its status, or by `classify` when it knows the upstream's
+/// bodies better. The body shown is redacted, the channel's key removed.
+pub(crate) async fn check_get(
+    settings: &ChatSettings,
+    http: &UpstreamHttp,
+    req: Result<Request<Bytes>, String>,
+    classify: impl Fn(StatusCode, &[u8]) -> Option<CheckVerdict>,
+) -> ChannelCheck {
+    let req = match req {
+        Ok(req) => req,
+        Err(e) => {
+            return ChannelCheck {
+                verdict: CheckVerdict::Error,
+                detail: format!("the request cannot be made: {e}"),
+            };
+        }
+    };
+    let res = match http.send(req).await {
+        Ok(res) => res,
+        Err(e) => return transport_check(&e),
+    };
+    let status = res.status;
+    check::note_status(status);
+    let body = match res.body.collect(64 * 1024).await {
+        Ok(body) => body,
+        Err(e) => return transport_check(&e),
+    };
+    let verdict = classify(status, &body).unwrap_or_else(|| check::verdict_of(status));
+    let text = redact::for_log(&body, settings.api_key.as_deref());
+    check::answered(verdict, status, &text)
+}

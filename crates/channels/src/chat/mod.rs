@@ -20,6 +20,8 @@ pub use openai_chat::OpenaiChat;
 pub use sim::SimChat;
 pub use stream::{ChatEventStream, Converter, NativeCut, StreamFailure};
 
+use crate::video::job::{ChannelCheck, CheckVerdict};
+
 /// A configured chat channel. An enum: the set of kinds is closed and small.
 #[derive(Debug)]
 pub enum ChatChannel {
@@ -74,6 +76,19 @@ impl ChatChannel {
         match self {
             ChatChannel::Anthropic(c) => c.count_tokens(call).await,
             ChatChannel::Simulator(_) | ChatChannel::OpenaiChat(_) => Ok(call.input_estimate()),
+        }
+    }
+
+    /// The channel test: the cheapest authenticated call the upstream offers (its model
+    /// list), generating nothing; the simulator has nothing to call.
+    pub async fn check(&self) -> ChannelCheck {
+        match self {
+            ChatChannel::Simulator(_) => ChannelCheck {
+                verdict: CheckVerdict::Ok,
+                detail: "built in (the simulator runs inside the relay)".into(),
+            },
+            ChatChannel::Anthropic(c) => c.check().await,
+            ChatChannel::OpenaiChat(c) => c.check().await,
         }
     }
 }

@@ -6,9 +6,12 @@ use http::{Method, Request};
 use messages::openai::{ChatStream, from_chat_response, to_chat_request};
 use serde_json::Value;
 
-use super::call::{ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure};
+use super::call::{
+    ChatAnswer, ChatCall, ChatSettings, MAX_ANSWER_BYTES, UpstreamFailure, check_get,
+};
 use super::stream::ChatEventStream;
 use crate::http::client::UpstreamHttp;
+use crate::video::job::{ChannelCheck, CheckVerdict};
 
 #[derive(Debug)]
 pub struct OpenaiChat {
@@ -93,5 +96,32 @@ impl OpenaiChat {
             body: Bytes::from(out),
             usage: Some(usage),
         })
+    }
+
+    /// The channel test: `GET {base_url}/models`, authenticated, generating nothing. A 429
+    /// saying `insufficient_quota` is an empty account, not a rate limit.
+    pub(crate) async fn check(&self) -> ChannelCheck {
+        let mut req = Request::builder()
+            .method(Method::GET)
+            .uri(format!(
+                "{}/models",
+                self.settings.base_url.trim_end_matches('/')
+            ))
+            .header(
+                "user-agent",
+                concat!("video-relay/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(key) = &self.settings.api_key {
+            req = req.header("authorization", format!("Bearer {key}"));
+        }
+        let req = req.body(Bytes::new()).map_err(|e| e.to_string());
+        check_get(&self.settings, &self.http, req, |status, body| {
+            let value = serde_json::from_slice::<Value>(body).ok()?;
+            let code = &value["error"]["code"];
+            (status.as_u16() == 429
+                && (code == "insufficient_quota" || value["error"]["type"] == "insufficient_quota"))
+                .then_some(CheckVerdict::Quota)
+        })
+        .await
     }
 }

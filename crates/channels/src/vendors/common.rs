@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use http::{Method, Request, StatusCode};
 use store::BlobStore;
 
+use crate::check;
 use crate::http::client::{UpstreamError, UpstreamHttp, UpstreamResponse, UpstreamTimeouts};
 use crate::http::network::Network;
 use crate::vendors::redact;
@@ -169,6 +170,7 @@ impl Remote {
         let req = req.map_err(|e| UpstreamError::Build(e.to_string()))?;
         let res = self.http.send(req).await?;
         let status = res.status;
+        crate::check::note_status(status);
         let headers = res.headers();
         let body = res.body.collect(MAX_JSON_BYTES).await?;
         Ok((status, headers, body))
@@ -344,7 +346,8 @@ impl Remote {
     }
 
     /// A channel test: GETs `url` of the channel's own API with the key, and reads the answer
-    /// by its status, or by `classify` when it knows the vendor's bodies better.
+    /// by its status ([`check::verdict_of`]), or by `classify` when it knows the vendor's
+    /// bodies better.
     pub async fn check_get(
         &self,
         url: &str,
@@ -354,32 +357,8 @@ impl Remote {
         match self.exchange(req).await {
             Err(e) => transport_check(&e),
             Ok((status, _, body)) => {
-                let verdict = classify(status, &body).unwrap_or(if status.is_success() {
-                    CheckVerdict::Ok
-                } else if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-                    CheckVerdict::KeyRefused
-                } else if status == StatusCode::TOO_MANY_REQUESTS
-                    || status == StatusCode::PAYMENT_REQUIRED
-                {
-                    CheckVerdict::Quota
-                } else {
-                    CheckVerdict::Error
-                });
-                let detail = match verdict {
-                    CheckVerdict::Ok => "reachable, key accepted".to_owned(),
-                    CheckVerdict::KeyRefused => {
-                        format!(
-                            "the vendor refused the key: {status}: {}",
-                            self.log_text(&body)
-                        )
-                    }
-                    CheckVerdict::Quota => format!(
-                        "the key is accepted but out of quota or rate: {status}: {}",
-                        self.log_text(&body)
-                    ),
-                    _ => format!("unexpected answer: {status}: {}", self.log_text(&body)),
-                };
-                ChannelCheck { verdict, detail }
+                let verdict = classify(status, &body).unwrap_or_else(|| check::verdict_of(status));
+                check::answered(verdict, status, &self.log_text(&body))
             }
         }
     }
@@ -430,26 +409,45 @@ impl Remote {
     }
 }
 
-/// A channel test whose call got no answer: TLS trouble or no connection.
+/// A channel test whose call got no answer: TLS trouble or no connection, the cause first
+/// (`connection refused`, `DNS lookup failed`, `timed out`), then the error as it came.
 pub fn transport_check(e: &UpstreamError) -> ChannelCheck {
     let text = e.to_string();
     let lower = text.to_ascii_lowercase();
-    let tls = [
+    let has = |words: &[&str]| words.iter().any(|word| lower.contains(word));
+    if has(&[
         "tls",
         "certificate",
         "handshake",
         "corrupt message",
         "alert",
-    ]
-    .iter()
-    .any(|word| lower.contains(word));
+    ]) {
+        return ChannelCheck {
+            verdict: CheckVerdict::Tls,
+            detail: format!("TLS handshake failed: {text}"),
+        };
+    }
+    let cause = if e.is_timeout() || has(&["timed out", "timeout", "deadline"]) {
+        "timed out"
+    } else if has(&["refused"]) {
+        "connection refused"
+    } else if matches!(e, UpstreamError::Blocked { .. }) {
+        "address not allowed"
+    } else if has(&[
+        "dns",
+        "lookup",
+        "resolve",
+        "name or service not known",
+        "nodename nor servname",
+        "no such host",
+    ]) {
+        "DNS lookup failed"
+    } else {
+        "no connection"
+    };
     ChannelCheck {
-        verdict: if tls {
-            CheckVerdict::Tls
-        } else {
-            CheckVerdict::Unreachable
-        },
-        detail: text,
+        verdict: CheckVerdict::Unreachable,
+        detail: format!("{cause}: {text}"),
     }
 }
 

@@ -158,11 +158,11 @@ pub enum PollOutcome {
     Unknown(String),
 }
 
-/// What a channel test found (`relay channels test`): whether the channel is reachable and its
-/// key accepted, else the precise reason.
+/// What a channel test found (`relay channels test`, `POST /admin/channels/{name}/test`):
+/// whether the channel is reachable and its key accepted, else the precise reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckVerdict {
-    /// Reachable, key accepted.
+    /// Reachable, key accepted (or nothing to reach: the built-in simulator).
     Ok,
     /// No connection (refused, DNS, timeout).
     Unreachable,
@@ -170,15 +170,17 @@ pub enum CheckVerdict {
     Tls,
     /// The vendor refused the key or credentials.
     KeyRefused,
-    /// The key is accepted but out of quota, balance or rate.
+    /// The key is accepted but the account is out of quota or balance.
     Quota,
-    /// Anything else: an unexpected answer.
+    /// The key is accepted but the vendor asks to slow down (a rate limit, not an empty
+    /// account).
+    RateLimited,
+    /// Anything else: an unexpected answer (`unexpected`).
     Error,
-    /// The channel has nothing to test (the built-in simulator).
-    Local,
 }
 
 impl CheckVerdict {
+    /// The verdict as the admin API names it (`status`).
     pub const fn as_str(self) -> &'static str {
         match self {
             CheckVerdict::Ok => "ok",
@@ -186,14 +188,27 @@ impl CheckVerdict {
             CheckVerdict::Tls => "tls",
             CheckVerdict::KeyRefused => "key_refused",
             CheckVerdict::Quota => "quota",
-            CheckVerdict::Error => "error",
-            CheckVerdict::Local => "local",
+            CheckVerdict::RateLimited => "rate_limited",
+            CheckVerdict::Error => "unexpected",
+        }
+    }
+
+    /// The verdict in words, as `relay channels test` prints it.
+    pub const fn words(self) -> &'static str {
+        match self {
+            CheckVerdict::Ok => "reachable, key accepted",
+            CheckVerdict::Unreachable => "unreachable",
+            CheckVerdict::Tls => "TLS handshake failed",
+            CheckVerdict::KeyRefused => "key refused",
+            CheckVerdict::Quota => "quota or balance exhausted",
+            CheckVerdict::RateLimited => "rate limited",
+            CheckVerdict::Error => "unexpected answer",
         }
     }
 
     /// Whether the channel works.
     pub const fn is_ok(self) -> bool {
-        matches!(self, CheckVerdict::Ok | CheckVerdict::Local)
+        matches!(self, CheckVerdict::Ok)
     }
 }
 

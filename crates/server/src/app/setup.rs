@@ -23,122 +23,133 @@ pub fn video_channels(
     public_base: &Arc<OnceLock<String>>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
-    let mut video_channels = vendor_channels(config, blobs, public_base, env)?;
+    let mut video_channels = Vec::new();
+    for c in &config.channels {
+        if let Some(channel) = vendor_channel(config, c, blobs, public_base, env)? {
+            video_channels.push(Arc::new(channel));
+        }
+    }
     let simulators = config
         .channels
         .iter()
-        .filter(|c| c.kind == ChannelKind::Simulator)
-        .map(|c| {
-            Arc::new(VideoChannel::Simulator(Simulator::new(
-                SimulatorSettings {
-                    name: c.name.clone(),
-                    models: c.models.clone(),
-                    task_ms: (config.simulator.task_secs * 1000.0) as u64,
-                    fps: config.simulator.fps,
-                    scenarios: config.simulator.scenarios,
-                    blocked_words: config.simulator.blocked_words.clone(),
-                },
-                blobs.clone(),
-            )))
-        });
+        .filter_map(|c| simulator_channel(config, c, blobs))
+        .map(Arc::new);
     video_channels.extend(simulators);
     Ok(video_channels)
 }
 
-/// The video vendor channels of a configuration. A channel serves the video models it lists
-/// and every video model of its `family`.
-fn vendor_channels(
+/// The video channel of a `simulator` entry; `None` for another kind.
+pub fn simulator_channel(
     config: &Config,
+    c: &ChannelConfig,
+    blobs: &Arc<dyn BlobStore>,
+) -> Option<VideoChannel> {
+    (c.kind == ChannelKind::Simulator).then(|| {
+        VideoChannel::Simulator(Simulator::new(
+            SimulatorSettings {
+                name: c.name.clone(),
+                models: c.models.clone(),
+                task_ms: (config.simulator.task_secs * 1000.0) as u64,
+                fps: config.simulator.fps,
+                scenarios: config.simulator.scenarios,
+                blocked_words: config.simulator.blocked_words.clone(),
+            },
+            blobs.clone(),
+        ))
+    })
+}
+
+/// The channel of a video vendor entry (`None` for another kind). It serves the video models
+/// it lists and every video model of its `family`.
+pub fn vendor_channel(
+    config: &Config,
+    c: &ChannelConfig,
     blobs: &Arc<dyn BlobStore>,
     public_base: &Arc<OnceLock<String>>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> anyhow::Result<Vec<Arc<VideoChannel>>> {
-    let mut out = Vec::new();
-    for c in &config.channels {
-        let Some(registration) = c.kind.vendor() else {
-            continue;
-        };
-        let mut models: Vec<String> = c
-            .models
-            .iter()
-            .filter(|m| config.models.get(*m).map(|m| m.kind) != Some(ModelKind::Chat))
-            .cloned()
-            .collect();
-        if let Some(family) = &c.family {
-            for (name, model) in &config.models {
-                if model.kind != ModelKind::Chat
-                    && model.family.as_deref() == Some(family.as_str())
-                    && !models.contains(name)
-                {
-                    models.push(name.clone());
-                }
+) -> anyhow::Result<Option<VideoChannel>> {
+    let Some(registration) = c.kind.vendor() else {
+        return Ok(None);
+    };
+    let mut models: Vec<String> = c
+        .models
+        .iter()
+        .filter(|m| config.models.get(*m).map(|m| m.kind) != Some(ModelKind::Chat))
+        .cloned()
+        .collect();
+    if let Some(family) = &c.family {
+        for (name, model) in &config.models {
+            if model.kind != ModelKind::Chat
+                && model.family.as_deref() == Some(family.as_str())
+                && !models.contains(name)
+            {
+                models.push(name.clone());
             }
         }
-        let secret = |what: &str, value: &Option<String>, var: &Option<String>| {
-            secret(&c.name, what, value, var, env)
-        };
-        let api_key = secret("api_key_env", &c.api_key, &c.api_key_env)?;
-        let defaults = channels::UpstreamTimeouts::default();
-        let request = c
-            .request_timeout_secs
-            .map(Duration::from_secs)
-            .unwrap_or(Duration::from_secs(60));
-        let base_url = c
-            .base_url
-            .clone()
-            .unwrap_or_else(|| registration.default_base_url.to_owned());
-        let remote = channels::RemoteSettings {
-            name: c.name.clone(),
-            models,
-            base_url,
-            api_key,
-            model_map: c.model_map.clone(),
-            timeouts: channels::UpstreamTimeouts {
-                connect: c
-                    .connect_timeout_secs
-                    .map(Duration::from_secs)
-                    .unwrap_or(defaults.connect),
-                first_byte: request,
-                idle: request,
-            },
-            min_poll_interval: Duration::from_millis(config.tasks.poll_interval_min_ms),
-            max_inline_bytes: c.max_inline_bytes.unwrap_or(10 * 1024 * 1024),
-            result_urls: channels::ResultUrls {
-                allow_private: config.security.allow_private_urls,
-                trusted_hosts: c.trusted_hosts.clone(),
-            },
-            network: network(config, c)?,
-        };
-        let callback = c
-            .callback_secret
-            .clone()
-            .map(|secret| channels::CallbackSettings {
-                secret,
-                public_base: public_base.clone(),
-            });
-        let kind = channels::KindSettings {
-            access_key: secret("access_key_env", &c.access_key, &c.access_key_env)?,
-            secret_key: secret("secret_key_env", &c.secret_key, &c.secret_key_env)?,
-            credentials_file: c.credentials_file.clone(),
-            project: c.project.clone(),
-            location: c.location.clone(),
-        };
-        let settings = channels::VendorSettings {
-            remote,
-            kind,
-            callback,
-            blobs: blobs.clone(),
-        };
-        let channel = VideoChannel::vendor(
-            registration.kind,
-            settings,
-            &config.vendor_models,
-            c.nearest_longer_duration,
-        )
-        .map_err(|e| anyhow::anyhow!("channel {}: {e}", c.name))?;
-        out.push(Arc::new(channel));
     }
-    Ok(out)
+    let secret = |what: &str, value: &Option<String>, var: &Option<String>| {
+        secret(&c.name, what, value, var, env)
+    };
+    let api_key = secret("api_key_env", &c.api_key, &c.api_key_env)?;
+    let defaults = channels::UpstreamTimeouts::default();
+    let request = c
+        .request_timeout_secs
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(60));
+    let base_url = c
+        .base_url
+        .clone()
+        .unwrap_or_else(|| registration.default_base_url.to_owned());
+    let remote = channels::RemoteSettings {
+        name: c.name.clone(),
+        models,
+        base_url,
+        api_key,
+        model_map: c.model_map.clone(),
+        timeouts: channels::UpstreamTimeouts {
+            connect: c
+                .connect_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(defaults.connect),
+            first_byte: request,
+            idle: request,
+        },
+        min_poll_interval: Duration::from_millis(config.tasks.poll_interval_min_ms),
+        max_inline_bytes: c.max_inline_bytes.unwrap_or(10 * 1024 * 1024),
+        result_urls: channels::ResultUrls {
+            allow_private: config.security.allow_private_urls,
+            trusted_hosts: c.trusted_hosts.clone(),
+        },
+        network: network(config, c)?,
+    };
+    let callback = c
+        .callback_secret
+        .clone()
+        .map(|secret| channels::CallbackSettings {
+            secret,
+            public_base: public_base.clone(),
+        });
+    let kind = channels::KindSettings {
+        access_key: secret("access_key_env", &c.access_key, &c.access_key_env)?,
+        secret_key: secret("secret_key_env", &c.secret_key, &c.secret_key_env)?,
+        credentials_file: c.credentials_file.clone(),
+        project: c.project.clone(),
+        location: c.location.clone(),
+    };
+    let settings = channels::VendorSettings {
+        remote,
+        kind,
+        callback,
+        blobs: blobs.clone(),
+    };
+    let channel = VideoChannel::vendor(
+        registration.kind,
+        settings,
+        &config.vendor_models,
+        c.nearest_longer_duration,
+    )
+    .map_err(|e| anyhow::anyhow!("channel {}: {e}", c.name))?;
+    Ok(Some(channel))
 }
 
 /// A channel's secret: its value in the configuration, or the environment variable `var`
@@ -196,44 +207,51 @@ pub fn routes(config: &Config) -> Vec<ChannelRoute> {
 pub fn chat_channels(config: &Config) -> anyhow::Result<Vec<Arc<ChatChannel>>> {
     let mut out = Vec::new();
     for c in &config.channels {
-        let chat_models: Vec<String> = c
-            .models
-            .iter()
-            .filter(|m| config.models.get(*m).map(|m| m.kind) == Some(ModelKind::Chat))
-            .cloned()
-            .collect();
-        let api_key = api_key(c)?;
-        let settings = ChatSettings {
-            name: c.name.clone(),
-            models: chat_models,
-            base_url: c.base_url.clone().unwrap_or_default(),
-            api_key,
-            model_map: c.model_map.clone(),
-            timeouts: timeouts(c),
-            network: if c.is_remote() {
-                network(config, c)?
-            } else {
-                Network::default()
-            },
-            // Checked at start-up to lie between 1 KiB and 1 GiB.
-            max_event_bytes: usize::try_from(config.server.max_stream_event_bytes)
-                .unwrap_or(usize::MAX),
-        };
-        let channel = match c.kind {
-            ChannelKind::Simulator if !settings.models.is_empty() => {
-                ChatChannel::Simulator(channels::chat::SimChat::new(settings))
-            }
-            ChannelKind::Anthropic => {
-                ChatChannel::Anthropic(channels::chat::AnthropicChat::new(settings))
-            }
-            ChannelKind::OpenaiChat => {
-                ChatChannel::OpenaiChat(channels::chat::OpenaiChat::new(settings))
-            }
-            _ => continue,
-        };
-        out.push(Arc::new(channel));
+        if let Some(channel) = chat_channel(config, c)? {
+            out.push(Arc::new(channel));
+        }
     }
     Ok(out)
+}
+
+/// The chat channel of an entry: an `anthropic` or `openai-chat` one, or a `simulator` that
+/// lists a chat model (`None` otherwise).
+pub fn chat_channel(config: &Config, c: &ChannelConfig) -> anyhow::Result<Option<ChatChannel>> {
+    let chat_models: Vec<String> = c
+        .models
+        .iter()
+        .filter(|m| config.models.get(*m).map(|m| m.kind) == Some(ModelKind::Chat))
+        .cloned()
+        .collect();
+    let api_key = api_key(c)?;
+    let settings = ChatSettings {
+        name: c.name.clone(),
+        models: chat_models,
+        base_url: c.base_url.clone().unwrap_or_default(),
+        api_key,
+        model_map: c.model_map.clone(),
+        timeouts: timeouts(c),
+        network: if c.is_remote() {
+            network(config, c)?
+        } else {
+            Network::default()
+        },
+        // Checked at start-up to lie between 1 KiB and 1 GiB.
+        max_event_bytes: usize::try_from(config.server.max_stream_event_bytes)
+            .unwrap_or(usize::MAX),
+    };
+    Ok(match c.kind {
+        ChannelKind::Simulator if !settings.models.is_empty() => Some(ChatChannel::Simulator(
+            channels::chat::SimChat::new(settings),
+        )),
+        ChannelKind::Anthropic => Some(ChatChannel::Anthropic(channels::chat::AnthropicChat::new(
+            settings,
+        ))),
+        ChannelKind::OpenaiChat => Some(ChatChannel::OpenaiChat(channels::chat::OpenaiChat::new(
+            settings,
+        ))),
+        _ => None,
+    })
 }
 
 /// A channel's API key: `api_key`, or the environment variable `api_key_env` names.

@@ -69,6 +69,8 @@ pub(super) enum Route<'a> {
     AdminTasks,
     AdminWebhooks,
     AdminChannels,
+    /// `POST /admin/channels/{name}/test`.
+    TestChannel(&'a str),
     /// `POST /v1/messages`.
     Messages,
     /// `POST /v1/messages/count_tokens`.
@@ -222,6 +224,8 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
         ["admin", "tasks"] => Err(Miss::Method("GET")),
         ["admin", "channels"] if m == Method::GET => Ok(AdminChannels),
         ["admin", "channels"] => Err(Miss::Method("GET")),
+        ["admin", "channels", name, "test"] if m == Method::POST => Ok(TestChannel(name)),
+        ["admin", "channels", _, "test"] => Err(Miss::Method("POST")),
         ["v1", "messages"] if m == Method::POST => Ok(Messages),
         ["v1", "messages"] => Err(Miss::Method("POST")),
         ["v1", "messages", "count_tokens"] if m == Method::POST => Ok(CountTokens),
@@ -306,6 +310,7 @@ impl<'a> Route<'a> {
             GetCharacter(_) => 53,
             ListCharacters => 54,
             DeleteCharacter(_) => 55,
+            TestChannel(_) => 56,
         }
     }
 
@@ -347,6 +352,7 @@ impl<'a> Route<'a> {
             | DeleteBatch(p)
             | CancelBatch(p)
             | BatchResults(p)
+            | TestChannel(p)
             | ConsoleFile(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | Console | CreateVideo | ListVideos
             | EditVideo | ExtendVideo | CreateCharacter | ListCharacters | CreateGeneration
@@ -471,6 +477,21 @@ mod tests {
                 Ok(Route::ConsoleFile("app.js")),
             ),
             (Method::POST, "/console/", Err(Miss::Method("GET"))),
+            (
+                Method::POST,
+                "/admin/channels/veo-main/test",
+                Ok(Route::TestChannel("veo-main")),
+            ),
+            (
+                Method::GET,
+                "/admin/channels/veo-main/test",
+                Err(Miss::Method("POST")),
+            ),
+            (
+                Method::POST,
+                "/admin/channels/veo-main",
+                Err(Miss::NotFound),
+            ),
             (Method::GET, "/console/a/b.js", Err(Miss::NotFound)),
             (Method::GET, "/console//", Err(Miss::NotFound)),
             // Paths longer than any route's: only a file's, every segment still checked.
@@ -548,6 +569,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs its label in
         // `metrics::ROUTES` (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 56, "route_table misses a route");
+        assert_eq!(kinds.len(), 57, "route_table misses a route");
     }
 }
