@@ -122,6 +122,8 @@ fn vendor_channels(
             credentials_file: c.credentials_file.clone(),
             project: c.project.clone(),
             location: c.location.clone(),
+            storage_uri: None,
+            storage_base_url: None,
         };
         let settings = channels::VendorSettings {
             remote,
