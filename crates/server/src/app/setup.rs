@@ -122,8 +122,8 @@ fn vendor_channels(
             credentials_file: c.credentials_file.clone(),
             project: c.project.clone(),
             location: c.location.clone(),
-            storage_uri: None,
-            storage_base_url: None,
+            storage_uri: c.storage_uri.clone(),
+            storage_base_url: c.storage_base_url.clone(),
         };
         let settings = channels::VendorSettings {
             remote,
