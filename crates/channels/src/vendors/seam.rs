@@ -111,6 +111,10 @@ pub struct VendorSettings {
     pub blobs: Arc<dyn BlobStore>,
 }
 
+/// A kind's constructor: its settings and its model catalog (by vendor model).
+pub type Build =
+    fn(VendorSettings, &BTreeMap<String, ModelCaps>) -> Result<Box<dyn Vendor>, String>;
+
 /// One kind of vendor channel, as the configuration names it.
 pub struct Registration {
     /// The `kind` of a `[[channels]]` entry.
@@ -126,5 +130,5 @@ pub struct Registration {
     pub models: fn() -> Vec<(&'static str, ModelCaps)>,
     /// Builds a channel of the kind, given its model catalog (the built-in one with the
     /// configuration's entries), for vendors whose requests follow what a model can make.
-    pub build: fn(VendorSettings, &BTreeMap<String, ModelCaps>) -> Result<Box<dyn Vendor>, String>,
+    pub build: Build,
 }
