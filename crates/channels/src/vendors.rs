@@ -1,9 +1,12 @@
 //! The upstream video vendors behind one seam, the [`Vendor`] trait, one module each:
 //! [`openai_videos`] (another relay or reseller speaking `/v1/videos`), [`ark`]
-//! (Seedance-style content generation tasks) and [`veo`] (Google Veo on the Gemini API). What
+//! (Seedance-style content generation tasks), [`veo`] (Google Veo on the Gemini API),
+//! [`vertex_veo`] (Google Veo on Vertex AI), [`kling`], [`minimax`] and [`wan`]. What
 //! every HTTP vendor shares is in [`common`] (settings, the key header, classification of
 //! answers, upstream ids in paths, references read from the blob store, result downloads,
-//! channel tests); [`redact`] makes upstream bodies fit for a log (chat upstreams use it too).
+//! channel tests); [`redact`] makes upstream bodies fit for a log (chat upstreams use it too);
+//! [`google_auth`] turns a Google service account's key into access tokens; [`spill`] reads
+//! an answer that carries a video as base64 without holding the video.
 //!
 //! Adding a vendor is one new module implementing [`Vendor`] (its wire as plain serde structs,
 //! pure `to_vendor` / `from_vendor` functions tested with the vendor's documented examples),
@@ -12,13 +15,16 @@
 
 pub mod ark;
 pub mod common;
+pub mod google_auth;
 pub mod kling;
 pub mod media;
 pub mod minimax;
 pub mod openai_videos;
 pub mod redact;
 pub mod seam;
+pub mod spill;
 pub mod veo;
+pub mod vertex_veo;
 pub mod wan;
 
 pub use seam::{CallbackSettings, KindSettings, Need, Registration, Vendor, VendorSettings};
@@ -32,6 +38,7 @@ pub static REGISTRY: &[Registration] = &[
     openai_videos::REGISTRATION,
     ark::REGISTRATION,
     veo::REGISTRATION,
+    vertex_veo::REGISTRATION,
     kling::REGISTRATION,
     minimax::REGISTRATION,
     wan::REGISTRATION,

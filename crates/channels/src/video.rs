@@ -52,7 +52,7 @@ impl VideoChannel {
         let registration =
             vendors::registration(kind).ok_or_else(|| format!("no video channel kind {kind}"))?;
         let caps = vendors::catalog(registration, overrides);
-        let vendor = (registration.build)(settings)?;
+        let vendor = (registration.build)(settings, &caps)?;
         Ok(VideoChannel::Vendor(VendorChannel {
             kind: registration.kind,
             vendor,

@@ -34,7 +34,7 @@ pub const REGISTRATION: Registration = Registration {
     needs: &[],
     callbacks: true,
     models: Vec::new,
-    build: |s| Ok(Box::new(Ark::new(s.remote, s.blobs, s.callback))),
+    build: |s, _| Ok(Box::new(Ark::new(s.remote, s.blobs, s.callback))),
 };
 
 pub struct Ark {

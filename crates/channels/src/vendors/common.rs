@@ -354,6 +354,15 @@ impl Remote {
         classify: impl Fn(StatusCode, &[u8]) -> Option<CheckVerdict>,
     ) -> ChannelCheck {
         let req = self.request(Method::GET, url, true).body(Bytes::new());
+        self.check_request(req, classify).await
+    }
+
+    /// [`Remote::check_get`] of a request the vendor built (its own credentials on it).
+    pub async fn check_request(
+        &self,
+        req: Result<Request<Bytes>, http::Error>,
+        classify: impl Fn(StatusCode, &[u8]) -> Option<CheckVerdict>,
+    ) -> ChannelCheck {
         match self.exchange(req).await {
             Err(e) => transport_check(&e),
             Ok((status, _, body)) => {

@@ -37,7 +37,7 @@ pub const REGISTRATION: Registration = Registration {
     needs: &[Need::AccessKey, Need::SecretKey],
     callbacks: true,
     models: catalog,
-    build: |s| Kling::new(s).map(|k| Box::new(k) as Box<dyn Vendor>),
+    build: |s, _| Kling::new(s).map(|k| Box::new(k) as Box<dyn Vendor>),
 };
 
 /// The models Kling documents and what each makes (its capability map). `std` mode makes

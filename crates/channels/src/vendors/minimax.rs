@@ -34,7 +34,7 @@ pub const REGISTRATION: Registration = Registration {
     needs: &[Need::ApiKey],
     callbacks: true,
     models: catalog,
-    build: |s| Ok(Box::new(Minimax::new(s))),
+    build: |s, _| Ok(Box::new(Minimax::new(s))),
 };
 
 /// The Hailuo models of the v1 API and what each makes. Tiers are MiniMax's own (`512p`,

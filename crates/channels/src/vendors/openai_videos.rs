@@ -26,7 +26,7 @@ pub const REGISTRATION: Registration = Registration {
     needs: &[],
     callbacks: false,
     models: Vec::new,
-    build: |s| Ok(Box::new(OpenaiVideos::new(s.remote, s.blobs))),
+    build: |s, _| Ok(Box::new(OpenaiVideos::new(s.remote, s.blobs))),
 };
 
 pub struct OpenaiVideos {

@@ -2,6 +2,7 @@
 //! configuration ([`Need`], [`KindSettings`], [`CallbackSettings`]), what it is built from
 //! ([`VendorSettings`]) and its [`Registration`].
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -84,6 +85,10 @@ pub struct KindSettings {
     pub credentials_file: Option<PathBuf>,
     pub project: Option<String>,
     pub location: Option<String>,
+    /// Where the vendor writes its results (`gs://bucket/prefix/`), when not inline.
+    pub storage_uri: Option<String>,
+    /// The Cloud Storage JSON API's base, when not Google's own (a proxy or a fake).
+    pub storage_base_url: Option<String>,
 }
 
 /// Where and how a channel asks its vendor to call back: a callback URL on the relay
@@ -106,6 +111,10 @@ pub struct VendorSettings {
     pub blobs: Arc<dyn BlobStore>,
 }
 
+/// A kind's constructor: its settings and its model catalog (by vendor model).
+pub type Build =
+    fn(VendorSettings, &BTreeMap<String, ModelCaps>) -> Result<Box<dyn Vendor>, String>;
+
 /// One kind of vendor channel, as the configuration names it.
 pub struct Registration {
     /// The `kind` of a `[[channels]]` entry.
@@ -119,6 +128,7 @@ pub struct Registration {
     pub callbacks: bool,
     /// Its built-in model catalog: the vendor models it documents and what each can do.
     pub models: fn() -> Vec<(&'static str, ModelCaps)>,
-    /// Builds a channel of the kind.
-    pub build: fn(VendorSettings) -> Result<Box<dyn Vendor>, String>,
+    /// Builds a channel of the kind, given its model catalog (the built-in one with the
+    /// configuration's entries), for vendors whose requests follow what a model can make.
+    pub build: Build,
 }

@@ -43,7 +43,7 @@ pub const REGISTRATION: Registration = Registration {
     needs: &[Need::ApiKey],
     callbacks: false,
     models,
-    build: |s| {
+    build: |s, _| {
         let remote = Remote::new(s.remote, s.blobs).with_key_header(KeyHeader::Named(KEY_HEADER));
         Ok(Box::new(Veo { remote }))
     },
@@ -364,7 +364,7 @@ fn operation_failed(error: &RpcStatus) -> PollOutcome {
     failed("upstream_error", "the vendor failed the task")
 }
 
-fn mentions_safety(message: &str) -> bool {
+pub(crate) fn mentions_safety(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     [
         "safety",
@@ -461,7 +461,7 @@ fn failed(code: &str, message: &str) -> PollOutcome {
     }
 }
 
-fn truncate(text: &str) -> String {
+pub(crate) fn truncate(text: &str) -> String {
     let mut out: String = text.chars().take(MAX_REASON_CHARS).collect();
     if text.chars().count() > MAX_REASON_CHARS {
         out.push('…');

@@ -37,7 +37,7 @@ pub const REGISTRATION: Registration = Registration {
     needs: &[Need::ApiKey],
     callbacks: false,
     models: catalog,
-    build: |s| Ok(Box::new(Wan::new(s))),
+    build: |s, _| Ok(Box::new(Wan::new(s))),
 };
 
 /// The Wan models DashScope documents (Singapore names; Beijing spells wan2.1 `wanx2.1`) and

@@ -122,6 +122,11 @@ pub struct ChannelConfig {
     /// Cloud project and location (Vertex AI).
     pub project: Option<String>,
     pub location: Option<String>,
+    /// Vertex AI: a Cloud Storage location (`gs://bucket/prefix/`) the vendor writes videos
+    /// to, read back with the channel's token; unset, videos come inline in the answer.
+    pub storage_uri: Option<String>,
+    /// Vertex AI: the Cloud Storage JSON API's base (default `https://storage.googleapis.com`).
+    pub storage_base_url: Option<String>,
     /// Video vendors: a duration the model does not make is served by the next longer one it
     /// makes (billed as asked); by default a duration must be served exactly.
     pub nearest_longer_duration: bool,
@@ -212,6 +217,54 @@ impl ChannelConfig {
     }
 }
 
+/// The settings of a Google Cloud channel (a kind that needs a `credentials_file`): the key
+/// file must be a usable service account key, `project` and `location` fit for a path and a
+/// host name, and the storage settings are for such channels only.
+fn check_google_settings(
+    channel: &ChannelConfig,
+    registration: &channels::vendors::Registration,
+) -> Result<(), String> {
+    use ::channels::vendors::{google_auth, vertex_veo};
+    let name = &channel.name;
+    let google = registration
+        .needs
+        .contains(&channels::Need::CredentialsFile);
+    if !google {
+        for (key, set) in [
+            ("storage_uri", channel.storage_uri.is_some()),
+            ("storage_base_url", channel.storage_base_url.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "channels.{name}: {key} applies to vertex-veo channels only"
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if let Some(path) = &channel.credentials_file {
+        google_auth::check_key_file(path)
+            .map_err(|e| format!("channels.{name}: credentials_file {}: {e}", path.display()))?;
+    }
+    if let Some(project) = &channel.project {
+        vertex_veo::check_project(project).map_err(|e| format!("channels.{name}: {e}"))?;
+    }
+    if let Some(location) = &channel.location {
+        vertex_veo::check_location(location).map_err(|e| format!("channels.{name}: {e}"))?;
+    }
+    if let Some(uri) = &channel.storage_uri {
+        vertex_veo::check_storage_uri(uri).map_err(|e| format!("channels.{name}: {e}"))?;
+    }
+    if let Some(url) = &channel.storage_base_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(format!(
+            "channels.{name}: storage_base_url {url:?} must start with http:// or https://"
+        ));
+    }
+    Ok(())
+}
+
 /// Bounds of a channel's `max_calls_per_sec` (one call in 100 s at the least).
 pub(super) const MIN_CALLS_PER_SEC: f64 = 0.01;
 pub(super) const MAX_CALLS_PER_SEC: f64 = 100_000.0;
@@ -282,6 +335,7 @@ pub(super) fn check_video_channel(
             ));
         }
     }
+    check_google_settings(channel, registration)?;
     for model in &channel.models {
         if models.get(model).map(|m| m.kind) == Some(ModelKind::Chat) {
             return Err(format!(

@@ -471,9 +471,45 @@ fn example_uncommented() -> String {
     out
 }
 
+/// The path the example gives its service account's key file.
+const EXAMPLE_KEY_FILE: &str = "/etc/relay/vertex-service-account.json";
+
+/// A service account's JSON key file in `dir`, with an RSA key made for the test run (and
+/// `token_uri` pointing nowhere: config checks make no call).
+fn key_file(dir: &std::path::Path) -> std::path::PathBuf {
+    use rsa::pkcs8::{EncodePrivateKey, LineEnding};
+    static PEM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let pem = PEM.get_or_init(|| {
+        rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048)
+            .expect("an RSA key")
+            .to_pkcs8_pem(LineEnding::LF)
+            .expect("PEM")
+            .to_string()
+    });
+    let path = dir.join("service-account.json");
+    let file = serde_json::json!({
+        "type": "service_account",
+        "project_id": "my-project",
+        "private_key_id": "0123abcd",
+        "private_key": pem,
+        "client_email": "relay@my-project.iam.gserviceaccount.com",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    });
+    std::fs::write(&path, file.to_string()).expect("write the key file");
+    path
+}
+
 #[test]
 fn the_example_has_a_channel_of_every_kind_and_passes_the_check() {
+    // The example's key file is the operator's to put in place: here, one made for the test.
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path());
     let text = example_uncommented();
+    assert!(
+        text.contains(EXAMPLE_KEY_FILE),
+        "the example names no key file"
+    );
+    let text = text.replace(EXAMPLE_KEY_FILE, &key.display().to_string());
     let config = Config::from_toml(Some(&text), "relay.example.toml (uncommented)")
         .unwrap_or_else(|e| panic!("{e}"));
     let kinds: Vec<&str> = config.channels.iter().map(|c| c.kind.as_str()).collect();
@@ -518,4 +554,138 @@ fn a_vendor_channel_needs_what_its_kind_needs() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("must start with http:// or https://"), "{err}");
+}
+
+#[test]
+fn a_vertex_channel_needs_a_usable_key_file_a_project_and_a_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path());
+    let vertex = |extra: &str| {
+        Config::from_toml(
+            Some(&format!(
+                "[[channels]]\nname = \"v\"\nkind = \"vertex-veo\"\nmodels = [\"model_h3\"]\n{extra}"
+            )),
+            "t.toml",
+        )
+        .map_err(|e| e.to_string())
+    };
+    let file =
+        |path: &std::path::Path| format!("credentials_file = {:?}\n", path.display().to_string());
+    let place = "project = \"my-project\"\nlocation = \"us-central1\"\n";
+    let err = vertex(place).unwrap_err();
+    assert!(
+        err.contains("channels.v: kind vertex-veo needs credentials_file"),
+        "{err}"
+    );
+    let err = vertex(&format!("{}location = \"us-central1\"\n", file(&key))).unwrap_err();
+    assert!(
+        err.contains("channels.v: kind vertex-veo needs project"),
+        "{err}"
+    );
+    let err = vertex(&format!("{}project = \"p-1\"\n", file(&key))).unwrap_err();
+    assert!(
+        err.contains("channels.v: kind vertex-veo needs location"),
+        "{err}"
+    );
+    let ok = vertex(&format!("{}{place}", file(&key))).unwrap();
+    assert_eq!(ok.channels[0].location.as_deref(), Some("us-central1"));
+    vertex(&format!(
+        "{}{place}storage_uri = \"gs://relay-videos/out/\"\nstorage_base_url = \"http://127.0.0.1:9\"\n",
+        file(&key)
+    ))
+    .unwrap();
+
+    // A key file that is missing, not JSON, incomplete or without a usable key: the file and
+    // what is wrong with it, never what it holds.
+    let missing = dir.path().join("nowhere.json");
+    let err = vertex(&format!("{}{place}", file(&missing))).unwrap_err();
+    assert!(
+        err.contains(&format!(
+            "channels.v: credentials_file {}: cannot be read",
+            missing.display()
+        )),
+        "{err}"
+    );
+    let good: serde_json::Value = serde_json::from_slice(&std::fs::read(&key).unwrap()).unwrap();
+    let pem = good["private_key"].as_str().unwrap().to_owned();
+    let variants = [
+        (
+            "half.json",
+            pem[..pem.len() / 2].to_owned(),
+            "is not JSON (line 1",
+        ),
+        (
+            "no-key.json",
+            {
+                let mut v = good.clone();
+                v.as_object_mut().unwrap().remove("private_key");
+                v.to_string()
+            },
+            "lacks private_key",
+        ),
+        (
+            "bad-key.json",
+            {
+                let mut v = good.clone();
+                v["private_key"] = serde_json::Value::from(pem.replace("MII", "AAA"));
+                v.to_string()
+            },
+            "private_key is not",
+        ),
+        (
+            "no-uri.json",
+            {
+                let mut v = good.clone();
+                v["token_uri"] = serde_json::Value::from("oauth2.googleapis.com/token");
+                v.to_string()
+            },
+            "token_uri is not an http(s) URL",
+        ),
+    ];
+    for (name, text, expected) in variants {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = vertex(&format!("{}{place}", file(&path))).unwrap_err();
+        assert!(
+            err.contains(&format!("credentials_file {}: {expected}", path.display())),
+            "{err}"
+        );
+        assert!(
+            !err.contains("PRIVATE KEY") && !err.contains(&pem[40..80]),
+            "{err}"
+        );
+    }
+
+    for (bad, expected) in [
+        (
+            "project = \"p\"\nlocation = \"us-central1.evil.example/x\"\n",
+            "is not a Google Cloud location",
+        ),
+        (
+            "project = \"my/project\"\nlocation = \"global\"\n",
+            "is not a Google Cloud project id",
+        ),
+        (
+            &format!("{place}storage_uri = \"s3://bucket/x\"\n"),
+            "storage_uri \"s3://bucket/x\" is not a Cloud Storage location",
+        ),
+        (
+            &format!("{place}storage_base_url = \"storage.example\"\n"),
+            "storage_base_url \"storage.example\" must start with http",
+        ),
+    ] {
+        let err = vertex(&format!("{}{bad}", file(&key))).unwrap_err();
+        assert!(err.contains(expected), "{err}");
+    }
+    // The storage settings are Vertex AI's alone.
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"g\"\nkind = \"veo\"\nmodels = [\"model_h3\"]\napi_key = \"k\"\nstorage_uri = \"gs://b/x\"\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("channels.g: storage_uri applies to vertex-veo channels only"),
+        "{err}"
+    );
 }
