@@ -572,6 +572,99 @@ pub(crate) mod tests {
         assert!(!is_fresh(now, now + Duration::from_secs(1)));
     }
 
+    /// Many callers at once while no token is kept: one request to the token endpoint, whose
+    /// token all of them get; then the kept token serves, until it is forgotten.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_refresh_serves_every_caller_waiting_for_it() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU32;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let token_uri = format!("http://{}/token", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicU32::new(0));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let (count, gate) = (requests.clone(), release.clone());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (count, gate) = (count.clone(), gate.clone());
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&seen);
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let len: usize = head
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse().unwrap())
+                                })
+                                .unwrap_or(0);
+                            if body.len() < len {
+                                continue;
+                            }
+                            assert!(body.starts_with("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion="), "{body}");
+                            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                            gate.notified().await;
+                            let answer =
+                                format!("{{\"access_token\":\"ya29.t{n}\",\"expires_in\":3599}}");
+                            let reply = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                                answer.len()
+                            );
+                            let _ = stream.write_all(reply.as_bytes()).await;
+                            seen.clear();
+                        }
+                    }
+                });
+            }
+        });
+
+        let key = parse(&key_file(&token_uri)).unwrap();
+        let source = Arc::new(TokenSource::new(key));
+        let http = UpstreamHttp::new(crate::http::client::UpstreamTimeouts::default());
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let (source, http) = (source.clone(), http.clone());
+                tokio::spawn(async move { source.token(&http).await })
+            })
+            .collect();
+        // The first refresh reached the endpoint; the others wait for it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while requests.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "no token request");
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        for caller in callers {
+            assert_eq!(caller.await.unwrap().unwrap().bearer(), "Bearer ya29.t1");
+        }
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+        // Kept while fresh; forgotten, fetched again.
+        let kept = source.token(&http).await.unwrap();
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+        source.forget(&kept).await;
+        let again = tokio::spawn({
+            let (source, http) = (source.clone(), http.clone());
+            async move { source.token(&http).await }
+        });
+        while requests.load(Ordering::SeqCst) == 1 {
+            assert!(Instant::now() < deadline, "no second token request");
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        assert_eq!(again.await.unwrap().unwrap().bearer(), "Bearer ya29.t2");
+    }
+
     #[test]
     fn form_values_are_escaped() {
         assert_eq!(
