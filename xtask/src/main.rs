@@ -15,6 +15,10 @@ mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
 #[allow(dead_code)]
 mod fake_video;
+// The integration suite's strict Veo fake, the vendor behind `conformance --vendor veo`.
+#[path = "../../tests/it/fake_veo.rs"]
+#[allow(dead_code)]
+mod fake_veo;
 mod floors;
 mod fuzz;
 mod openapi;
@@ -22,6 +26,7 @@ mod profile;
 mod relay;
 mod schemathesis;
 mod sdk;
+mod vendor;
 
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Some("console") => console::run_console(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
+        Some("fake-veo") => vendor::run_fake_veo(&args[1..]),
         Some("profile") => profile::run(&args[1..]),
         Some("crash") => crash::run(&args[1..]),
         Some("cluster") => cluster::run(&args[1..]),
@@ -86,8 +92,8 @@ fn main() -> ExitCode {
         // The bench's parties and load generator, each in a process of its own.
         Some("bench-party") => bench::party::run(&args[1..]),
         Some("bench-load") => bench::loadgen::run(&args[1..]),
-        Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
-            conformance::ci::run()
+        Some("conformance") if args[1..].iter().any(|a| a == "--start" || a == "--vendor") => {
+            conformance::ci::run_args(&args[1..])
         }
         Some("conformance") => match conformance::main(&args[1..]) {
             Ok(true) => Ok(()),
@@ -170,7 +176,8 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         schemathesis::run(&["--max-examples", "10", "--max-time", "120"].map(String::from))?;
     }
     if !quick {
-        conformance::ci::run()?;
+        conformance::ci::run(None)?;
+        conformance::ci::run(Some("veo"))?;
     }
     eprintln!("xtask: ci passed");
     Ok(())
