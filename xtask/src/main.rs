@@ -39,8 +39,12 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
   sdk-messages  only the Anthropic SDK check of /v1/messages and its batches (part of ci)
+  sdk-vendor    only the OpenAI SDK video check with the Veo fake behind the relay (part of ci)
+  fake-veo      the integration suite's strict Veo fake (Gemini API) on 127.0.0.1, for the
+                vendor mode of conformance and the SDK check, or by hand (`fake-veo --help`)
   conformance   the black-box suite against a running relay (part of ci, which starts one);
-                `conformance --start` builds and starts a relay and runs the suite against it
+                `conformance --start` builds and starts a relay and runs the suite against it;
+                `conformance --vendor veo` does so with the Veo fake behind model_h3 (ci runs both)
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
                 relay by hand; `fake-upstream --help` lists its switches
   profile       instructions per request of the release relay under callgrind: a whole
@@ -79,6 +83,8 @@ fn main() -> ExitCode {
         Some("ci") => ci(&args[1..]),
         // The Anthropic SDK check alone (it also runs as part of `ci`).
         Some("sdk-messages") => sdk::anthropic_sdk_check(),
+        // The OpenAI SDK check with the Veo fake behind the relay alone (also part of `ci`).
+        Some("sdk-vendor") => sdk::openai_sdk_vendor_alone(),
         Some("openapi") => openapi::validate(),
         Some("console") => console::run_console(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
