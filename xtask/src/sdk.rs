@@ -91,7 +91,12 @@ fn openai_sdk_vendor_check(python: &Path) -> anyhow::Result<()> {
         "OpenAI SDK check (veo fake behind the relay)",
         Command::new(python)
             .args(["-W", "ignore::DeprecationWarning"])
-            .arg(root().join("tests").join("sdk").join("openai_videos_vendor.py"))
+            .arg(
+                root()
+                    .join("tests")
+                    .join("sdk")
+                    .join("openai_videos_vendor.py"),
+            )
             .env("RELAY_BASE_URL", &relay.base)
             .env("RELAY_KEY", &relay.key)
             .env("RELAY_VENDOR_MP4", &mp4),
