@@ -15,6 +15,10 @@ mod fake_upstream;
 #[path = "../../tests/it/fake_video.rs"]
 #[allow(dead_code)]
 mod fake_video;
+// The integration suite's strict Veo fake, the vendor behind `conformance --vendor veo`.
+#[path = "../../tests/it/fake_veo.rs"]
+#[allow(dead_code)]
+mod fake_veo;
 mod floors;
 mod fuzz;
 mod openapi;
@@ -22,6 +26,7 @@ mod profile;
 mod relay;
 mod schemathesis;
 mod sdk;
+mod vendor;
 
 const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sdk-messages
 
@@ -34,8 +39,12 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
   sdk-messages  only the Anthropic SDK check of /v1/messages and its batches (part of ci)
+  sdk-vendor    only the OpenAI SDK video check with the Veo fake behind the relay (part of ci)
+  fake-veo      the integration suite's strict Veo fake (Gemini API) on 127.0.0.1, for the
+                vendor mode of conformance and the SDK check, or by hand (`fake-veo --help`)
   conformance   the black-box suite against a running relay (part of ci, which starts one);
-                `conformance --start` builds and starts a relay and runs the suite against it
+                `conformance --start` builds and starts a relay and runs the suite against it;
+                `conformance --vendor veo` does so with the Veo fake behind model_h3 (ci runs both)
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
                 relay by hand; `fake-upstream --help` lists its switches
   profile       instructions per request of the release relay under callgrind: a whole
@@ -74,10 +83,13 @@ fn main() -> ExitCode {
         Some("ci") => ci(&args[1..]),
         // The Anthropic SDK check alone (it also runs as part of `ci`).
         Some("sdk-messages") => sdk::anthropic_sdk_check(),
+        // The OpenAI SDK check with the Veo fake behind the relay alone (also part of `ci`).
+        Some("sdk-vendor") => sdk::openai_sdk_vendor_alone(),
         Some("openapi") => openapi::validate(),
         Some("console") => console::run_console(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("fake-upstream") => fake_upstream::run(&args[1..]),
+        Some("fake-veo") => vendor::run_fake_veo(&args[1..]),
         Some("profile") => profile::run(&args[1..]),
         Some("crash") => crash::run(&args[1..]),
         Some("cluster") => cluster::run(&args[1..]),
@@ -86,8 +98,8 @@ fn main() -> ExitCode {
         // The bench's parties and load generator, each in a process of its own.
         Some("bench-party") => bench::party::run(&args[1..]),
         Some("bench-load") => bench::loadgen::run(&args[1..]),
-        Some("conformance") if args.get(1).is_some_and(|a| a == "--start") => {
-            conformance::ci::run()
+        Some("conformance") if args[1..].iter().any(|a| a == "--start" || a == "--vendor") => {
+            conformance::ci::run_args(&args[1..])
         }
         Some("conformance") => match conformance::main(&args[1..]) {
             Ok(true) => Ok(()),
@@ -170,7 +182,8 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         schemathesis::run(&["--max-examples", "10", "--max-time", "120"].map(String::from))?;
     }
     if !quick {
-        conformance::ci::run()?;
+        conformance::ci::run(None)?;
+        conformance::ci::run(Some("veo"))?;
     }
     eprintln!("xtask: ci passed");
     Ok(())

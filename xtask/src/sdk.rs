@@ -1,5 +1,6 @@
 //! The official SDKs, unchanged, against the built relay: the OpenAI Python SDK on the first
-//! video format, the Anthropic Python SDKs on `/v1/messages`, and the `standardwebhooks`
+//! video format (with the simulator, and once more with the Veo fake behind `model_h3`), the
+//! Anthropic Python SDKs on `/v1/messages`, and the `standardwebhooks`
 //! package verifying a webhook the relay delivered.
 
 use std::path::Path;
@@ -58,7 +59,51 @@ pub fn sdk_check() -> anyhow::Result<()> {
             .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
     )?;
     drop(relay);
+    openai_sdk_vendor_check(&python)?;
     anthropic_sdk_check()
+}
+
+/// `cargo xtask sdk-vendor`: the OpenAI SDK check with the Veo fake behind the relay, alone.
+pub fn openai_sdk_vendor_alone() -> anyhow::Result<()> {
+    run(
+        "cargo build -p relay",
+        cargo().args(["build", "-p", "relay"]),
+    )?;
+    let python = python_with("sdk-venv", OPENAI_SDK)?;
+    openai_sdk_vendor_check(&python)
+}
+
+/// The OpenAI SDK's create, poll and download against a relay whose `model_h3` is a `veo`
+/// channel in front of `cargo xtask fake-veo`: the download must be the fake's MP4.
+fn openai_sdk_vendor_check(python: &Path) -> anyhow::Result<()> {
+    let work = target_dir().join("sdk-check-vendor");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let mp4 = work.join("vendor.mp4");
+    let fake = crate::vendor::VeoProcess::start(&mp4)?;
+    let config = work.join("relay.toml");
+    std::fs::write(
+        &config,
+        fake.relay_config("[tasks]\npoll_interval_min_ms = 50\npoll_interval_max_ms = 300\n"),
+    )?;
+    let relay = sdk_relay(&work, &config)?;
+    run(
+        "OpenAI SDK check (veo fake behind the relay)",
+        Command::new(python)
+            .args(["-W", "ignore::DeprecationWarning"])
+            .arg(
+                root()
+                    .join("tests")
+                    .join("sdk")
+                    .join("openai_videos_vendor.py"),
+            )
+            .env("RELAY_BASE_URL", &relay.base)
+            .env("RELAY_KEY", &relay.key)
+            .env("RELAY_VENDOR_MP4", &mp4),
+    )?;
+    drop(relay);
+    drop(fake);
+    Ok(())
 }
 
 /// The Anthropic Python SDKs the messages check pins: a current one (it sends the key as a

@@ -14,6 +14,8 @@ pub struct Suite {
     /// Every line printed, for the suite's own tests.
     pub(super) lines: Vec<String>,
     pub(super) failed: usize,
+    /// Areas not run against this relay (their flows need the simulator).
+    pub(super) skipped: usize,
 }
 
 impl Suite {
@@ -23,6 +25,7 @@ impl Suite {
             args,
             passed: 0,
             failed: 0,
+            skipped: 0,
             lines: Vec::new(),
         })
     }
@@ -50,6 +53,12 @@ impl Suite {
 
     pub(super) fn skip(&mut self, section: &str, name: &str, why: &str) {
         self.say(format!("skip {section} {name}: {why}"));
+    }
+
+    /// Skips a whole area, counted in the summary line.
+    pub(super) fn skip_area(&mut self, area: &str, why: &str) {
+        self.skipped += 1;
+        self.say(format!("skip {area}: {why}"));
     }
 
     /// Sends, waiting out 429s; a transport failure becomes a `599` answer naming it.

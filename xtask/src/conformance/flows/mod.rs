@@ -10,6 +10,7 @@ pub mod errors;
 pub mod generations;
 pub mod idempotency;
 pub mod messages;
+pub mod vendor;
 pub mod videos;
 
 use std::time::{Duration, Instant};
