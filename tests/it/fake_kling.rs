@@ -9,10 +9,12 @@
 //! `expire_results` is set) and the duration in `reported_duration` (the asked one when
 //! unset); a prompt with `[fail]` fails, with `[refuse]` fails as the risk control's, with
 //! `[blocked]` is refused at submission (400, code 1301). `next_errors` answers the next
-//! submissions with (HTTP status, code). A finished task is posted to its `callback_url`.
+//! submissions with (HTTP status, code); `hang_up_submissions` takes the next ones (a task is
+//! made) and closes the connection unanswered, `no_id_submissions` takes them and answers
+//! `200` with code 0 and no task. A finished task is posted to its `callback_url`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,9 @@ use http::{Method, Request, Response};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use crate::fake_vendor::{self, FakeServer, header, is_image, is_url, playable_mp4, unbase64};
+use crate::fake_vendor::{
+    self, FakeServer, header, is_image, is_url, playable_mp4, take_one, unbase64,
+};
 
 pub const ACCESS_KEY: &str = "kling-access-key-test-41";
 pub const SECRET_KEY: &str = "kling-secret-key-test-77";
@@ -33,6 +37,10 @@ pub struct State {
     pub expire_results: AtomicBool,
     /// The next submissions are answered with these (HTTP status, code), in order.
     pub next_errors: Mutex<VecDeque<(u16, i64)>>,
+    /// The next this many submissions are taken and their connection closed unanswered.
+    pub hang_up_submissions: AtomicU32,
+    /// The next this many submissions are taken and answered `200` without a task.
+    pub no_id_submissions: AtomicU32,
     /// The `duration` string reported for finished tasks (the asked one when unset).
     pub reported_duration: Mutex<Option<String>>,
     /// Accepted submissions: (kind, body), oldest first.
@@ -153,23 +161,24 @@ fn check_token(req: &Request<Bytes>) -> Result<(), (i64, &'static str)> {
     Ok(())
 }
 
-fn answer(state: &Arc<State>, base: &str, req: Request<Bytes>) -> Response<Full<Bytes>> {
+/// The answer to `req`; `None` to close the connection without one.
+fn answer(state: &Arc<State>, base: &str, req: Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     let path = req.uri().path().to_owned();
     state.calls.lock().unwrap().push(path.clone());
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     // Result files live on the vendor's CDN: no token there.
     if let ["kcdn", file] = segments.as_slice() {
-        return download(state, file);
+        return Some(download(state, file));
     }
     if let Err((code, why)) = check_token(&req) {
         state.refused_tokens.lock().unwrap().push(why.to_owned());
-        return error(401, code, why);
+        return Some(error(401, code, why));
     }
     match (req.method(), segments.as_slice()) {
         (&Method::POST, ["v1", "videos", kind]) => submit(state, base, kind, &req),
-        (&Method::GET, ["v1", "videos", kind, id]) => query(state, base, kind, id),
-        (&Method::GET, ["account", "costs"]) => costs(&req),
-        _ => error(404, 1202, "The requested method is invalid"),
+        (&Method::GET, ["v1", "videos", kind, id]) => Some(query(state, base, kind, id)),
+        (&Method::GET, ["account", "costs"]) => Some(costs(&req)),
+        _ => Some(error(404, 1202, "The requested method is invalid")),
     }
 }
 
@@ -383,33 +392,33 @@ fn submit(
     base: &str,
     kind: &str,
     req: &Request<Bytes>,
-) -> Response<Full<Bytes>> {
+) -> Option<Response<Full<Bytes>>> {
     if header(req, "content-type") != Some("application/json") {
-        return error(400, 1200, "Content-Type must be application/json");
+        return Some(error(400, 1200, "Content-Type must be application/json"));
     }
     if let Some((status, code)) = state.next_errors.lock().unwrap().pop_front() {
-        return error(status, code, "as the test asked");
+        return Some(error(status, code, "as the test asked"));
     }
     let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
-        return error(400, 1200, "the body is not JSON");
+        return Some(error(400, 1200, "the body is not JSON"));
     };
     if let Err(why) = check_body(kind, &body) {
-        return error(400, 1201, &format!("Invalid parameters: {why}"));
+        return Some(error(400, 1201, &format!("Invalid parameters: {why}")));
     }
     let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
     if prompt.contains("[blocked]") {
-        return error(
+        return Some(error(
             400,
             1301,
             "Trigger the content security policy of the platform",
-        );
+        ));
     }
     let external = body["external_task_id"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     if !external.is_empty() && !state.external_ids.lock().unwrap().insert(external.clone()) {
-        return error(400, 1201, "external_task_id already exists");
+        return Some(error(400, 1201, "external_task_id already exists"));
     }
     let id = format!(
         "8{:017}",
@@ -433,13 +442,23 @@ fn submit(
         .lock()
         .unwrap()
         .push((kind.to_owned(), body));
+    // Taken: how the relay hears of it is decided now.
+    if take_one(&state.hang_up_submissions) {
+        return None;
+    }
+    if take_one(&state.no_id_submissions) {
+        return Some(fake_vendor::json(
+            200,
+            &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake"}),
+        ));
+    }
     let ms = now_secs() * 1000;
-    fake_vendor::json(
+    Some(fake_vendor::json(
         200,
         &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake", "data": {
             "task_id": id, "task_info": {"external_task_id": external},
             "task_status": "submitted", "created_at": ms, "updated_at": ms}}),
-    )
+    ))
 }
 
 /// The task object as query and callback give it.

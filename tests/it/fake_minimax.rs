@@ -9,10 +9,12 @@
 //! `download_url` serving a playable MP4 (403 once `expire_results` is set); a prompt with
 //! `[fail]` fails, with `[refuse]` fails with 1027 (output sensitive), with `[blocked]` is
 //! refused at submission with 1026. `next_errors` answers the next submissions with these
-//! `status_code`s, in HTTP 200s.
+//! `status_code`s, in HTTP 200s; `hang_up_submissions` takes the next ones (a task is made) and
+//! closes the connection unanswered, `no_id_submissions` takes them and answers `200` with
+//! `base_resp` 0 and no `task_id`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,9 @@ use http::{Method, Request, Response};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use crate::fake_vendor::{self, FakeServer, header, is_image, is_url, playable_mp4, unbase64};
+use crate::fake_vendor::{
+    self, FakeServer, header, is_image, is_url, playable_mp4, take_one, unbase64,
+};
 
 pub const API_KEY: &str = "minimax-key-test-58";
 
@@ -31,6 +35,10 @@ pub struct State {
     pub expire_results: AtomicBool,
     /// The next submissions are answered with these `base_resp.status_code`s, in order.
     pub next_errors: Mutex<VecDeque<i64>>,
+    /// The next this many submissions are taken and their connection closed unanswered.
+    pub hang_up_submissions: AtomicU32,
+    /// The next this many submissions are taken and answered `200` without a task id.
+    pub no_id_submissions: AtomicU32,
     /// Accepted submission bodies, oldest first.
     pub submissions: Mutex<Vec<Value>>,
     /// Paths of every call, oldest first.
@@ -87,21 +95,22 @@ fn base_error(code: i64, msg: &str) -> Response<Full<Bytes>> {
     )
 }
 
-fn answer(state: &State, base: &str, req: Request<Bytes>) -> Response<Full<Bytes>> {
+/// The answer to `req`; `None` to close the connection without one.
+fn answer(state: &State, base: &str, req: Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     let path = req.uri().path().to_owned();
     state.calls.lock().unwrap().push(path.clone());
     // The CDN's signed download URLs need no key.
     if let Some(file) = path.strip_prefix("/cdn/") {
-        return download(state, file);
+        return Some(download(state, file));
     }
     if header(&req, "authorization") != Some(&format!("Bearer {API_KEY}")) {
-        return base_error(
+        return Some(base_error(
             1004,
             "login fail: Please carry the API secret key in the 'Authorization' field of the request header",
-        );
+        ));
     }
-    match (req.method(), path.as_str()) {
-        (&Method::POST, "/v1/video_generation") => submit(state, &req),
+    Some(match (req.method(), path.as_str()) {
+        (&Method::POST, "/v1/video_generation") => return submit(state, &req),
         (&Method::GET, "/v1/query/video_generation") => query(state, &req),
         (&Method::GET, "/v1/files/retrieve") => retrieve(state, base, &req),
         (&Method::GET, "/v1/files/list") => fake_vendor::json(
@@ -109,7 +118,7 @@ fn answer(state: &State, base: &str, req: Request<Bytes>) -> Response<Full<Bytes
             &json!({"files": [], "base_resp": {"status_code": 0, "status_msg": "success"}}),
         ),
         _ => fake_vendor::json(404, &json!({"error": "not found"})),
-    }
+    })
 }
 
 /// Models, the resolutions each makes, and the durations at each.
@@ -241,25 +250,25 @@ fn check_body(body: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn submit(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+fn submit(state: &State, req: &Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     if header(req, "content-type") != Some("application/json") {
-        return base_error(
+        return Some(base_error(
             2013,
             "invalid params: Content-Type must be application/json",
-        );
+        ));
     }
     if let Some(code) = state.next_errors.lock().unwrap().pop_front() {
-        return base_error(code, "as the test asked");
+        return Some(base_error(code, "as the test asked"));
     }
     let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
-        return base_error(2013, "invalid params: the body is not JSON");
+        return Some(base_error(2013, "invalid params: the body is not JSON"));
     };
     if let Err(why) = check_body(&body) {
-        return base_error(2013, &format!("invalid params, {why}"));
+        return Some(base_error(2013, &format!("invalid params, {why}")));
     }
     let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
     if prompt.contains("[blocked]") {
-        return base_error(1026, "input new_sensitive");
+        return Some(base_error(1026, "input new_sensitive"));
     }
     let id = format!(
         "{}",
@@ -273,10 +282,20 @@ fn submit(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         },
     );
     state.submissions.lock().unwrap().push(body);
-    fake_vendor::json(
+    // Taken: how the relay hears of it is decided now.
+    if take_one(&state.hang_up_submissions) {
+        return None;
+    }
+    if take_one(&state.no_id_submissions) {
+        return Some(fake_vendor::json(
+            200,
+            &json!({"base_resp": {"status_code": 0, "status_msg": "success"}}),
+        ));
+    }
+    Some(fake_vendor::json(
         200,
         &json!({"task_id": id, "base_resp": {"status_code": 0, "status_msg": "success"}}),
-    )
+    ))
 }
 
 fn query(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {

@@ -1,17 +1,18 @@
 //! `kling` channels against [`FakeKling`]: both formats come back playable from the relay's
 //! own copy, frames and reference images reach the right task kind in the vendor's form,
 //! failures, refusals and expired result URLs are refunded exactly, a rate limit or a refused
-//! key fails over to another channel, and the channel test reads the account.
+//! key fails over to another channel, a submission that may have reached Kling is never sent
+//! again, and the channel test reads the account.
 
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::fake_kling::{ACCESS_KEY, FakeKling, SECRET_KEY};
 use crate::harness::{Relay, png};
 use crate::vendor_flows::{
-    WAIT, asset, config, entries_of, first_format, library, playable, refunded, second_format,
-    settled,
+    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
+    refunded, second_format, settled,
 };
 
 /// A `kling` channel in front of `fake`, serving both formats' models with kling-v2-6 and
@@ -251,4 +252,45 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
             .iter()
             .any(|p| p == "/account/costs")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_may_have_reached_kling_is_never_sent_again() {
+    let (taker, spare) = (FakeKling::start().await, FakeKling::start().await);
+    // Many attempts allowed: none may be used on a submission Kling may have taken.
+    let channels = format!(
+        "submit_attempts = 8\n{}{}",
+        channel("first", &taker, 10, SECRET_KEY),
+        channel("second", &spare, 0, SECRET_KEY)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let (key_id, key) = relay.new_key("kling", Some(10_000)).await;
+    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
+
+    // Taken, then the connection closed without an answer.
+    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
+    let closed = first_format(&relay, &key, task("closed on me")).await;
+    relay.wait_video_as(&key, &closed, WAIT).await;
+    // Taken, and answered code 0 without a task id.
+    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
+    let blank = first_format(&relay, &key, task("answered without an id")).await;
+    relay.wait_video_as(&key, &blank, WAIT).await;
+
+    // Each reached the first channel once, the second never.
+    let prompts: Vec<Value> = taker
+        .submissions()
+        .iter()
+        .map(|(_, body)| body["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, ["closed on me", "answered without an id"]);
+    assert!(spare.submissions().is_empty());
+    assert_never_sent_again(
+        &relay,
+        (&key_id, &key),
+        &[&closed, &blank],
+        50,
+        10_000,
+        ("first", "second"),
+    )
+    .await;
 }

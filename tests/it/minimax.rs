@@ -2,17 +2,18 @@
 //! relay's own copy (the finished task's file resolved to its download URL), frames and a
 //! subject reference reach the vendor as `data:` URIs, errors inside HTTP 200s are read
 //! (a refusal refunded, a rate limit or a refused key failing over), failures and an expired
-//! download URL are refunded exactly, and the channel test reads the key's answer.
+//! download URL are refunded exactly, a submission that may have reached MiniMax is never
+//! sent again, and the channel test reads the key's answer.
 
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::fake_minimax::{API_KEY, FakeMinimax};
 use crate::harness::{Relay, png};
 use crate::vendor_flows::{
-    WAIT, asset, config, entries_of, first_format, library, playable, refunded, second_format,
-    settled,
+    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
+    refunded, second_format, settled,
 };
 
 /// A `minimax` channel in front of `fake`: the first format's model on Hailuo 2.3, the
@@ -220,4 +221,45 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
         let check = channel.check().await;
         assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_may_have_reached_minimax_is_never_sent_again() {
+    let (taker, spare) = (FakeMinimax::start().await, FakeMinimax::start().await);
+    // Many attempts allowed: none may be used on a submission MiniMax may have taken.
+    let channels = format!(
+        "submit_attempts = 8\n{}{}",
+        channel("first", &taker, 10, API_KEY),
+        channel("second", &spare, 0, API_KEY)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
+    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "6", "size": "1366x768"});
+
+    // Taken, then the connection closed without an answer.
+    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
+    let closed = first_format(&relay, &key, task("closed on me")).await;
+    relay.wait_video_as(&key, &closed, WAIT).await;
+    // Taken, and answered base_resp 0 without a task id.
+    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
+    let blank = first_format(&relay, &key, task("answered without an id")).await;
+    relay.wait_video_as(&key, &blank, WAIT).await;
+
+    // Each reached the first channel once, the second never.
+    let prompts: Vec<Value> = taker
+        .submissions()
+        .iter()
+        .map(|body| body["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, ["closed on me", "answered without an id"]);
+    assert!(spare.submissions().is_empty());
+    assert_never_sent_again(
+        &relay,
+        (&key_id, &key),
+        &[&closed, &blank],
+        60,
+        10_000,
+        ("first", "second"),
+    )
+    .await;
 }

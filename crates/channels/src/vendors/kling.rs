@@ -346,7 +346,9 @@ pub fn classify(code: i64, status: StatusCode) -> ErrorClass {
 const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A submission's answer (`status`, `body`) as the engine's outcome; `Accepted` carries the
-/// upstream id `<kind>/<task_id>`.
+/// upstream id `<kind>/<task_id>`. An error `code` says the task was not taken, whatever the
+/// HTTP status; a success without one and without a task id may have made a task the relay
+/// cannot follow: `Ambiguous`, never sent again.
 pub fn submit_outcome(
     name: &str,
     endpoint: Endpoint,
@@ -382,17 +384,58 @@ pub fn submit_outcome(
                 ErrorClass::Request | ErrorClass::Refused => SubmitOutcome::Fatal(detail),
             }
         }
+        _ if status.is_success() => SubmitOutcome::Ambiguous(format!(
+            "channel {name}: kling answered {status} without a task id: {}",
+            snippet(body)
+        )),
         _ => {
             let detail = format!(
                 "channel {name}: kling answered {status} without a task: {}",
-                super::common::snippet(body)
+                snippet(body)
             );
-            if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                SubmitOutcome::RateLimited {
+                    retry_after: None,
+                    reason: detail,
+                }
+            } else if status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT {
                 SubmitOutcome::Retry(detail)
             } else {
                 SubmitOutcome::Fatal(detail)
             }
         }
+    }
+}
+
+/// A submission's answer as the engine's outcome, as [`submit_outcome`] reads it, with a
+/// content refusal told apart and a rate limit's `retry-after` read from `headers`.
+pub fn read_submission(
+    name: &str,
+    endpoint: Endpoint,
+    status: StatusCode,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> SubmitOutcome {
+    if submit_refused(body) {
+        tracing::warn!(
+            channel = name,
+            answer = snippet(body),
+            "kling refused a submission's content"
+        );
+        return SubmitOutcome::Refused {
+            code: REFUSED_CODE.into(),
+            message: "the upstream refused the content of the request".into(),
+        };
+    }
+    match submit_outcome(name, endpoint, status, body) {
+        SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason,
+        } => SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+            reason,
+        },
+        other => other,
     }
 }
 
@@ -527,11 +570,11 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
         },
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: kling poll answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: unreadable kling poll answer: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -703,30 +746,17 @@ impl Vendor for Kling {
                 .body(Bytes::from(body)),
             Err(e) => return fatal(e),
         };
-        let (status, headers, answer) = match self.remote.exchange(req).await {
-            Ok(v) => v,
-            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
-        };
-        if submit_refused(&answer) {
-            tracing::warn!(
-                channel = name,
-                answer = snippet(&answer),
-                "kling refused a submission's content"
-            );
-            return SubmitOutcome::Refused {
-                code: REFUSED_CODE.into(),
-                message: "the upstream refused the content of the request".into(),
-            };
-        }
-        match submit_outcome(name, endpoint, status, &answer) {
-            SubmitOutcome::RateLimited {
-                retry_after: None,
-                reason,
-            } => SubmitOutcome::RateLimited {
-                retry_after: retry_after(&headers),
-                reason,
-            },
-            other => other,
+        // Sent again (here or elsewhere) only when nothing of it left, or Kling's answer says
+        // it took nothing: a request that may have reached Kling unanswered is ambiguous.
+        let answer = self
+            .remote
+            .submit_exchange_answer(req, |status, headers, body| {
+                read_submission(name, endpoint, status, headers, body)
+            })
+            .await;
+        match answer {
+            Ok((status, headers, body)) => read_submission(name, endpoint, status, &headers, &body),
+            Err(outcome) => outcome,
         }
     }
 
@@ -1025,15 +1055,36 @@ mod tests {
         assert!(submit_refused(refused.to_string().as_bytes()));
         assert!(!submit_refused(br#"{"code":1201,"message":"m"}"#));
         // No JSON at all: by HTTP status.
+        let plain =
+            |status: StatusCode| submit_outcome("k", Endpoint::Text2Video, status, b"<html>");
         assert!(matches!(
-            submit_outcome(
-                "k",
-                Endpoint::Text2Video,
-                StatusCode::BAD_GATEWAY,
-                b"<html>"
-            ),
+            plain(StatusCode::BAD_GATEWAY),
             SubmitOutcome::Retry(_)
         ));
+        assert!(matches!(
+            plain(StatusCode::REQUEST_TIMEOUT),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            plain(StatusCode::TOO_MANY_REQUESTS),
+            SubmitOutcome::RateLimited { .. }
+        ));
+        assert!(matches!(
+            plain(StatusCode::BAD_REQUEST),
+            SubmitOutcome::Fatal(_)
+        ));
+        // A success without a task id: Kling may have made a task the relay cannot follow,
+        // so it is never sent again.
+        for answer in [
+            &br#"{"code":0,"message":"SUCCEED","request_id":"r"}"#[..],
+            br#"{"code":0,"data":{"task_id":""}}"#,
+            b"<html>ok</html>",
+        ] {
+            assert!(matches!(
+                submit_outcome("k", Endpoint::Text2Video, StatusCode::OK, answer),
+                SubmitOutcome::Ambiguous(_)
+            ));
+        }
     }
 
     #[test]

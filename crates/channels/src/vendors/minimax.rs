@@ -282,8 +282,9 @@ fn outcome_of(class: ErrorClass, detail: String) -> SubmitOutcome {
     }
 }
 
-/// A submission's answer as the engine's outcome: `base_resp` decides, whatever the HTTP
-/// status; without one, the HTTP status does.
+/// A submission's answer as the engine's outcome: a non-zero `base_resp` says the task was
+/// not taken, whatever the HTTP status; without one, the HTTP status does. A success without a
+/// task id may have made a task the relay cannot follow: `Ambiguous`, never sent again.
 pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutcome {
     match serde_json::from_slice::<Submitted>(body) {
         Ok(Submitted {
@@ -297,20 +298,50 @@ pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutc
             ),
         ),
         Ok(Submitted {
-            task_id: Some(id),
-            base_resp: Some(_),
+            task_id: Some(id), ..
         }) if status.is_success() && valid_id(&id) => SubmitOutcome::Accepted { upstream_id: id },
-        _ => {
-            let detail = format!(
+        _ if status.is_success() => SubmitOutcome::Ambiguous(format!(
+            "channel {name}: minimax answered {status} without a task id: {}",
+            snippet(body)
+        )),
+        _ => outcome_of(
+            classify_status(status),
+            format!(
                 "channel {name}: minimax answered {status} without a task: {}",
-                super::common::snippet(body)
-            );
-            if status.is_success() {
-                SubmitOutcome::Fatal(detail)
-            } else {
-                outcome_of(classify_status(status), detail)
-            }
-        }
+                snippet(body)
+            ),
+        ),
+    }
+}
+
+/// A submission's answer as the engine's outcome, as [`submit_outcome`] reads it, with a
+/// content refusal told apart and a rate limit's `retry-after` read from `headers`.
+pub fn read_submission(
+    name: &str,
+    status: StatusCode,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> SubmitOutcome {
+    if submit_refused(body) {
+        tracing::warn!(
+            channel = name,
+            answer = snippet(body),
+            "minimax refused a submission's content"
+        );
+        return SubmitOutcome::Refused {
+            code: REFUSED_CODE.into(),
+            message: "the upstream refused the content of the request".into(),
+        };
+    }
+    match submit_outcome(name, status, body) {
+        SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason,
+        } => SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+            reason,
+        },
+        other => other,
     }
 }
 
@@ -413,11 +444,11 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
         _ if status == StatusCode::NOT_FOUND => Err(PollError::Lost),
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: minimax query answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: unreadable minimax query answer: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -446,11 +477,11 @@ pub fn retrieve_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<St
         }
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: minimax files/retrieve answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: minimax files/retrieve without a download_url: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -585,30 +616,18 @@ impl Vendor for Minimax {
             .request(Method::POST, &self.remote.url("/v1/video_generation"), true)
             .header("content-type", "application/json")
             .body(Bytes::from(body));
-        let (status, headers, answer) = match self.remote.exchange(req).await {
-            Ok(v) => v,
-            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
-        };
-        if submit_refused(&answer) {
-            tracing::warn!(
-                channel = name,
-                answer = snippet(&answer),
-                "minimax refused a submission's content"
-            );
-            return SubmitOutcome::Refused {
-                code: REFUSED_CODE.into(),
-                message: "the upstream refused the content of the request".into(),
-            };
-        }
-        match submit_outcome(name, status, &answer) {
-            SubmitOutcome::RateLimited {
-                retry_after: None,
-                reason,
-            } => SubmitOutcome::RateLimited {
-                retry_after: retry_after(&headers),
-                reason,
-            },
-            other => other,
+        // Sent again (here or elsewhere) only when nothing of it left, or MiniMax's answer
+        // says it took nothing: a request that may have reached MiniMax unanswered is
+        // ambiguous.
+        let answer = self
+            .remote
+            .submit_exchange_answer(req, |status, headers, body| {
+                read_submission(name, status, headers, body)
+            })
+            .await;
+        match answer {
+            Ok((status, headers, body)) => read_submission(name, status, &headers, &body),
+            Err(outcome) => outcome,
         }
     }
 
@@ -833,15 +852,18 @@ mod tests {
         assert!(submit_refused(
             br#"{"task_id":"","base_resp":{"status_code":1026,"status_msg":"input new_sensitive"}}"#
         ));
-        // An empty task id with a zero code is no acceptance.
-        assert!(matches!(
-            submit_outcome(
-                "m",
-                StatusCode::OK,
-                br#"{"task_id":"","base_resp":{"status_code":0}}"#
-            ),
-            SubmitOutcome::Fatal(_)
-        ));
+        // A success without a task id is no acceptance, and no refusal either: MiniMax may
+        // have made a task the relay cannot follow.
+        for answer in [
+            &br#"{"task_id":"","base_resp":{"status_code":0}}"#[..],
+            br#"{"base_resp":{"status_code":0,"status_msg":"success"}}"#,
+            b"<html>ok</html>",
+        ] {
+            assert!(matches!(
+                submit_outcome("m", StatusCode::OK, answer),
+                SubmitOutcome::Ambiguous(_)
+            ));
+        }
         // HTTP statuses without a base_resp.
         assert!(matches!(
             submit_outcome("m", StatusCode::TOO_MANY_REQUESTS, b""),
