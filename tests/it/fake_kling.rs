@@ -11,7 +11,9 @@
 //! `[blocked]` is refused at submission (400, code 1301). `next_errors` answers the next
 //! submissions with (HTTP status, code); `hang_up_submissions` takes the next ones (a task is
 //! made) and closes the connection unanswered, `no_id_submissions` takes them and answers
-//! `200` with code 0 and no task. A finished task is posted to its `callback_url`.
+//! `200` with code 0 and no task. A finished task is posted to its `callback_url` (the
+//! receiver's answers kept in `callbacks`); a test can also end a task at once (`finish`) and
+//! post it when it likes (`call_back`), and read when each task was queried (`query_ages`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -51,6 +53,8 @@ pub struct State {
     pub calls: Mutex<Vec<String>>,
     /// Callbacks posted: (task id, status posted, the receiver's status or 0).
     pub callbacks: Mutex<Vec<(String, String, u16)>>,
+    /// Queries of a task: (task id, the task's age then), oldest first.
+    pub queries: Mutex<Vec<(String, Duration)>>,
     tasks: Mutex<HashMap<String, Task>>,
     external_ids: Mutex<HashSet<String>>,
     next_id: AtomicU64,
@@ -64,6 +68,8 @@ struct Task {
     duration: String,
     callback_url: Option<String>,
     external_task_id: String,
+    /// Ended by the test, whatever `run_ms` says.
+    done: bool,
 }
 
 pub struct FakeKling {
@@ -93,6 +99,53 @@ impl FakeKling {
 
     pub fn submissions(&self) -> Vec<(String, Value)> {
         self.state.submissions.lock().unwrap().clone()
+    }
+
+    /// The id Kling gave the task the relay submitted as `external` (its task id).
+    fn task_of(&self, external: &str) -> Option<String> {
+        let tasks = self.state.tasks.lock().unwrap();
+        tasks
+            .iter()
+            .find(|(_, t)| t.external_task_id == external)
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Ends the relay's task `external` now: its next query finds it finished.
+    pub fn finish(&self, external: &str) {
+        let id = self.task_of(external).expect("a task of that external id");
+        if let Some(task) = self.state.tasks.lock().unwrap().get_mut(&id) {
+            task.done = true;
+        }
+    }
+
+    /// Posts the relay's task `external` to its `callback_url` now; the receiver's answer
+    /// lands in `callbacks`.
+    pub fn call_back(&self, external: &str) {
+        let id = self.task_of(external).expect("a task of that external id");
+        let url = self.state.tasks.lock().unwrap()[&id]
+            .callback_url
+            .clone()
+            .expect("a callback_url");
+        call_back(
+            self.state.clone(),
+            self.base.clone(),
+            url,
+            id,
+            Duration::ZERO,
+        );
+    }
+
+    /// The ages at which the relay's task `external` was queried, oldest first.
+    pub fn query_ages(&self, external: &str) -> Vec<Duration> {
+        let Some(id) = self.task_of(external) else {
+            return Vec::new();
+        };
+        let queries = self.state.queries.lock().unwrap();
+        queries
+            .iter()
+            .filter(|(q, _)| *q == id)
+            .map(|(_, age)| *age)
+            .collect()
     }
 
     pub fn fail_next(&self, status: u16, code: i64) {
@@ -431,10 +484,13 @@ fn submit(
         duration: body["duration"].as_str().unwrap_or("5").to_owned(),
         callback_url: body["callback_url"].as_str().map(str::to_owned),
         external_task_id: external.clone(),
+        done: false,
     };
     if let Some(url) = task.callback_url.clone() {
+        // Posted once the task has ended, by the vendor's own clock.
         let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
-        call_back(state.clone(), base.to_owned(), url, id.clone(), run);
+        let after = run + Duration::from_millis(20);
+        call_back(state.clone(), base.to_owned(), url, id.clone(), after);
     }
     state.tasks.lock().unwrap().insert(id.clone(), task);
     state
@@ -464,13 +520,18 @@ fn submit(
 /// The task object as query and callback give it.
 fn task_object(state: &State, base: &str, id: &str, task: &Task) -> Value {
     let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
+    let elapsed = if task.done {
+        run
+    } else {
+        task.started.elapsed()
+    };
     let ms = now_secs() * 1000;
     let mut data = json!({"task_id": id, "task_status_msg": "",
         "task_info": {"external_task_id": task.external_task_id},
         "created_at": ms, "updated_at": ms});
-    if task.started.elapsed() < run / 3 {
+    if elapsed < run / 3 {
         data["task_status"] = json!("submitted");
-    } else if task.started.elapsed() < run {
+    } else if elapsed < run {
         data["task_status"] = json!("processing");
     } else if task.prompt.contains("[refuse]") {
         data["task_status"] = json!("failed");
@@ -499,11 +560,15 @@ fn query(state: &State, base: &str, kind: &str, id: &str) -> Response<Full<Bytes
     let task = state.tasks.lock().unwrap().get(id).cloned();
     match task {
         // A task is known on the path of its own kind only.
-        Some(task) if task.kind == kind => fake_vendor::json(
-            200,
-            &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake",
-                    "data": task_object(state, base, id, &task)}),
-        ),
+        Some(task) if task.kind == kind => {
+            let age = task.started.elapsed();
+            state.queries.lock().unwrap().push((id.to_owned(), age));
+            fake_vendor::json(
+                200,
+                &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake",
+                        "data": task_object(state, base, id, &task)}),
+            )
+        }
         _ => error(404, 1203, "The requested resource does not exist"),
     }
 }
@@ -523,11 +588,12 @@ fn download(state: &State, file: &str) -> Response<Full<Bytes>> {
     fake_vendor::bytes(200, "video/mp4", playable_mp4())
 }
 
-/// Posts the task to `url` once it has ended, as Kling does when a task's status changes.
+/// Posts the task to `url` `after` this long, as Kling does when a task's status changes.
 fn call_back(state: Arc<State>, base: String, url: String, id: String, after: Duration) {
     tokio::spawn(async move {
-        // The vendor's own clock: the task ends `after` its submission.
-        tokio::time::sleep(after + Duration::from_millis(20)).await;
+        if !after.is_zero() {
+            tokio::time::sleep(after).await;
+        }
         let Some(task) = state.tasks.lock().unwrap().get(&id).cloned() else {
             return;
         };

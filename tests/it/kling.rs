@@ -2,17 +2,21 @@
 //! own copy, frames and reference images reach the right task kind in the vendor's form,
 //! failures, refusals and expired result URLs are refunded exactly, a rate limit or a refused
 //! key fails over to another channel, a submission that may have reached Kling is never sent
-//! again, and the channel test reads the account.
+//! again, Kling's callback brings its task's poll forward (a forged one changes nothing), and
+//! the channel test reads the account.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use http::Method;
 
 use serde_json::{Value, json};
 
 use crate::fake_kling::{ACCESS_KEY, FakeKling, SECRET_KEY};
-use crate::harness::{Relay, png};
+use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
-    refunded, second_format, settled,
+    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
+    library, playable, poll_schedule, refunded, second_format, settled,
 };
 
 /// A `kling` channel in front of `fake`, serving both formats' models with kling-v2-6 and
@@ -293,4 +297,96 @@ async fn a_submission_that_may_have_reached_kling_is_never_sent_again() {
         ("first", "second"),
     )
     .await;
+}
+
+const CALLBACK_SECRET: &str = "kling-callback-secret-for-tests-42";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kling_callback_brings_the_poll_forward_and_a_forged_one_changes_nothing() {
+    let fake = FakeKling::start().await;
+    // The task runs until the test ends it.
+    fake.state.run_ms.store(600_000, Ordering::SeqCst);
+    let with_secret = format!(
+        "{}callback_secret = \"{CALLBACK_SECRET}\"\n",
+        channel("kling", &fake, 0, SECRET_KEY)
+    );
+    let relay = Relay::start(&callback_config(50, &with_secret)).await;
+    let key = relay.key.clone();
+    let id = first_format(
+        &relay,
+        &key,
+        json!({"model": "model_h3", "prompt": "woken by Kling", "seconds": "5", "size": "1280x720"}),
+    )
+    .await;
+
+    // Kling was handed the relay's callback URL for this task.
+    let sent = poll_until(WAIT, || async { fake.submissions().first().cloned() })
+        .await
+        .expect("the submission");
+    let url = sent.1["callback_url"].as_str().expect("callback_url");
+    let prefix = format!("{}/callbacks/kling/kling?task={id}&token=", relay.base);
+    assert!(url.starts_with(&prefix), "{url}");
+    let path = url[relay.base.len()..].to_owned();
+
+    // Once the task is 1.8 s old, its next regular poll is at least 0.9 s away.
+    let old = Duration::from_millis(1_800);
+    let last = poll_until(WAIT, || async {
+        fake.query_ages(&id)
+            .last()
+            .copied()
+            .filter(|age| *age >= old)
+    })
+    .await
+    .expect("polled when 1.8 s old");
+    fake.finish(&id);
+
+    // Callbacks that are not Kling's are refused and write nothing.
+    let before = poll_schedule(&relay, &id).await;
+    let payload = json!({"task_id": "whatever", "task_status": "succeed"});
+    let post = |path: String| {
+        let (relay, payload) = (&relay, payload.clone());
+        async move {
+            relay
+                .send(Method::POST, &path, Body::Json(payload), &[])
+                .await
+        }
+    };
+    let forged = path.replace("&token=", "&token=0");
+    assert_eq!(post(forged).await.status, 401);
+    let other_task = path.replace(&format!("task={id}"), "task=video_other");
+    assert_eq!(post(other_task).await.status, 401);
+    let bare = format!("/callbacks/kling/kling?task={id}");
+    assert_eq!(post(bare).await.status, 401);
+    let other_channel = path.replace("/kling/kling?", "/kling/nope?");
+    assert_eq!(post(other_channel).await.status, 404);
+    // The right token with another upstream task: not this task.
+    let res = post(path.clone()).await;
+    assert_eq!(res.status, 404, "{}", res.text());
+    assert_eq!(poll_schedule(&relay, &id).await, before);
+    let res = relay.send(Method::GET, &path, Body::Empty, &[]).await;
+    assert_eq!(res.status, 405);
+
+    // Kling's own callback brings the poll forward: the task completes well before its next
+    // regular poll would have come.
+    fake.call_back(&id);
+    let done = poll_until(Duration::from_millis(700), || async {
+        let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+        (v["status"] == "completed").then_some(v)
+    })
+    .await;
+    assert!(done.is_some(), "the callback did not move the task on");
+    let calls = fake.state.callbacks.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, status, answered)| status == "succeed" && *answered == 200),
+        "{calls:?}"
+    );
+    let ages = fake.query_ages(&id);
+    let next = ages.iter().find(|age| **age > last).expect("a poll after");
+    // The schedule had it at half the task's age after the poll before.
+    assert!(
+        *next - last < last / 3,
+        "polled at {next:?} of age, after {last:?}: not brought forward"
+    );
 }

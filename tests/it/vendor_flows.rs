@@ -111,6 +111,26 @@ pub async fn assert_never_sent_again(
     assert_eq!(ambiguous_count(relay, spare).await, 0.0);
 }
 
+/// When the relay last polled task `id` and when it will next (unix ms), as its store has it.
+pub async fn poll_schedule(relay: &Relay, id: &str) -> (Option<u64>, Option<u64>) {
+    let task = relay
+        .app
+        .store
+        .task_shared(id)
+        .await
+        .expect("the store")
+        .expect("the task");
+    (task.polled_ms, task.next_poll_ms)
+}
+
+/// Polls start `min_ms` apart and then grow with a task's age (half of it, up to a minute), so
+/// that an old task's next poll is far off; callbacks on; then the channels.
+pub fn callback_config(min_ms: u64, channels: &str) -> String {
+    format!(
+        "[tasks]\npoll_interval_min_ms = {min_ms}\npoll_interval_max_ms = 60000\nchannel_cooldown_ms = 300\n{channels}"
+    )
+}
+
 /// Downloads `path` (a relay path, or a URL on the relay) as `key`, and probes it as an MP4
 /// with a video track.
 pub async fn playable(relay: &Relay, key: &str, path: &str) -> channels::mp4probe::Mp4Info {

@@ -22,6 +22,10 @@ pub(super) enum Route<'a> {
     File(&'a str),
     /// `POST /callbacks/ark/{channel}`, authorised by its token instead of a key.
     ArkCallback(&'a str),
+    /// `POST /callbacks/kling/{channel}`, likewise.
+    KlingCallback(&'a str),
+    /// `POST /callbacks/minimax/{channel}`, likewise.
+    MinimaxCallback(&'a str),
     CreateVideo,
     ListVideos,
     GetVideo(&'a str),
@@ -139,6 +143,10 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
         ["files", _, ..] if m == Method::GET => Ok(File(&rest["files/".len()..])),
         ["callbacks", "ark", channel] if m == Method::POST => Ok(ArkCallback(channel)),
         ["callbacks", "ark", _] => Err(Miss::Method("POST")),
+        ["callbacks", "kling", channel] if m == Method::POST => Ok(KlingCallback(channel)),
+        ["callbacks", "kling", _] => Err(Miss::Method("POST")),
+        ["callbacks", "minimax", channel] if m == Method::POST => Ok(MinimaxCallback(channel)),
+        ["callbacks", "minimax", _] => Err(Miss::Method("POST")),
         ["files", _, ..] => Err(Miss::Method("GET")),
         ["healthz"] if m == Method::GET => Ok(Healthz),
         ["healthz"] => Err(Miss::Method("GET")),
@@ -298,6 +306,8 @@ impl<'a> Route<'a> {
             ExtendVideo => 51,
             CreateCharacter => 52,
             GetCharacter(_) => 53,
+            KlingCallback(_) => 54,
+            MinimaxCallback(_) => 55,
         }
     }
 
@@ -313,6 +323,8 @@ impl<'a> Route<'a> {
         match *self {
             File(p)
             | ArkCallback(p)
+            | KlingCallback(p)
+            | MinimaxCallback(p)
             | GetVideo(p)
             | DeleteVideo(p)
             | VideoContent(p)
@@ -519,6 +531,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs its label in
         // `metrics::ROUTES` (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 54, "route_table misses a route");
+        assert_eq!(kinds.len(), 56, "route_table misses a route");
     }
 }
