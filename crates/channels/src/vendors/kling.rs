@@ -12,7 +12,6 @@
 //! rate limits, 5000-5002 the vendor's own trouble). The result is `task_result.videos[0]`,
 //! its `url` (kept 30 days) and its `duration` (a string of seconds), the length billed.
 
-use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -42,40 +41,63 @@ pub const REGISTRATION: Registration = Registration {
 
 /// The models Kling documents and what each makes (its capability map). `std` mode makes
 /// 720p, `pro` 1080p (kling-v1 720p in both); image-to-video-only models (kling-v1-5,
-/// kling-v2-1) are listed with the rest: a text-only request to them is refused by Kling.
+/// kling-v2-1) are listed with the rest: a text-only request to them is refused by Kling. The
+/// last frame is taken in `pro` mode only (1080p) on kling-v1-5, -v1-6, -v2-1, -v2-5-turbo
+/// and -v2-6, and at 5 s only on kling-v1.
 pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
-    let ratios = || vec!["16:9".to_owned(), "9:16".to_owned(), "1:1".to_owned()];
     let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
-    let model =
-        |durations: Vec<u32>, resolutions: &[&str], last_frame: bool, refs: u32| ModelCaps {
-            durations,
-            resolutions: tiers(resolutions),
-            ratios: ratios(),
-            durations_by_resolution: BTreeMap::new(),
-            first_frame: true,
-            last_frame,
-            reference_images: refs,
-            reference_image_durations: Vec::new(),
-            reference_videos: 0,
-            reference_audios: 0,
-            audio: false,
-        };
+    let model = |durations: Vec<u32>, resolutions: &[&str], refs: u32| ModelCaps {
+        durations,
+        resolutions: tiers(resolutions),
+        ratios: tiers(&["16:9", "9:16", "1:1"]),
+        first_frame: true,
+        reference_images: refs,
+        ..ModelCaps::default()
+    };
     let five_ten = || vec![5, 10];
+    // A last frame at every tier and duration the model makes.
+    let last = |mut m: ModelCaps| {
+        m.last_frame = true;
+        m
+    };
+    // A last frame in `pro` mode only.
+    let last_in_pro = |m: ModelCaps| ModelCaps {
+        last_frame_resolutions: tiers(&["1080p"]),
+        ..last(m)
+    };
     vec![
-        ("kling-v1", model(five_ten(), &["720p"], true, 0)),
-        ("kling-v1-5", model(five_ten(), &["720p", "1080p"], true, 0)),
-        ("kling-v1-6", model(five_ten(), &["720p", "1080p"], true, 4)),
-        ("kling-v2-master", model(five_ten(), &["720p"], false, 0)),
-        ("kling-v2-1", model(five_ten(), &["720p", "1080p"], true, 0)),
-        ("kling-v2-1-master", model(five_ten(), &["1080p"], false, 0)),
+        (
+            "kling-v1",
+            ModelCaps {
+                last_frame_durations: vec![5],
+                ..last(model(five_ten(), &["720p"], 0))
+            },
+        ),
+        (
+            "kling-v1-5",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
+        ),
+        (
+            "kling-v1-6",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 4)),
+        ),
+        ("kling-v2-master", model(five_ten(), &["720p"], 0)),
+        (
+            "kling-v2-1",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
+        ),
+        ("kling-v2-1-master", model(five_ten(), &["1080p"], 0)),
         (
             "kling-v2-5-turbo",
-            model(five_ten(), &["720p", "1080p"], true, 0),
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
         ),
-        ("kling-v2-6", model(five_ten(), &["720p", "1080p"], true, 0)),
+        (
+            "kling-v2-6",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
+        ),
         (
             "kling-v3",
-            model((3..=15).collect(), &["720p", "1080p"], true, 0),
+            last(model((3..=15).collect(), &["720p", "1080p"], 0)),
         ),
     ]
 }
@@ -1233,5 +1255,21 @@ mod tests {
         assert_eq!(v3.durations, (3..=15).collect::<Vec<u32>>());
         let multi = &models.iter().find(|(m, _)| *m == "kling-v1-6").unwrap().1;
         assert_eq!(multi.reference_images, 4);
+        // The capability map: a last frame in pro mode (1080p) only, on kling-v1 at 5 s only.
+        let caps = |name: &str| models.iter().find(|(m, _)| *m == name).unwrap().1.clone();
+        for name in [
+            "kling-v1-5",
+            "kling-v1-6",
+            "kling-v2-1",
+            "kling-v2-5-turbo",
+            "kling-v2-6",
+        ] {
+            let c = caps(name);
+            assert!(c.last_frame, "{name}");
+            assert_eq!(c.last_frame_resolutions, ["1080p"], "{name}");
+        }
+        assert_eq!(caps("kling-v1").last_frame_durations, [5]);
+        assert!(caps("kling-v3").last_frame_resolutions.is_empty());
+        assert!(!caps("kling-v2-master").last_frame);
     }
 }

@@ -40,6 +40,8 @@ pub const REGISTRATION: Registration = Registration {
 /// The Hailuo models of the v1 API and what each makes. Tiers are MiniMax's own (`512p`,
 /// `720p`, `768p`, `1080p`); 10 s only below 1080p. Image-only models (2.3-Fast, the I2V-01
 /// series) are listed with the rest: a text-only request to them is refused by MiniMax.
+/// MiniMax-Hailuo-02 makes `512p` from a first frame only, and takes a last frame at `768p`
+/// and `1080p` only.
 pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
     let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
     let model = |durations: Vec<u32>, resolutions: &[&str], by: &[(&str, Vec<u32>)]| ModelCaps {
@@ -52,17 +54,16 @@ pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
             .map(|(t, d)| ((*t).to_owned(), d.clone()))
             .collect::<BTreeMap<_, _>>(),
         first_frame: true,
-        last_frame: false,
-        reference_images: 0,
-        reference_image_durations: Vec::new(),
-        reference_videos: 0,
-        reference_audios: 0,
-        audio: false,
+        ..ModelCaps::default()
     };
     let hailuo = |tiers: &[&str]| model(vec![6, 10], tiers, &[("1080p", vec![6])]);
     let six = || model(vec![6], &["720p"], &[]);
-    let mut two = hailuo(&["512p", "768p", "1080p"]);
-    two.last_frame = true;
+    let two = ModelCaps {
+        last_frame: true,
+        last_frame_resolutions: tiers(&["768p", "1080p"]),
+        image_only_resolutions: tiers(&["512p"]),
+        ..hailuo(&["512p", "768p", "1080p"])
+    };
     let mut subject = six();
     subject.first_frame = false;
     subject.reference_images = 1;
@@ -982,5 +983,13 @@ mod tests {
         );
         let names: std::collections::BTreeSet<&str> = catalog().iter().map(|(m, _)| *m).collect();
         assert_eq!(names.len(), 9);
+        // 512P from a first frame only, and not with a last frame.
+        let two = catalog()
+            .into_iter()
+            .find(|(m, _)| *m == "MiniMax-Hailuo-02")
+            .unwrap()
+            .1;
+        assert_eq!(two.image_only_resolutions, ["512p"]);
+        assert_eq!(two.last_frame_resolutions, ["768p", "1080p"]);
     }
 }

@@ -50,13 +50,7 @@ pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
         resolutions: list(tiers),
         ratios: list(ratios),
         durations_by_resolution: BTreeMap::new(),
-        first_frame: true,
-        last_frame: false,
-        reference_images: 0,
-        reference_image_durations: Vec::new(),
-        reference_videos: 0,
-        reference_audios: 0,
-        audio: false,
+        ..ModelCaps::default()
     };
     let three = ["16:9", "9:16", "1:1"];
     let five = ["16:9", "9:16", "1:1", "4:3", "3:4"];
