@@ -2,8 +2,8 @@
 //! `Authorization: Bearer` [`API_KEY`] (else HTTP 200 with `base_resp.status_code` 1004, as
 //! MiniMax answers errors); submissions are checked field by field and type by type (an integer
 //! `duration` the model makes at that `resolution`, upper case; images a URL or a `data:` URI;
-//! `last_frame_image` on MiniMax-Hailuo-02 only and with a first frame; `subject_reference` on
-//! S2V-01 only, one character with one image).
+//! `last_frame_image` on MiniMax-Hailuo-02 only, with a first frame, not at 512P;
+//! `subject_reference` on S2V-01 only, one character with one image).
 //!
 //! A task runs for `run_ms`, then succeeds with a `file_id`, resolved by `files/retrieve` to a
 //! `download_url` serving a playable MP4 (403 once `expire_results` is set); a prompt with
@@ -306,8 +306,10 @@ fn check_body(body: &Value) -> Result<(), String> {
         image_ok(v)?;
     }
     if let Some(last) = obj.get("last_frame_image") {
-        if model != "MiniMax-Hailuo-02" || !image {
-            return Err("last_frame_image needs MiniMax-Hailuo-02 and a first frame".into());
+        if model != "MiniMax-Hailuo-02" || !image || resolution == "512P" {
+            return Err(
+                "last_frame_image needs MiniMax-Hailuo-02, a first frame, and 768P or 1080P".into(),
+            );
         }
         image_ok(last)?;
     }

@@ -8,7 +8,8 @@
 //! `subject_reference` of type `character`: a URL, or a `data:` URI when inline. Errors may come
 //! as HTTP 200: `base_resp.status_code` decides (1002 rate limit, 1004 and 2049 key refused,
 //! 1008 balance spent, 1026 and 1027 content refused, 2013 bad parameter). MiniMax reports no
-//! usage: a task is billed on the duration it was asked for.
+//! usage: a task is billed on the duration it was asked for. A first-format size goes as the
+//! model's smallest tier at least as large (`1366x768` is `768P`).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +22,7 @@ use crate::vendors::ark::callback_token;
 use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
 use crate::vendors::media;
 use crate::vendors::seam::{CallbackSettings, Need, Registration, Vendor, VendorSettings};
-use crate::video::caps::ModelCaps;
+use crate::video::caps::{self, Demand, ModelCaps};
 use crate::video::job::{
     ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
     StoredReference, SubmitOutcome, VendorUsage, VideoJob,
@@ -128,6 +129,59 @@ pub struct Images {
     pub references: Vec<String>,
 }
 
+/// The tiers of a model the catalog does not know: Hailuo's, `512p` from a first frame only.
+fn unknown_model() -> ModelCaps {
+    let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    ModelCaps {
+        resolutions: tiers(&["512p", "768p", "1080p"]),
+        last_frame: true,
+        last_frame_resolutions: tiers(&["768p", "1080p"]),
+        image_only_resolutions: tiers(&["512p"]),
+        ..ModelCaps::default()
+    }
+}
+
+/// MiniMax's `resolution` for `job`: its tier in MiniMax's upper case (`768p` is `768P`), or
+/// for a first-format size the smallest tier the model makes that is at least the size's
+/// short side and serves the request's frames (`512P` only from a first frame without a last
+/// one); a size larger than every tier is refused. `None` for a job with neither.
+fn resolution(
+    job: &VideoJob,
+    first_frame: bool,
+    last_frame: bool,
+) -> Result<Option<String>, String> {
+    if let Some(tier) = &job.resolution {
+        return Ok(Some(tier.to_ascii_uppercase()));
+    }
+    if job.width == 0 || job.height == 0 {
+        return Ok(None);
+    }
+    let caps = catalog()
+        .into_iter()
+        .find(|(m, _)| *m == job.model)
+        .map_or_else(unknown_model, |(_, caps)| caps);
+    let demand = Demand {
+        duration: job.duration_secs,
+        size: Some((job.width, job.height)),
+        first_frame,
+        last_frame,
+        ..Demand::default()
+    };
+    match caps::tier(&caps, &demand) {
+        Some(Some(tier)) => Ok(Some(tier.to_ascii_uppercase())),
+        _ => Err(format!(
+            "size {}x{}: {} makes {} at most, no larger",
+            job.width,
+            job.height,
+            job.model,
+            caps.resolutions
+                .iter()
+                .max_by_key(|t| caps::tier_short_side(t))
+                .map_or("nothing", String::as_str)
+        )),
+    }
+}
+
 /// The body for `job`, its images already encoded. Refuses what MiniMax has no field for
 /// (video or audio references, more than one reference image) rather than dropping it.
 pub fn to_vendor(
@@ -157,6 +211,11 @@ pub fn to_vendor(
     if images.last_frame.is_some() && images.first_frame.is_none() {
         return Err("minimax needs a first frame with a last frame".into());
     }
+    let resolution = resolution(
+        job,
+        images.first_frame.is_some(),
+        images.last_frame.is_some(),
+    )?;
     let subject_reference = (!images.references.is_empty()).then(|| {
         vec![SubjectReference {
             kind: "character".into(),
@@ -167,7 +226,7 @@ pub fn to_vendor(
         model: job.model.clone(),
         prompt: Some(job.prompt.clone()).filter(|p| !p.is_empty()),
         duration: job.duration_secs,
-        resolution: job.resolution.as_deref().map(str::to_ascii_uppercase),
+        resolution,
         first_frame_image: images.first_frame,
         last_frame_image: images.last_frame,
         subject_reference,
@@ -763,6 +822,70 @@ mod tests {
     }
 
     #[test]
+    fn a_first_format_size_goes_as_the_smallest_tier_at_least_as_large() {
+        let sized = |model: &str, w: u32, h: u32| VideoJob {
+            model: model.into(),
+            width: w,
+            height: h,
+            resolution: None,
+            ..job()
+        };
+        let tier = |job: &VideoJob, images: Images| {
+            to_vendor(job, images, &[], None).map(|r| r.resolution)
+        };
+        let text = Images::default;
+        let first = || Images {
+            first_frame: Some("https://example.com/a.jpg".into()),
+            ..Images::default()
+        };
+        let both = || Images {
+            last_frame: Some("https://example.com/b.jpg".into()),
+            ..first()
+        };
+        let hailuo = "MiniMax-Hailuo-2.3";
+        assert_eq!(
+            tier(&sized(hailuo, 1366, 768), text()),
+            Ok(Some("768P".into()))
+        );
+        assert_eq!(
+            tier(&sized(hailuo, 1280, 720), text()),
+            Ok(Some("768P".into()))
+        );
+        assert_eq!(
+            tier(&sized(hailuo, 1080, 1920), text()),
+            Ok(Some("1080P".into()))
+        );
+        let err = tier(&sized(hailuo, 2560, 1440), text()).unwrap_err();
+        assert_eq!(
+            err,
+            "size 2560x1440: MiniMax-Hailuo-2.3 makes 1080p at most, no larger"
+        );
+        // 512P from a first frame only, and not with a last frame.
+        let two = "MiniMax-Hailuo-02";
+        assert_eq!(
+            tier(&sized(two, 640, 360), first()),
+            Ok(Some("512P".into()))
+        );
+        assert_eq!(tier(&sized(two, 640, 360), text()), Ok(Some("768P".into())));
+        assert_eq!(tier(&sized(two, 640, 360), both()), Ok(Some("768P".into())));
+        // The 01 series makes 720P only.
+        assert_eq!(
+            tier(&sized("T2V-01", 1280, 720), text()),
+            Ok(Some("720P".into()))
+        );
+        assert!(tier(&sized("T2V-01", 1920, 1080), text()).is_err());
+        // A model the catalog does not know: Hailuo's tiers.
+        assert_eq!(
+            tier(&sized("MiniMax-Hailuo-9", 1280, 720), text()),
+            Ok(Some("768P".into()))
+        );
+        // The second format's tier goes as it is.
+        let mut asked = sized(hailuo, 1366, 768);
+        asked.resolution = Some("1080p".into());
+        assert_eq!(tier(&asked, text()), Ok(Some("1080P".into())));
+    }
+
+    #[test]
     fn frames_and_a_subject_go_as_data_uris_or_urls() {
         let images = Images {
             first_frame: Some(super::super::media::data_uri(
@@ -790,13 +913,15 @@ mod tests {
         };
         let mut s2v = job();
         s2v.model = "S2V-01".into();
+        // A first-format size: S2V-01 makes 720P.
         s2v.resolution = None;
+        (s2v.width, s2v.height) = (1280, 720);
         let sent = body(&to_vendor(&s2v, subject, &[], None).unwrap());
         assert_eq!(
             sent["subject_reference"],
             json!([{"type": "character", "image": ["https://cdn.example/face.jpg"]}])
         );
-        assert!(sent.get("resolution").is_none(), "{sent}");
+        assert_eq!(sent["resolution"], "720P");
         let two_refs = Images {
             references: vec!["a".into(), "b".into()],
             ..Images::default()
