@@ -143,6 +143,22 @@ async fn frames_and_reference_images_reach_their_task_kind() {
     assert_eq!(sent["image_tail"], crate::harness::base64(&last).as_str());
     assert_eq!(sent["mode"], "pro");
 
+    // A last frame alone: `image_tail` without `image`, as Kling allows.
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "ending on this frame", "duration": 5,
+               "resolution": "1080p", "ratio": "adaptive",
+               "assets": [{"id": last_id, "role": "last_frame"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (kind, sent) = fake.submissions().last().cloned().expect("a submission");
+    assert_eq!(kind, "image2video");
+    assert!(sent.get("image").is_none(), "{sent}");
+    assert_eq!(sent["image_tail"], crate::harness::base64(&last).as_str());
+
     // Reference images: the multi-image kind's `image_list`.
     let id = second_format(
         &relay,
@@ -155,7 +171,7 @@ async fn frames_and_reference_images_reach_their_task_kind() {
     .await;
     let done = relay.wait_generation(&id, WAIT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
-    let (kind, sent) = fake.submissions()[2].clone();
+    let (kind, sent) = fake.submissions()[3].clone();
     assert_eq!(kind, "multi-image2video");
     assert_eq!(sent["model_name"], "kling-v1-6");
     assert_eq!(

@@ -207,9 +207,9 @@ pub struct Images {
     pub references: Vec<String>,
 }
 
-/// The Kling kind and body for `job`, its images already encoded. Refuses what Kling has no
-/// field for (video or audio references, a last frame without a first, reference images
-/// beside frames) rather than dropping it.
+/// The Kling kind and body for `job`, its images already encoded: frames (a first, a last, or
+/// both: Kling takes either alone) go to image to video. Refuses what Kling has no field for
+/// (video or audio references, reference images beside frames) rather than dropping it.
 pub fn to_vendor(
     job: &VideoJob,
     images: Images,
@@ -234,15 +234,14 @@ pub fn to_vendor(
         images.references.len(),
     ) {
         (None, None, 0) => Endpoint::Text2Video,
-        (Some(_), _, 0) => Endpoint::Image2Video,
-        (None, Some(_), _) => return Err("kling needs a first frame with a last frame".into()),
+        (Some(_), _, 0) | (None, Some(_), 0) => Endpoint::Image2Video,
         (None, None, n) if n <= MAX_IMAGE_LIST => Endpoint::MultiImage2Video,
         (None, None, n) => {
             return Err(format!(
                 "kling takes at most {MAX_IMAGE_LIST} reference images, not {n}"
             ));
         }
-        (Some(_), _, _) => return Err("kling takes reference images or frames, not both".into()),
+        (_, _, _) => return Err("kling takes reference images or frames, not both".into()),
     };
     // `std` makes 720p, `pro` 1080p; a first-format size is read by its short side.
     let mode = match job.resolution.as_deref() {
@@ -930,11 +929,26 @@ mod tests {
             "https://relay.example/files/last.png?sig=1"
         );
         assert!(sent.get("aspect_ratio").is_none(), "{sent}");
+        // A last frame alone is enough for Kling ("image or image_tail").
         let only_last = Images {
-            last_frame: Some("x".into()),
+            last_frame: Some("https://relay.example/files/last.png?sig=1".into()),
             ..Images::default()
         };
-        assert!(to_vendor(&job(), only_last, &[], None).is_err());
+        let (endpoint, request) = to_vendor(&job(), only_last, &[], None).unwrap();
+        assert_eq!(endpoint, Endpoint::Image2Video);
+        let sent = body(&request);
+        assert!(sent.get("image").is_none(), "{sent}");
+        assert_eq!(
+            sent["image_tail"],
+            "https://relay.example/files/last.png?sig=1"
+        );
+        // Frames and reference images do not mix.
+        let mixed = Images {
+            last_frame: Some("x".into()),
+            references: vec!["y".into()],
+            ..Images::default()
+        };
+        assert!(to_vendor(&job(), mixed, &[], None).is_err());
     }
 
     #[test]
