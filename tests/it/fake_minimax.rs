@@ -3,7 +3,8 @@
 //! MiniMax answers errors); submissions are checked field by field and type by type (an integer
 //! `duration` the model makes at that `resolution`, upper case; images a URL or a `data:` URI;
 //! `last_frame_image` on MiniMax-Hailuo-02 only, with a first frame, not at 512P;
-//! `subject_reference` on S2V-01 only, one character with one image).
+//! `subject_reference` on S2V-01 only, one character with one image); `files/list` needs one of
+//! the documented `purpose`s.
 //!
 //! A task runs for `run_ms`, then succeeds with a `file_id`, resolved by `files/retrieve` to a
 //! `download_url` serving a playable MP4 (403 once `expire_results` is set); a prompt with
@@ -198,12 +199,20 @@ fn answer(state: &Arc<State>, base: &str, req: Request<Bytes>) -> Option<Respons
         (&Method::POST, "/v1/video_generation") => return submit(state, &req),
         (&Method::GET, "/v1/query/video_generation") => query(state, &req),
         (&Method::GET, "/v1/files/retrieve") => retrieve(state, base, &req),
-        (&Method::GET, "/v1/files/list") => fake_vendor::json(
+        (&Method::GET, "/v1/files/list") => list_files(&req),
+        _ => fake_vendor::json(404, &json!({"error": "not found"})),
+    })
+}
+
+/// `files/list`: `purpose` is required, one of the documented three.
+fn list_files(req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    match fake_vendor::query(req, "purpose").as_deref() {
+        Some("voice_clone" | "prompt_audio" | "t2a_async_input") => fake_vendor::json(
             200,
             &json!({"files": [], "base_resp": {"status_code": 0, "status_msg": "success"}}),
         ),
-        _ => fake_vendor::json(404, &json!({"error": "not found"})),
-    })
+        _ => base_error(2013, "invalid params, purpose"),
+    }
 }
 
 /// Models, the resolutions each makes, and the durations at each.

@@ -226,6 +226,10 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
         let check = channel.check().await;
         assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
     }
+    // The channel test called files/list, which the fake answers `ok` only with one of the
+    // documented purposes (else 2013, an error).
+    let calls = busy.state.calls.lock().unwrap().clone();
+    assert!(calls.iter().any(|p| p == "/v1/files/list"), "{calls:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

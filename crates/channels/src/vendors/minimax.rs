@@ -719,11 +719,11 @@ impl Vendor for Minimax {
         }
     }
 
-    /// `GET /v1/files/list`: authenticated, generates nothing.
+    /// `GET /v1/files/list` of one purpose: authenticated, generates nothing.
     async fn check(&self) -> ChannelCheck {
         let req = self
             .remote
-            .request(Method::GET, &self.remote.url("/v1/files/list"), true)
+            .request(Method::GET, &self.remote.url(CHECK_PATH), true)
             .body(Bytes::new());
         match self.remote.exchange(req).await {
             Err(e) => transport_check(&e),
@@ -731,6 +731,11 @@ impl Vendor for Minimax {
         }
     }
 }
+
+/// The channel test's call. `purpose` is required, and MiniMax documents `voice_clone`,
+/// `prompt_audio` and `t2a_async_input` as its values (not `video_generation`, though a
+/// video's file carries that purpose): the documented example is asked for.
+pub const CHECK_PATH: &str = "/v1/files/list?purpose=t2a_async_input";
 
 /// A channel test's answer: `base_resp` 0 is a good key; 1004 or 2049 a refused one; a
 /// balance or rate code an account out of funds or rate.
