@@ -7,6 +7,8 @@ mod assets;
 mod batches;
 mod billing;
 mod blobs;
+mod caps;
+mod characters;
 mod cli;
 mod cluster;
 mod errors;

@@ -59,7 +59,7 @@ async fn both_formats_come_back_playable_and_settled() {
     assert_eq!(info.codec, "avc1");
     // MiniMax reports no length: 6 s of model_h3 at 10 a second, as asked.
     assert_eq!(entries_of(&relay, &key_id, &id).await, settled(60));
-    // The size's tier: 768P, the smallest Hailuo 2.3 makes at least 768 high.
+    // The size's tier, as Hailuo 2.3 names it: the smallest it makes as large as 1366x768.
     assert_eq!(
         fake.submissions()[0],
         json!({"model": "MiniMax-Hailuo-2.3", "prompt": "a stylish walk down a neon street",

@@ -57,6 +57,12 @@ async fn models_by_key_group_and_allowed_models() {
     assert_eq!(pro["resolutions"], json!(["480p", "720p", "1080p"]));
     assert_eq!(pro["max_duration_by_resolution"], json!({"1080p": 10}));
     assert_eq!(
+        pro["durations_by_resolution"],
+        json!({"1080p": [2, 3, 4, 5, 6, 7, 8, 9, 10]})
+    );
+    // The simulator has no catalog of its own: it makes what the validators accept.
+    assert_eq!(pro["capabilities"], Value::Null);
+    assert_eq!(
         pro["price"],
         json!({"per_second": null, "per_second_by_resolution": {"480p": 5, "720p": 8, "1080p": 12}})
     );
@@ -65,6 +71,9 @@ async fn models_by_key_group_and_allowed_models() {
     assert_eq!(h3["family"], Value::Null);
     assert_eq!(h3["price"]["per_second"], 10);
     assert_eq!(h3["size_range"], json!({"min_side": 64, "max_side": 4096}));
+    assert_eq!(h3["durations"], json!((5..=15).collect::<Vec<u32>>()));
+    assert_eq!(h3["durations_by_resolution"], json!({}));
+    assert_eq!(h3["capabilities"], Value::Null);
 
     // Another group's model and an unknown one: 404 naming the model.
     relay

@@ -1,4 +1,5 @@
-//! Keeping a finished task's result files and recording its success with the settlement.
+//! Keeping a finished task's result files and recording its success with the settlement: the
+//! price of what the vendor reports it made, at most the pre-deduction ([`settlement`]).
 
 use std::sync::Arc;
 
@@ -7,9 +8,11 @@ use store::{Outputs, StoreError, Task, TaskStatus};
 
 use crate::clock::{now_ms, now_secs};
 use crate::download::download_results;
+use crate::formats;
 use crate::schedule::{backoff, fail_task, reschedule};
+use crate::settlement;
 use crate::state::Engine;
-use crate::steps::settle;
+use crate::steps::settle_at;
 
 /// Keeps the result files in the blob store, then moves the task to `succeeded` with its
 /// settlement. If the task ended meanwhile (cancelled), the files are removed again.
@@ -69,7 +72,7 @@ pub(crate) async fn succeed(
             return;
         }
     };
-    let settle = settle(&task);
+    let settle = settle_at(&task, charged(engine, &task, channel, &files.usage));
     let ttl = engine.settings.content_ttl_secs;
     let now = now_secs();
     let result = engine
@@ -100,6 +103,50 @@ pub(crate) async fn succeed(
         }
         if let Err(e) = engine.blobs.delete_prefix(&task.id).await {
             tracing::warn!("engine: task {}: removing its result files: {e}", task.id);
+        }
+    }
+}
+
+/// What `task` is charged for the video `channel` made, by what its vendor reports
+/// (`settlement::charged`); a report that cannot be read is logged and charged the
+/// pre-deduction.
+fn charged(
+    engine: &Engine,
+    task: &Task,
+    channel: &VideoChannel,
+    usage: &channels::VendorUsage,
+) -> i64 {
+    let asked = match formats::demand(task) {
+        Ok(asked) => asked,
+        Err(_) => return task.price,
+    };
+    let price = engine.prices.get(&task.model);
+    match settlement::charged(task.price, &asked, usage, price) {
+        Ok(charged) => {
+            if charged < task.price {
+                tracing::info!(
+                    task = %task.id,
+                    channel = channel.name(),
+                    "engine: task {}: channel {} reports a video of {usage:?}: charged {charged} \
+                     of the {} pre-deducted",
+                    task.id,
+                    channel.name(),
+                    task.price
+                );
+            }
+            charged
+        }
+        Err(reason) => {
+            tracing::warn!(
+                task = %task.id,
+                channel = channel.name(),
+                "engine: task {}: channel {}: what it reports of the video cannot be read \
+                 ({reason}); settled at the pre-deduction of {}",
+                task.id,
+                channel.name(),
+                task.price
+            );
+            task.price
         }
     }
 }

@@ -7,8 +7,10 @@ use store::Task;
 use crate::formats;
 use crate::state::Engine;
 
-/// The job for `task` on `channel`, with URLs upstreams can fetch its frames at when the
-/// relay is public (frames too large to inline).
+/// The job for `task` on `channel`: the duration and tier the channel's vendor model makes
+/// for it (`VideoChannel::fit`: the asked ones, or the next longer duration where the channel
+/// allows it), with URLs upstreams can fetch its frames at when the relay is public (frames
+/// too large to inline).
 pub(crate) fn job_for(
     engine: &Engine,
     task: &Task,
@@ -16,6 +18,12 @@ pub(crate) fn job_for(
 ) -> Result<VideoJob, String> {
     let upstream_model = channel.upstream_model(&task.model);
     let mut job = formats::job(task, upstream_model)?;
+    // Routing chose a channel that fits; one that no longer does (its catalog changed since
+    // the submission) is polled with the job as asked.
+    if let Ok(fit) = channel.fit(&task.model, &formats::demand(task)?) {
+        job.duration_secs = fit.duration;
+        job.resolution = fit.resolution;
+    }
     if let Some(url) = &engine.public_urls {
         job.first_frame_url = job.first_frame.as_deref().map(url);
         job.last_frame_url = job.last_frame.as_deref().map(url);

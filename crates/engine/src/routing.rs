@@ -1,8 +1,9 @@
-//! Which video channel runs a task: among the channels serving its model, the highest
-//! `priority` tier with a channel available, then a weighted random choice by `weight` inside
-//! it. A channel is unavailable while it is unhealthy (after `channel_failure_threshold`
-//! failed upstream calls in a row; one probe goes through every `channel_cooldown_ms`, and a
-//! success restores it) or resting after a 429. The in-process simulator is always healthy.
+//! Which video channel runs a task: among the channels serving its model whose vendor model
+//! can make what the task asks (`VideoChannel::fit`), the highest `priority` tier with a
+//! channel available, then a weighted random choice by `weight` inside it. A channel is
+//! unavailable while it is unhealthy (after `channel_failure_threshold` failed upstream calls
+//! in a row; one probe goes through every `channel_cooldown_ms`, and a success restores it) or
+//! resting after a 429. The in-process simulator is always healthy.
 //!
 //! Each channel's upstream calls are capped twice: `max_concurrency` at once (a semaphore) and,
 //! when configured, `max_calls_per_sec` (a [`CallRate`] token bucket).
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use channels::VideoChannel;
+use channels::{Demand, VideoChannel};
 use rand::Rng;
 use tokio::sync::Semaphore;
 
@@ -114,18 +115,21 @@ impl Routing {
             .is_none_or(|h| h.failures.load(Ordering::Relaxed) < self.threshold)
     }
 
-    /// Chooses a channel for `model`, skipping those named in `tried`. An unhealthy channel
-    /// whose cool-down has passed is chosen as a probe (one per cool-down).
+    /// Chooses a channel for `model` whose vendor model can make `demand`, skipping those
+    /// named in `tried`. An unhealthy channel whose cool-down has passed is chosen as a probe
+    /// (one per cool-down).
     pub fn pick(
         &self,
         channels: &[Arc<VideoChannel>],
         model: &str,
+        demand: &Demand,
         tried: &[String],
     ) -> Option<Arc<VideoChannel>> {
         let now = now_ms();
         let usable = |c: &&Arc<VideoChannel>| {
             let name = c.name();
-            if !c.serves(model) || tried.iter().any(|t| t == name) {
+            if !c.serves(model) || tried.iter().any(|t| t == name) || c.fit(model, demand).is_err()
+            {
                 return false;
             }
             let Some(h) = self.health.get(name) else {
@@ -406,16 +410,102 @@ mod tests {
         (Routing::new(&routes, 3, cooldown_ms), channels, dir)
     }
 
+    /// An `openai-videos` channel of `model_h3` whose vendor model makes `caps` (none:
+    /// anything).
+    fn channel(
+        name: &str,
+        caps: Option<channels::ModelCaps>,
+        blobs: &Arc<dyn store::BlobStore>,
+    ) -> Arc<VideoChannel> {
+        let settings = channels::VendorSettings {
+            remote: channels::RemoteSettings {
+                name: name.to_owned(),
+                models: vec!["model_h3".to_owned()],
+                base_url: "http://127.0.0.1:9".to_owned(),
+                api_key: None,
+                model_map: Default::default(),
+                timeouts: Default::default(),
+                min_poll_interval: Duration::from_secs(2),
+                max_inline_bytes: 1024,
+                result_urls: Default::default(),
+                network: Default::default(),
+            },
+            kind: Default::default(),
+            callback: None,
+            blobs: blobs.clone(),
+        };
+        let overrides = caps
+            .map(|c| [("model_h3".to_owned(), c)].into())
+            .unwrap_or_default();
+        Arc::new(VideoChannel::vendor("openai-videos", settings, &overrides, false).unwrap())
+    }
+
+    #[test]
+    fn only_channels_whose_model_makes_the_request_are_picked() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs: Arc<dyn store::BlobStore> =
+            Arc::new(store::LocalBlobs::open(dir.path()).unwrap());
+        let short = channels::ModelCaps {
+            durations: vec![5],
+            ..Default::default()
+        };
+        let long = channels::ModelCaps {
+            durations: vec![10],
+            last_frame: true,
+            ..Default::default()
+        };
+        let route = |name: &str, priority: i32| ChannelRoute {
+            name: name.to_owned(),
+            priority,
+            weight: 1,
+            tracked: true,
+            max_concurrency: None,
+            max_calls_per_sec: None,
+        };
+        let routes = [route("short", 5), route("long", 0), route("any", -5)];
+        let r = Routing::new(&routes, 3, 600_000);
+        let c = vec![
+            channel("short", Some(short), &blobs),
+            channel("long", Some(long), &blobs),
+            channel("any", None, &blobs),
+        ];
+        let ask = |duration: u32, last_frame: bool, tried: &[&str]| {
+            let demand = Demand {
+                duration,
+                size: Some((1280, 720)),
+                ratio: "16:9".into(),
+                last_frame,
+                ..Demand::default()
+            };
+            let tried: Vec<String> = tried.iter().map(|t| t.to_string()).collect();
+            r.pick(&c, "model_h3", &demand, &tried)
+                .map(|c| c.name().to_owned())
+        };
+        assert_eq!(ask(5, false, &[]).as_deref(), Some("short"));
+        // 10 s: the higher priority cannot make it, so the next one that can does.
+        assert_eq!(ask(10, false, &[]).as_deref(), Some("long"));
+        // A last frame: the short one takes none, the long one makes no 5 s.
+        assert_eq!(ask(5, true, &[]).as_deref(), Some("any"));
+        assert_eq!(ask(10, true, &[]).as_deref(), Some("long"));
+        // Failover stays among those that fit.
+        assert_eq!(ask(10, false, &["long"]).as_deref(), Some("any"));
+        assert_eq!(ask(10, false, &["long", "any"]), None);
+    }
+
     fn pick(r: &Routing, c: &[Arc<VideoChannel>], tried: &[&str]) -> Option<String> {
         let tried: Vec<String> = tried.iter().map(|t| t.to_string()).collect();
-        r.pick(c, "model_h3", &tried).map(|c| c.name().to_owned())
+        r.pick(c, "model_h3", &Demand::default(), &tried)
+            .map(|c| c.name().to_owned())
     }
 
     #[test]
     fn higher_priority_first_then_weighted_and_unhealthy_skipped() {
         let (r, c, _dir) = setup(600_000);
         assert_eq!(pick(&r, &c, &[]).as_deref(), Some("high"));
-        assert_eq!(r.pick(&c, "gen2-pro", &[]).map(|_| ()), None);
+        assert_eq!(
+            r.pick(&c, "gen2-pro", &Demand::default(), &[]).map(|_| ()),
+            None
+        );
         let mut a = 0;
         for _ in 0..4000 {
             if pick(&r, &c, &["high"]).as_deref() == Some("low-a") {

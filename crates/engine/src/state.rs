@@ -4,13 +4,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use channels::VideoChannel;
+use channels::{Demand, Fit, Offer, Refusal, VideoChannel};
 use store::{BlobStore, Store};
 use tokio::sync::Notify;
 
 use crate::metrics::EngineMetrics;
 use crate::routing::{ChannelRoute, Routing};
 use crate::settings::TasksConfig;
+use crate::settlement::Prices;
 use crate::stats::ChannelStats;
 
 /// A URL upstreams can fetch a stored blob at (the relay's signed `/files/...` URL), given
@@ -29,6 +30,8 @@ pub struct Parts {
     pub stats: Arc<HashMap<String, ChannelStats>>,
     pub settings: TasksConfig,
     pub public_urls: Option<PublicUrls>,
+    /// Each video model's price, for settling on what the vendor made.
+    pub prices: Prices,
 }
 
 /// Drives every unfinished video task to a final status (see [`crate::run`]). Request
@@ -41,6 +44,7 @@ pub struct Engine {
     pub(crate) stats: Arc<HashMap<String, ChannelStats>>,
     pub(crate) settings: TasksConfig,
     pub(crate) public_urls: Option<PublicUrls>,
+    pub(crate) prices: Prices,
     pub(crate) metrics: EngineMetrics,
     /// Wakes the engine when a task was created or changed by a request.
     pub(crate) wake: Notify,
@@ -61,6 +65,7 @@ impl Engine {
             stats: parts.stats,
             settings: parts.settings,
             public_urls: parts.public_urls,
+            prices: parts.prices,
             metrics: EngineMetrics::default(),
             wake: Notify::new(),
         }
@@ -82,6 +87,23 @@ impl Engine {
     /// The channel that runs `model`, if any.
     pub fn channel_for(&self, model: &str) -> Option<&Arc<VideoChannel>> {
         self.channels.iter().find(|c| c.serves(model))
+    }
+
+    /// What each channel serving `model` offers for it, in configuration order.
+    pub fn offers(&self, model: &str) -> Vec<Offer<'_>> {
+        self.channels
+            .iter()
+            .filter(|c| c.serves(model))
+            .map(|c| c.offer(model))
+            .collect()
+    }
+
+    /// How a channel of `model` serves `demand` (health aside): the fit of the first that
+    /// can, or the field none of them can serve with what they can do instead. Every request
+    /// is checked so before it is charged or stored; routing then chooses only among the
+    /// channels that fit.
+    pub fn fit(&self, model: &str, demand: &Demand) -> Result<Fit, Refusal> {
+        channels::fit_any(&self.offers(model), demand)
     }
 
     pub fn channel_named(&self, name: &str) -> Option<&Arc<VideoChannel>> {

@@ -1,6 +1,7 @@
 //! The store steps of a task's life and money, shared by the engine and the request handlers:
-//! the pre-deduction that comes with a new task, the refund of one that ends without a result,
-//! failing a task. Every status change goes through `Store::transition`.
+//! the pre-deduction that comes with a new task, the settlement of one that ends with its
+//! result, the refund of one that ends without, failing a task. Every status change goes
+//! through `Store::transition`.
 
 use store::{LedgerDraft, LedgerKind, Store, StoreError, Task, TaskError, TaskStatus};
 
@@ -11,9 +12,17 @@ pub fn prededuct(task: &Task) -> Vec<LedgerDraft> {
     draft(task, LedgerKind::Prededuct, -task.price)
 }
 
-/// The settlement that ends a task with its result.
+/// The settlement that ends a task with its result, charged its whole pre-deduction.
 pub fn settle(task: &Task) -> Vec<LedgerDraft> {
-    draft(task, LedgerKind::Settle, 0)
+    settle_at(task, task.price)
+}
+
+/// The settlement that ends a task with its result, charged `charged` credits: the entry
+/// returns what the pre-deduction took beyond that (a charge above the pre-deduction, or
+/// below zero, is taken as the nearest bound).
+pub fn settle_at(task: &Task, charged: i64) -> Vec<LedgerDraft> {
+    let charged = charged.clamp(0, task.price.max(0));
+    draft(task, LedgerKind::Settle, task.price - charged)
 }
 
 /// The refund that ends a task without a result.

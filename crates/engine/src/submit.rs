@@ -9,6 +9,7 @@ use store::{StoreError, Task, TaskStatus};
 
 use crate::calls::{call_permit_within, cancel_upstream, record};
 use crate::clock::now_ms;
+use crate::formats;
 use crate::jobs::{job_for, references_for};
 use crate::schedule::{backoff, fail_task, reschedule};
 use crate::state::Engine;
@@ -27,11 +28,12 @@ pub(crate) fn under_way(task: &Task) -> Option<&str> {
     }
 }
 
-/// Submits a task that no upstream has accepted yet: to the channel routing picks, then,
-/// while submissions are refused with nothing taken (nothing sent, 408, 429, 5xx), to the
-/// next one. Once a channel accepted it the task is never submitted again; nor once a
-/// submission may have reached an upstream with no answer saying what became of it
-/// ([`ambiguous`]).
+/// Submits a task that no upstream has accepted yet: to the channel routing picks among those
+/// whose vendor model can make it, then, while submissions are refused with nothing taken
+/// (nothing sent, 408, 429, 5xx), to the next one of them (a task none of the configured
+/// channels can make any more fails, refunded). Once a channel accepted it the task is never
+/// submitted again; nor once a submission may have reached an upstream with no answer saying
+/// what became of it ([`ambiguous`]).
 ///
 /// Before a remote channel's submission goes out, the task is written naming that channel
 /// with no upstream id (one store step): a relay that stops before it records the answer
@@ -52,7 +54,36 @@ pub(crate) async fn submit(engine: &Arc<Engine>, task: Task) {
             return;
         }
     };
-    while let Some(channel) = engine.routing.pick(&engine.channels, &task.model, &tried) {
+    let demand = match formats::demand(&task) {
+        Ok(demand) => demand,
+        Err(message) => {
+            fail_task(engine, &task, "upstream_error", message).await;
+            return;
+        }
+    };
+    if let Err(refusal) = engine.fit(&task.model, &demand)
+        && engine.channel_for(&task.model).is_some()
+    {
+        // Accepted when a channel could make it, but none of the channels configured now
+        // can: waiting would not help.
+        tracing::warn!(
+            task = %task.id,
+            "engine: task {}: no channel of model {} can make it now: {}",
+            task.id,
+            task.model,
+            refusal.detail
+        );
+        let message = format!(
+            "no channel of this model can make it now: {}",
+            refusal.detail
+        );
+        fail_task(engine, &task, "upstream_error", &message).await;
+        return;
+    }
+    while let Some(channel) = engine
+        .routing
+        .pick(&engine.channels, &task.model, &demand, &tried)
+    {
         if let Some(previous) = moved_from.take() {
             engine.routing.failed_over(&previous);
             tracing::info!(

@@ -172,6 +172,7 @@ impl App {
             stats: channel_stats.clone(),
             settings: config.tasks.clone(),
             public_urls: public_urls(&config, &signer),
+            prices: setup::prices(&config),
         });
         let chat_channels = setup::chat_channels(&config)?;
         let fetcher = Fetcher::new(FetchConfig {

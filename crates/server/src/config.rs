@@ -43,6 +43,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub tasks: TasksConfig,
     pub assets: AssetsConfig,
+    pub characters: CharactersConfig,
     pub security: SecurityConfig,
     pub upstream: UpstreamConfig,
     pub webhooks: WebhooksConfig,
@@ -71,9 +72,9 @@ use channels::{
     system_roots_usable,
 };
 pub use sections::{
-    AssetsConfig, BlobBackend, BlobsConfig, ClusterConfig, ContentMode, DEFAULT_S3_REGION,
-    LimitsConfig, RootsChoice, SecurityConfig, ServerConfig, SimulatorConfig, StoreBackend,
-    StoreConfig, UpstreamConfig, WebhooksConfig,
+    AssetsConfig, BlobBackend, BlobsConfig, CharactersConfig, ClusterConfig, ContentMode,
+    DEFAULT_S3_REGION, LimitsConfig, RootsChoice, SecurityConfig, ServerConfig, SimulatorConfig,
+    StoreBackend, StoreConfig, UpstreamConfig, WebhooksConfig,
 };
 
 impl Config {

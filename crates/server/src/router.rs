@@ -403,7 +403,9 @@ async fn dispatch(
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::CreateCharacter => characters::create(app, &key, headers, body).await,
+                Route::ListCharacters => characters::list(app, &key, query).await,
                 Route::GetCharacter(id) => characters::get(app, &key, id).await,
+                Route::DeleteCharacter(id) => characters::delete(app, &key, id).await,
                 Route::CreateGeneration => {
                     let mut idem = match Idem::from_request(&parts, &key) {
                         Ok(idem) => idem,

@@ -49,6 +49,9 @@ pub enum StoreError {
     AssetNotFound(String),
     #[error("message batch {0} not found")]
     BatchNotFound(String),
+    /// A new character would take its owner past the most characters one owner may have.
+    #[error("key {owner} has {max} characters, the most it may have")]
+    CharacterLimit { owner: String, max: u64 },
     #[error(
         "asset {asset_id}: status is {actual:?}, cannot move to {to:?} (expected one of {expected:?})"
     )]

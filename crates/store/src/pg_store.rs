@@ -16,13 +16,13 @@
 //! | `assets`            | id, library, status, type, `expiry` (`expires_at` while active), the [`AssetRecord`] as jsonb |
 //! | `batches`           | id, owner, `open` (until it ended; indexed), the [`Batch`] as jsonb |
 //! | `batch_items`       | `(batch_id, idx)`, the [`BatchItem`] (request and result) as JSON text |
-//! | `characters`        | id, owner, the [`Character`] as JSON text                          |
+//! | `characters`        | id, owner (indexed with the id), the [`Character`] as JSON text    |
 //! | `idempotency`       | `(key_id, idem_key)`, `created_ms` (indexed, for the sweep), the [`IdemRecord`](crate::IdemRecord) as JSON text |
 //! | `schema_migrations` | the versions applied, each with its time                           |
 //!
 //! Indexes: tasks by `(owner, kind, id)`, `(owner, created, id)` and `(created, id)`; the due
 //! index `(due_ms, id)` over unfinished tasks only; assets by library, the `processing` ones,
-//! and by expiry. Ids and owners compare byte by byte (`COLLATE "C"`), so pages and cursors
+//! and by expiry; characters by `(owner, id)`. Ids and owners compare byte by byte (`COLLATE "C"`), so pages and cursors
 //! run in the same order as on sled.
 //!
 //! Every unfinished task has a `due_ms`: its `next_poll_ms`, or the end of time when it has
@@ -33,7 +33,8 @@
 //! due again when its lease runs out.
 //!
 //! A step that reads before it writes locks what it read (`SELECT ... FOR UPDATE`: the task of
-//! a transition, the key of a ledger entry, the library of an asset creation or deletion), so
+//! a transition, the key of a ledger entry, the library of an asset creation or deletion; a
+//! character's creation, which counts its owner's rows, takes the owner's advisory lock), so
 //! steps on the same rows run one after the other under PostgreSQL's default isolation; a
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
 //! closures may run more than once). Keys of a batch of charges are locked in id order.
@@ -57,7 +58,7 @@
 //! | `keys`    | keys by id and by hash; `meta`                                         |
 //! | `assets`  | asset libraries and assets                                             |
 //! | `batches` | message batches: their requests, results with their charges            |
-//! | `characters` | characters of the first format                                      |
+//! | `characters` | characters of the first format: created within their owner's number (under the owner's advisory lock), with their charge; listings; deletion |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
@@ -288,12 +289,35 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn create_character(&self, character: &Character) -> Result<(), StoreError> {
-        characters::create(self, character).await
+    async fn create_character(
+        &self,
+        character: &Character,
+        max_per_owner: u64,
+        ledger: &[LedgerDraft],
+    ) -> Result<(), StoreError> {
+        characters::create(self, character, max_per_owner, ledger).await
     }
 
     async fn character(&self, id: &str) -> Result<Option<Character>, StoreError> {
         characters::get(self, id).await
+    }
+
+    async fn list_characters(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Page<Character>, StoreError> {
+        characters::list(self, owner, after, limit, order).await
+    }
+
+    async fn delete_character(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Character>, StoreError> {
+        characters::delete(self, id, owner).await
     }
 
     async fn create_library(&self, library: &Library) -> Result<(), StoreError> {

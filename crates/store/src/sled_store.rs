@@ -17,6 +17,8 @@
 //! | `webhooks_due`   | next attempt (ms, 8 bytes big-endian) webhook id | owner `\0` URL (empty when written by an earlier version) |
 //! | `webhooks_by_task` | task id `\0` webhook id               | empty            |
 //! | `characters`     | character id                             | JSON [`Character`] |
+//! | `characters_by_owner` | owner `\0` character id            | empty            |
+//! | `character_counts` | owner                                  | the owner's number of characters (8 bytes big-endian) |
 //! | `idempotency`    | API key id `\0` idempotency key         | JSON [`IdemRecord`](crate::IdemRecord) |
 //! | `idempotency_by_time` | claim time (ms, 8 bytes big-endian) API key id `\0` idempotency key | empty |
 //!
@@ -55,7 +57,7 @@
 //! | `trees`      | [`SledStore`]: opening, the transactions of a step, flushing       |
 //! | `assets`     | asset libraries and assets                                         |
 //! | `batches`    | message batches: their requests, results with their charges        |
-//! | `characters` | characters of the first format                                     |
+//! | `characters` | characters of the first format: created within their owner's number, with their charge; listings; deletion |
 //! | `index`      | index keys and ranges every index shares                           |
 //! | `counts`     | tasks by kind and status, kept after each step's commit; left by a clean stop for the next opening |
 //! | `txn`        | sets of trees; a transaction over one, its outcome as [`StoreError`] |
@@ -113,7 +115,15 @@ impl SledStore {
         dir: &std::path::Path,
         cache_bytes: u64,
     ) -> Result<SledStore, StoreError> {
-        SledStore::open_with(dir, cache_bytes, tasks::commit)
+        let store = SledStore::open_with(dir, cache_bytes, tasks::commit)?;
+        let indexed = characters::index_earlier(&store)?;
+        if indexed > 0 {
+            tracing::info!(
+                characters = indexed,
+                "characters of an earlier version indexed"
+            );
+        }
+        Ok(store)
     }
 
     /// Hands `task`'s creation with its ledger drafts (and the `Idempotency-Key` claim it
@@ -329,14 +339,41 @@ impl Store for SledStore {
         self.flush_after("close").await
     }
 
-    async fn create_character(&self, character: &Character) -> Result<(), StoreError> {
-        characters::create(self, character)?;
+    async fn create_character(
+        &self,
+        character: &Character,
+        max_per_owner: u64,
+        ledger: &[LedgerDraft],
+    ) -> Result<(), StoreError> {
+        characters::create(self, character, max_per_owner, ledger)?;
         self.flush_after(&format!("create character {}", character.id))
             .await
     }
 
     async fn character(&self, id: &str) -> Result<Option<Character>, StoreError> {
         characters::get(self, id)
+    }
+
+    async fn list_characters(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Page<Character>, StoreError> {
+        characters::list(self, owner, after, limit, order)
+    }
+
+    async fn delete_character(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Character>, StoreError> {
+        let removed = characters::delete(self, id, owner)?;
+        if removed.is_some() {
+            self.flush_after(&format!("delete character {id}")).await?;
+        }
+        Ok(removed)
     }
 
     async fn create_library(&self, library: &Library) -> Result<(), StoreError> {

@@ -225,11 +225,40 @@ pub trait Store: Send + Sync + 'static {
         self.flush().await
     }
 
-    /// Writes a new character, flushed. An id in use is refused ([`StoreError::Backend`]) and
-    /// the one there is left as it was.
-    async fn create_character(&self, character: &Character) -> Result<(), StoreError>;
+    /// Writes a new character with its owner index entry and its ledger entries (the charge of
+    /// its price, if any) in one transaction, flushed, when its owner has fewer than
+    /// `max_per_owner` characters: an owner at that number fails the step with
+    /// [`StoreError::CharacterLimit`], a ledger entry the key's quota cannot cover with
+    /// [`StoreError::InsufficientQuota`], and either writes nothing. Two creations for one
+    /// owner at once are counted one after the other, so the number is never passed. An id in
+    /// use is refused ([`StoreError::Backend`]) and the one there is left as it was.
+    async fn create_character(
+        &self,
+        character: &Character,
+        max_per_owner: u64,
+        ledger: &[LedgerDraft],
+    ) -> Result<(), StoreError>;
 
     async fn character(&self, id: &str) -> Result<Option<Character>, StoreError>;
+
+    /// One owner's characters by creation time, with an exclusive `after` cursor (a character
+    /// id), read from the owner index.
+    async fn list_characters(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Page<Character>, StoreError>;
+
+    /// Removes character `id` of `owner` and its index entry, freeing its place in the owner's
+    /// number, flushed (ledger entries stay). Returns what was removed (whose video blob the
+    /// caller deletes); `None` when there is no such character or it is another owner's.
+    async fn delete_character(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Character>, StoreError>;
 
     /// Writes a new, empty asset library and its owner index entry, flushed.
     async fn create_library(&self, library: &Library) -> Result<(), StoreError>;

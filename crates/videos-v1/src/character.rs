@@ -1,5 +1,7 @@
-//! Characters (`POST /v1/videos/characters`, `GET /v1/videos/characters/{id}`): a name and
-//! the video it was taken from, sent as multipart (`name`, `video` file part).
+//! Characters (`POST /v1/videos/characters`, `GET /v1/videos/characters` and
+//! `GET` / `DELETE /v1/videos/characters/{id}`): a name and the video it was taken from, sent
+//! as multipart (`name`, `video` file part); a key's list of them, paged as `GET /v1/videos`
+//! is ([`crate::parse_list_query`]).
 
 use error_codes::{ApiError, ErrorCode};
 use serde::{Deserialize, Serialize};
@@ -19,6 +21,51 @@ pub struct CharacterObject {
     pub name: String,
     /// Unix seconds.
     pub created_at: u64,
+}
+
+/// `GET /v1/videos/characters`: `{"object":"list","data":[...],"has_more","first_id","last_id"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CharacterList {
+    /// Always `"list"`.
+    pub object: String,
+    pub data: Vec<CharacterObject>,
+    pub has_more: bool,
+    /// Id of the first record of `data`; `null` when empty.
+    pub first_id: Option<String>,
+    /// Id of the last record of `data`; `null` when empty.
+    pub last_id: Option<String>,
+}
+
+impl CharacterList {
+    pub fn new(data: Vec<CharacterObject>, has_more: bool) -> CharacterList {
+        CharacterList {
+            object: "list".to_owned(),
+            first_id: data.first().map(|c| c.id.clone()),
+            last_id: data.last().map(|c| c.id.clone()),
+            data,
+            has_more,
+        }
+    }
+}
+
+/// `DELETE /v1/videos/characters/{id}`: `{"id", "object": "video.character.deleted",
+/// "deleted": true}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletedCharacter {
+    pub id: String,
+    /// Always `"video.character.deleted"`.
+    pub object: String,
+    pub deleted: bool,
+}
+
+impl DeletedCharacter {
+    pub fn new(id: impl Into<String>) -> DeletedCharacter {
+        DeletedCharacter {
+            id: id.into(),
+            object: "video.character.deleted".to_owned(),
+            deleted: true,
+        }
+    }
 }
 
 /// The character's name, checked: given once, not blank, at most

@@ -8,7 +8,7 @@
 //!
 //! - [`create`]: the create request, as it arrived ([`RawCreate`]) and once valid
 //!   ([`ValidCreate`]).
-//! - [`character`]: characters, their name and record.
+//! - [`character`]: characters, their name, record, list and delete answers.
 //! - [`derive`]: the source video of edits and extensions.
 //! - [`framing`]: ratios, sizes, adaptive framing and the first/last frame warning.
 //! - [`record`]: the task record, the list answer and the delete answer.
@@ -26,7 +26,8 @@ pub mod record;
 mod tests;
 
 pub use character::{
-    CHARACTER_VIDEO_FIELD, CharacterObject, MAX_CHARACTER_NAME_CHARS, character_name,
+    CHARACTER_VIDEO_FIELD, CharacterList, CharacterObject, DeletedCharacter,
+    MAX_CHARACTER_NAME_CHARS, character_name,
 };
 pub use create::{
     DEFAULT_DURATION, FieldValue, FilePart, MAX_DURATION, MAX_PROMPT_CHARS, MIN_DURATION, MODEL,

@@ -97,6 +97,11 @@ impl Generators {
     }
 
     /// Takes one re-run from the budget: false when none is left.
+    /// Where the generators' files go.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn take_rerun(&self) -> bool {
         self.reruns
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))

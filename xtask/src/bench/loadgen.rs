@@ -16,9 +16,13 @@ use tokio::net::TcpStream;
 pub const USAGE: &str =
     "usage: xtask bench-load --addr IP:PORT --conns N --secs S --method M --path P
         [--header 'name: value']... [--body-file FILE] [--paths-file FILE] [--expect STATUS]
+        [--rate PER_SEC]
 
   The bench's load generator (cargo xtask bench starts it from a release build). --paths-file:
-  one path a line, each request takes one of them at random (repeatably). Prints one line:
+  one path a line, each request takes one of them at random (repeatably). --expect: the status
+  counted as an answer (others count as errors). --rate: at most this many requests a second
+  in all, each connection sending on its own schedule (a late answer delays only its own
+  connection's next request); without it every connection sends back to back. Prints one line:
   bench-result requests=N errors=N secs=S p50_us=N p99_us=N ttfb_p50_us=N ttfb_p99_us=N";
 
 /// What to send, and for how long.
@@ -29,12 +33,15 @@ struct Spec {
     /// Every request to send, each whole (head and body); one is taken per request.
     requests: Vec<Vec<u8>>,
     expect: u16,
+    /// Requests a second in all, when paced.
+    rate: Option<f64>,
 }
 
 fn spec(args: &[String]) -> anyhow::Result<Spec> {
     let (mut addr, mut conns, mut secs) = (None, 1, 5.0);
     let (mut method, mut path) = ("GET".to_owned(), "/".to_owned());
     let (mut headers, mut body, mut paths_file, mut expect) = (Vec::new(), Vec::new(), None, 200);
+    let mut rate = None;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -54,6 +61,13 @@ fn spec(args: &[String]) -> anyhow::Result<Spec> {
             }
             "--paths-file" => paths_file = Some(value()?.clone()),
             "--expect" => expect = value()?.parse().context("--expect: not a status")?,
+            "--rate" => {
+                let r: f64 = value()?.parse().context("--rate: not a number")?;
+                if !(r > 0.0 && r.is_finite()) {
+                    bail!("--rate must be above 0\n{USAGE}");
+                }
+                rate = Some(r);
+            }
             "--help" | "-h" => bail!("{USAGE}"),
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
@@ -80,6 +94,7 @@ fn spec(args: &[String]) -> anyhow::Result<Spec> {
         secs,
         requests,
         expect,
+        rate,
     })
 }
 
@@ -178,11 +193,25 @@ async fn connection(spec: Arc<Spec>, first: u64, deadline: Instant) -> Tally {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut n = first;
     let step = spec.conns as u64;
+    // Paced: this connection's share of the rate, its first send offset from the others'.
+    let every = spec
+        .rate
+        .map(|r| Duration::from_secs_f64(spec.conns as f64 / r));
+    let mut next = every.map(|e| Instant::now() + e.mul_f64(first as f64 / spec.conns as f64));
     while Instant::now() < deadline {
-        // Let the other connections read what came in with this answer before writing: the
-        // server then finds requests waiting in batches, as it does under wrk (which reads
-        // every ready answer of a wake-up before writing the next requests).
-        tokio::task::yield_now().await;
+        match (next.as_mut(), every) {
+            (Some(at), Some(every)) => {
+                if *at >= deadline {
+                    break;
+                }
+                tokio::time::sleep_until((*at).into()).await;
+                *at += every;
+            }
+            // Let the other connections read what came in with this answer before writing:
+            // the server then finds requests waiting in batches, as it does under wrk (which
+            // reads every ready answer of a wake-up before writing the next requests).
+            _ => tokio::task::yield_now().await,
+        }
         let request = &spec.requests[(mix(n) % spec.requests.len() as u64) as usize];
         n += step;
         let sent = Instant::now();

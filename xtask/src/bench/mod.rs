@@ -6,7 +6,8 @@
 //! reads and start-up over large stores. It writes BENCHMARKS.md.
 //!
 //! Sections (each can run alone with `--only`, each starts what it needs): `messages`, `rss`,
-//! `submissions`, `polling`, `downloads`, `poller`, `stored`.
+//! `submissions`, `polling`, `abuse`, `downloads`, `poller`, `stored`, `postgres`.
+mod abuse;
 pub mod generator;
 mod load;
 pub mod loadgen;
@@ -31,11 +32,12 @@ use self::relays::Ctx;
 use self::report::{Report, render};
 
 /// Every section, in the order a whole run takes them.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "messages",
     "rss",
     "submissions",
     "polling",
+    "abuse",
     "downloads",
     "poller",
     "stored",
@@ -50,7 +52,8 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
   sections: messages (whole answers and streams: relay, floor proxy, direct; 32 conns and 1),
   rss (the relay's memory over 60 s of messages), submissions (durable POST /v1/videos),
   polling (GET /v1/videos/{id} against a hello server; the relay as configured by default and
-  with one connection thread), downloads, poller, stored,
+  with one connection thread), abuse (another key's requests, paced, alone and during a flood of
+  made-up-id status polls from a key at the default limits), downloads, poller, stored,
   postgres (durable submissions and polls with the store on PostgreSQL at 127.0.0.1:5432: one
   relay, then three sharing it)
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
@@ -142,6 +145,7 @@ fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
             "rss" => messages::rss(ctx, &mut report)?,
             "submissions" => tasks::submissions(ctx, &mut report)?,
             "polling" => tasks::polling(ctx, &mut report)?,
+            "abuse" => abuse::run(ctx, &mut report)?,
             "postgres" => shared::run(ctx, &mut report)?,
             "downloads" => ctx.runtime.block_on(video::downloads(
                 &mut report,

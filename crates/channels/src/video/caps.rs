@@ -242,6 +242,156 @@ fn narrowed(allowed: &[u32], all: &[u32], only: &[u32]) -> Vec<u32> {
     from.iter().copied().filter(|d| only.contains(d)).collect()
 }
 
+impl Offer<'_> {
+    /// Whether it makes tier `tier` (any, when its model names none).
+    pub fn makes_tier(&self, tier: &str) -> bool {
+        self.caps.is_none_or(|c| {
+            c.resolutions.is_empty() || c.resolutions.iter().any(|r| r.eq_ignore_ascii_case(tier))
+        })
+    }
+
+    /// Whether it makes a first-format `width` x `height` (a tier at least as large).
+    pub fn makes_size(&self, width: u32, height: u32) -> bool {
+        self.caps.is_none_or(|c| {
+            let demand = Demand {
+                size: Some((width, height)),
+                ..Demand::default()
+            };
+            tier(c, &demand).is_some()
+        })
+    }
+
+    /// Whether it makes ratio `ratio`.
+    pub fn makes_ratio(&self, ratio: &str) -> bool {
+        self.caps
+            .is_none_or(|c| c.ratios.is_empty() || c.ratios.iter().any(|r| r == ratio))
+    }
+
+    /// Whether it serves `duration` at `tier` (`None`: at some tier it makes), exactly or by
+    /// the next longer one where it may.
+    pub fn makes_duration(&self, duration: u32, tier: Option<&str>) -> bool {
+        let Some(c) = self.caps else {
+            return true;
+        };
+        let at = |t: Option<&str>| {
+            pick_duration(&durations_at(c, t), duration, self.nearest_longer).is_some()
+        };
+        match tier {
+            Some(t) => self.makes_tier(t) && at(Some(t)),
+            None if c.resolutions.is_empty() => at(None),
+            None => c.resolutions.iter().any(|r| at(Some(r))),
+        }
+    }
+
+    /// How many of `field` (a frame or a kind of reference) one request may give it; `None`
+    /// for a field that is not counted. An offer without capabilities takes any number.
+    pub fn takes(&self, field: DemandField) -> Option<u32> {
+        let Some(c) = self.caps else {
+            return Some(u32::MAX);
+        };
+        Some(match field {
+            DemandField::FirstFrame => u32::from(c.first_frame),
+            DemandField::LastFrame => u32::from(c.last_frame),
+            DemandField::ReferenceImages => c.reference_images,
+            DemandField::ReferenceVideos => c.reference_videos,
+            DemandField::ReferenceAudios => c.reference_audios,
+            DemandField::Resolution | DemandField::Duration | DemandField::Ratio => return None,
+        })
+    }
+}
+
+/// What the vendor models of several channels can make together: each list the union of
+/// theirs (empty when one of them allows any value), each count the largest, each yes/no
+/// `true` when one of them can. `None` for no models at all.
+pub fn merge<'a>(all: impl IntoIterator<Item = &'a ModelCaps>) -> Option<ModelCaps> {
+    let all: Vec<&ModelCaps> = all.into_iter().collect();
+    if all.is_empty() {
+        return None;
+    }
+    let durations = union(all.iter().map(|c| c.durations.clone()));
+    let mut resolutions = union_in_order(all.iter().map(|c| &c.resolutions));
+    resolutions.sort_by_key(|r| tier_short_side(r).unwrap_or(u32::MAX));
+    let mut durations_by_resolution = BTreeMap::new();
+    for t in &resolutions {
+        let makers = all.iter().filter(|c| {
+            c.resolutions.is_empty() || c.resolutions.iter().any(|r| r.eq_ignore_ascii_case(t))
+        });
+        let at = union(makers.map(|c| durations_at(c, Some(t))));
+        if !at.is_empty() && at != durations {
+            durations_by_resolution.insert(t.clone(), at);
+        }
+    }
+    let with_refs: Vec<&&ModelCaps> = all.iter().filter(|c| c.reference_images > 0).collect();
+    let mut last_frame_resolutions = union_in_order(
+        all.iter()
+            .filter(|c| c.last_frame)
+            .map(|c| &c.last_frame_resolutions),
+    );
+    last_frame_resolutions.sort_by_key(|r| tier_short_side(r).unwrap_or(u32::MAX));
+    // A tier is made from a first frame only when every model that makes it says so.
+    let image_only: Vec<String> = resolutions
+        .iter()
+        .filter(|t| {
+            all.iter()
+                .filter(|c| c.resolutions.is_empty() || contains(&c.resolutions, t))
+                .all(|c| !c.makes_from(t, false))
+        })
+        .cloned()
+        .collect();
+    Some(ModelCaps {
+        durations,
+        resolutions,
+        ratios: union_in_order(all.iter().map(|c| &c.ratios)),
+        durations_by_resolution,
+        first_frame: all.iter().any(|c| c.first_frame),
+        last_frame: all.iter().any(|c| c.last_frame),
+        last_frame_resolutions,
+        last_frame_durations: union(
+            all.iter()
+                .filter(|c| c.last_frame)
+                .map(|c| c.last_frame_durations.clone()),
+        ),
+        image_only_resolutions: image_only,
+        reference_images: all.iter().map(|c| c.reference_images).max().unwrap_or(0),
+        reference_image_durations: union(
+            with_refs
+                .iter()
+                .map(|c| c.reference_image_durations.clone()),
+        ),
+        reference_videos: all.iter().map(|c| c.reference_videos).max().unwrap_or(0),
+        reference_audios: all.iter().map(|c| c.reference_audios).max().unwrap_or(0),
+        audio: all.iter().any(|c| c.audio),
+    })
+}
+
+/// The sorted union of lists where an empty list allows anything: empty when one is.
+fn union(lists: impl IntoIterator<Item = Vec<u32>>) -> Vec<u32> {
+    let mut all = BTreeSet::new();
+    for list in lists {
+        if list.is_empty() {
+            return Vec::new();
+        }
+        all.extend(list);
+    }
+    all.into_iter().collect()
+}
+
+/// [`union`] of names, in the order they first appear (compared without case).
+fn union_in_order<'a>(lists: impl IntoIterator<Item = &'a Vec<String>>) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for list in lists {
+        if list.is_empty() {
+            return Vec::new();
+        }
+        for name in list {
+            if !all.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+                all.push(name.clone());
+            }
+        }
+    }
+    all
+}
+
 /// The tier `caps` makes for `demand`: the one asked for (second format), or the smallest at
 /// least the size's short side (first format), one that takes the request's last frame when
 /// there is such; never a tier it makes from a first frame only for a request without one.
@@ -791,5 +941,97 @@ mod tests {
                 resolution: Some("480p".into())
             })
         );
+    }
+
+    #[test]
+    fn offers_say_field_by_field_what_they_make() {
+        let v = veo();
+        let exact = Offer {
+            caps: Some(&v),
+            nearest_longer: false,
+        };
+        let longer = Offer {
+            caps: Some(&v),
+            nearest_longer: true,
+        };
+        assert!(exact.makes_tier("1080P") && !exact.makes_tier("480p"));
+        assert!(exact.makes_size(1920, 1080) && !exact.makes_size(4096, 2304));
+        assert!(exact.makes_ratio("9:16") && !exact.makes_ratio("1:1"));
+        assert!(exact.makes_duration(4, None) && !exact.makes_duration(5, None));
+        assert!(!exact.makes_duration(4, Some("1080p")) && exact.makes_duration(8, Some("4k")));
+        assert!(longer.makes_duration(5, None) && longer.makes_duration(4, Some("1080p")));
+        assert!(!longer.makes_duration(9, None));
+        assert_eq!(exact.takes(DemandField::ReferenceImages), Some(3));
+        assert_eq!(exact.takes(DemandField::LastFrame), Some(1));
+        assert_eq!(exact.takes(DemandField::ReferenceAudios), Some(0));
+        assert_eq!(exact.takes(DemandField::Duration), None);
+        let any = Offer {
+            caps: None,
+            nearest_longer: false,
+        };
+        assert!(any.makes_tier("8k") && any.makes_duration(99, Some("8k")));
+        assert_eq!(any.takes(DemandField::ReferenceVideos), Some(u32::MAX));
+    }
+
+    #[test]
+    fn merged_caps_keep_where_a_last_frame_is_taken_and_what_is_made_from_images_only() {
+        let merged = merge([&pro_last(), &hailuo_02()]).unwrap();
+        assert_eq!(merged.last_frame_resolutions, ["768p", "1080p"]);
+        assert!(merged.last_frame_durations.is_empty());
+        // 512p is made by Hailuo 02 alone, from a first frame only.
+        assert_eq!(merged.image_only_resolutions, ["512p"]);
+        // A model taking a last frame anywhere, or making 512p from text, lifts the limit.
+        let mut any = pro_last();
+        any.last_frame_resolutions.clear();
+        any.resolutions.push("512p".into());
+        let merged = merge([&any, &hailuo_02()]).unwrap();
+        assert!(merged.last_frame_resolutions.is_empty());
+        assert!(merged.image_only_resolutions.is_empty());
+        // Models that take no last frame say nothing of where.
+        let none = ModelCaps::default();
+        assert!(merge([&none]).unwrap().last_frame_resolutions.is_empty());
+    }
+
+    #[test]
+    fn merged_caps_are_what_one_of_them_makes() {
+        let v = veo();
+        let mut other = ModelCaps {
+            durations: vec![5, 10],
+            resolutions: vec!["480p".into(), "1080p".into()],
+            ratios: vec!["1:1".into(), "16:9".into()],
+            reference_audios: 1,
+            ..ModelCaps::default()
+        };
+        let merged = merge([&v, &other]).unwrap();
+        assert_eq!(merged.durations, [4, 5, 6, 8, 10]);
+        assert_eq!(merged.resolutions, ["480p", "720p", "1080p", "4k"]);
+        assert_eq!(merged.ratios, ["16:9", "9:16", "1:1"]);
+        // 1080p: veo's 8 s, the other's 5 and 10; 4k: veo's 8 s only.
+        assert_eq!(
+            merged.durations_by_resolution,
+            [
+                ("480p".to_owned(), vec![5, 10]),
+                ("720p".to_owned(), vec![4, 6, 8]),
+                ("1080p".to_owned(), vec![5, 8, 10]),
+                ("4k".to_owned(), vec![8]),
+            ]
+            .into()
+        );
+        assert!(merged.first_frame && merged.last_frame && merged.audio);
+        assert_eq!(
+            (
+                merged.reference_images,
+                merged.reference_audios,
+                merged.reference_videos
+            ),
+            (3, 1, 0)
+        );
+        assert_eq!(merged.reference_image_durations, [8]);
+        // A model that makes any duration: so do they together.
+        other.durations.clear();
+        let merged = merge([&v, &other]).unwrap();
+        assert!(merged.durations.is_empty());
+        assert_eq!(merge([&v]).as_ref(), Some(&v));
+        assert_eq!(merge(std::iter::empty()), None);
     }
 }

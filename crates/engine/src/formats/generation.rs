@@ -1,7 +1,7 @@
 //! The second format's tasks (`/v1/video/generations`): what they keep of their request, and
 //! the job and references a channel gets from them.
 
-use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
+use channels::{Demand, ReferenceRole, SimDirectives, StoredReference, VideoJob};
 use serde::{Deserialize, Serialize};
 use store::Task;
 
@@ -63,6 +63,23 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, &'static str
         seed: i64::try_from(p.seed).ok(),
         sim: p.sim,
     })
+}
+
+/// What a second-format task asks of its channel: its tier, duration, ratio, and its assets
+/// counted by role.
+pub fn demand(p: &GenParams) -> Demand {
+    let count = |role: Role| p.assets.iter().filter(|a| a.role == role).count() as u32;
+    Demand {
+        duration: p.duration,
+        resolution: Some(p.resolution.clone()),
+        size: None,
+        ratio: p.ratio.clone(),
+        first_frame: count(Role::FirstFrame) > 0,
+        last_frame: count(Role::LastFrame) > 0,
+        reference_images: count(Role::ReferenceImage),
+        reference_videos: count(Role::ReferenceVideo),
+        reference_audios: count(Role::ReferenceAudio),
+    }
 }
 
 /// The stored references of a second-format task beyond its frames: its `reference_image`,

@@ -7,7 +7,7 @@ pub mod generation;
 mod stored;
 pub mod video;
 
-use channels::{StoredReference, VideoJob};
+use channels::{Demand, StoredReference, VideoJob};
 use store::{Task, TaskKind};
 
 pub use stored::{UNREADABLE, read_params};
@@ -18,6 +18,14 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, &'static str
         TaskKind::Video => video::job(task, upstream_model),
         TaskKind::Generation => generation::job(task, upstream_model),
     }
+}
+
+/// What `task` asks of the channel that runs it.
+pub fn demand(task: &Task) -> Result<Demand, &'static str> {
+    Ok(match task.kind {
+        TaskKind::Video => video::demand(&read_params(task)?),
+        TaskKind::Generation => generation::demand(&read_params(task)?),
+    })
 }
 
 /// The relay's copies of `task`'s references beyond its frames, without URLs yet.

@@ -1,7 +1,7 @@
 //! The first format's tasks (`/v1/videos`): what they keep of their request, and the job and
 //! references a channel gets from them.
 
-use channels::{ReferenceRole, SimDirectives, StoredReference, VideoJob};
+use channels::{Demand, ReferenceRole, SimDirectives, StoredReference, VideoJob};
 use serde::{Deserialize, Serialize};
 use store::Task;
 
@@ -67,6 +67,43 @@ pub fn job(task: &Task, upstream_model: String) -> Result<VideoJob, &'static str
         seed: None,
         sim: p.sim,
     })
+}
+
+/// The frames and references a first-format request gives, for its [`Demand`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Given {
+    pub first_frame: bool,
+    pub last_frame: bool,
+    pub audio: bool,
+    pub video: bool,
+}
+
+/// What a first-format request of `width` x `height` at `ratio` for `duration` seconds with
+/// `given` asks of its channel (the tier is the smallest the model makes at least as large as
+/// the size): the handler checks it before the task exists, the engine routes by it.
+pub fn demand_of(width: u32, height: u32, ratio: Ratio, duration: u32, given: Given) -> Demand {
+    Demand {
+        duration,
+        resolution: None,
+        size: Some((width, height)),
+        ratio: ratio.as_str().to_owned(),
+        first_frame: given.first_frame,
+        last_frame: given.last_frame,
+        reference_images: 0,
+        reference_videos: u32::from(given.video),
+        reference_audios: u32::from(given.audio),
+    }
+}
+
+/// What a first-format task asks of its channel.
+pub fn demand(p: &V1Params) -> Demand {
+    let given = Given {
+        first_frame: p.first_frame.is_some(),
+        last_frame: p.last_frame.is_some(),
+        audio: p.audio.is_some() || p.audio_blob.is_some(),
+        video: p.reference_video.is_some() || p.reference_video_blob.is_some(),
+    };
+    demand_of(p.width, p.height, p.aspect_ratio, p.duration, given)
 }
 
 /// The relay's copies of a first-format task's audio and video references, for the channel

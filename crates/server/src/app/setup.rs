@@ -159,6 +159,22 @@ fn secret(
     })
 }
 
+/// Each video model's price, for the engine's settlement.
+pub fn prices(config: &Config) -> engine::Prices {
+    config
+        .models
+        .iter()
+        .filter(|(_, m)| m.kind != ModelKind::Chat)
+        .map(|(name, m)| {
+            let price = engine::ModelPrice {
+                per_second: m.price_per_second,
+                per_second_by_resolution: m.price_per_second_by_resolution.clone(),
+            };
+            (name.clone(), price)
+        })
+        .collect()
+}
+
 /// How each channel is routed to and capped.
 pub fn routes(config: &Config) -> Vec<ChannelRoute> {
     config

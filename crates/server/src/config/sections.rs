@@ -249,6 +249,16 @@ pub struct AssetsConfig {
     pub ttl_secs: u64,
 }
 
+/// `[characters]`: what one key may keep of `POST /v1/videos/characters`, and its price.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CharactersConfig {
+    /// Characters one key may have at once; 0: none (creating them is turned off).
+    pub max_per_key: u64,
+    /// Credits a creation takes from its key (a `charge` ledger entry); 0: free.
+    pub price: u64,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SecurityConfig {

@@ -14,6 +14,40 @@ fn embedded_default_parses() {
         Some(12)
     );
     assert_eq!(config.groups["gen2"], "gen2");
+    assert_eq!(config.characters.max_per_key, 100);
+    assert_eq!(config.characters.price, 0);
+}
+
+#[test]
+fn characters_take_a_number_and_a_price_never_negative() {
+    let config = Config::from_toml(
+        Some(
+            "[characters]
+max_per_key = 0
+price = 25
+",
+        ),
+        "relay.toml",
+    )
+    .unwrap();
+    assert_eq!(config.characters.max_per_key, 0);
+    assert_eq!(config.characters.price, 25);
+    for text in [
+        "[characters]
+price = -1
+",
+        "[characters]
+max_per_key = -1
+",
+        "[characters]
+max = 3
+",
+    ] {
+        let err = Config::from_toml(Some(text), "relay.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("relay.toml"), "{err}");
+    }
 }
 
 #[test]

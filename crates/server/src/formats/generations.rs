@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use channels::SimDirectives;
 use engine::formats::generation::{GenParams, TaskAsset};
 use engine::formats::read_params;
 use engine::now_secs;
@@ -137,11 +138,6 @@ pub async fn create(
     let facts = crate::formats::assets::asset_facts(app, key, &ids).await?;
     let generic: Vec<video_generations::AssetFact> = facts.iter().map(|f| f.fact.clone()).collect();
     video_generations::check_assets(&valid, &generic)?;
-    if over_limit {
-        return Err(crate::ground::http::too_large());
-    }
-    let sim = crate::ground::http::sim_directives(app.sim_scenarios(), headers)?;
-    tasks::served(app, &valid.model)?;
     let model = app
         .catalog
         .model(&valid.model)
@@ -173,7 +169,7 @@ pub async fn create(
                 .and_then(|f| f.blob.clone()),
         })
         .collect();
-    let gen_params = GenParams {
+    let mut gen_params = GenParams {
         prompt: valid.prompt.clone(),
         duration: valid.duration,
         resolution: valid.resolution.clone(),
@@ -183,8 +179,19 @@ pub async fn create(
         assets,
         return_last_frame: valid.return_last_frame,
         seed,
-        sim: sim.clone(),
+        sim: SimDirectives::default(),
     };
+    // Whether a channel of the model can make it, a check of the same fields as the catalog's
+    // (with the ratio chosen and the assets counted by role), so before the body size, which
+    // comes last (SPEC §7).
+    let demand = engine::formats::generation::demand(&gen_params);
+    tasks::fits(app, TaskKind::Generation, &valid.model, &demand)?;
+    if over_limit {
+        return Err(crate::ground::http::too_large());
+    }
+    let sim = crate::ground::http::sim_directives(app.sim_scenarios(), headers)?;
+    tasks::served(app, &valid.model)?;
+    gen_params.sim = sim.clone();
     let draft = tasks::Draft {
         id: crate::ground::http::new_id("gen"),
         model: &valid.model,

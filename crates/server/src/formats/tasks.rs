@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use channels::SimDirectives;
+use channels::{Demand, DemandField, Refusal, SimDirectives};
 use engine::now_ms;
 use error_codes::{ApiError, ErrorCode};
 use http::{HeaderName, HeaderValue};
@@ -99,6 +99,43 @@ pub fn served(app: &App, model: &str) -> Result<(), ApiError> {
             format!("no channel serves model {model} now"),
         )),
     }
+}
+
+/// Refuses a request that no channel of `model` can make, before anything is charged or
+/// stored: the field's own error with a detail naming what the channels can do instead (a
+/// channel without a catalog entry for its model makes anything the validators accept).
+/// No channel at all is [`served`]'s concern.
+pub fn fits(app: &App, kind: TaskKind, model: &str, demand: &Demand) -> Result<(), ApiError> {
+    if app.engine.channel_for(model).is_none() {
+        return Ok(());
+    }
+    match app.engine.fit(model, demand) {
+        Ok(_) => Ok(()),
+        Err(refusal) => Err(refused(kind, refusal)),
+    }
+}
+
+/// The error of a field no channel can serve, as the format names the field.
+fn refused(kind: TaskKind, refusal: Refusal) -> ApiError {
+    use DemandField as F;
+    let first = kind == TaskKind::Video;
+    let (code, param) = match refusal.field {
+        F::Resolution if first => (ErrorCode::InvalidSize, "size"),
+        F::Resolution => (ErrorCode::InvalidResolution, "resolution"),
+        F::Duration => (ErrorCode::InvalidDuration, "duration"),
+        F::Ratio if first => (ErrorCode::InvalidRatio, "aspect_ratio"),
+        F::Ratio => (ErrorCode::InvalidRatio, "ratio"),
+        F::FirstFrame if first => (ErrorCode::ReferenceLimitExceeded, "first_frame"),
+        F::LastFrame if first => (ErrorCode::ReferenceLimitExceeded, "last_frame"),
+        F::ReferenceVideos if first => (ErrorCode::ReferenceLimitExceeded, "reference_video"),
+        F::ReferenceAudios if first => (ErrorCode::ReferenceLimitExceeded, "audio_url"),
+        F::FirstFrame
+        | F::LastFrame
+        | F::ReferenceImages
+        | F::ReferenceVideos
+        | F::ReferenceAudios => (ErrorCode::ReferenceLimitExceeded, "assets"),
+    };
+    ApiError::field(code, param, refusal.detail)
 }
 
 /// What a format gives for a new task.

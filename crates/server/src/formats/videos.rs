@@ -5,7 +5,7 @@ mod media;
 use std::sync::Arc;
 
 use engine::formats::read_params;
-use engine::formats::video::V1Params;
+use engine::formats::video::{Given, V1Params, demand_of};
 use engine::now_secs;
 use error_codes::{ApiError, ErrorCode};
 use fetch::MediaKind;
@@ -414,6 +414,22 @@ async fn create_from(
     if base_seconds > 0 {
         videos_v1::derive::check_extended(base_seconds, valid.duration)?;
     }
+    // Whether a channel of the model can make it (the task's params say the same: see
+    // `engine::formats::video::demand`), before anything is stored.
+    let given = Given {
+        first_frame: first.is_some() || origin.as_ref().is_some_and(|o| o.first_frame.is_some()),
+        last_frame: last.is_some(),
+        audio: audio.is_some(),
+        video: video.is_some(),
+    };
+    let demand = demand_of(
+        framing.width,
+        framing.height,
+        framing.ratio,
+        valid.duration + base_seconds,
+        given,
+    );
+    tasks::fits(app, TaskKind::Video, &valid.model, &demand)?;
 
     let id = crate::ground::http::new_id("video");
     // Store the frames and references under the task before the task exists: a refused creation

@@ -77,7 +77,7 @@ fn latencies() -> Histogram {
 
 /// Every route's label: its method and path template (`router::routes::Route::slot` is its
 /// place here), then the label of requests no route takes.
-pub const ROUTES: [&str; 57] = [
+pub const ROUTES: [&str; 59] = [
     "GET /healthz",
     "GET /readyz",
     "GET /openapi.yaml",
@@ -132,6 +132,8 @@ pub const ROUTES: [&str; 57] = [
     "POST /v1/videos/extensions",
     "POST /v1/videos/characters",
     "GET /v1/videos/characters/{character_id}",
+    "GET /v1/videos/characters",
+    "DELETE /v1/videos/characters/{character_id}",
     "POST /callbacks/kling/{channel}",
     "POST /callbacks/minimax/{channel}",
     "unmatched",

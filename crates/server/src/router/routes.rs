@@ -40,8 +40,12 @@ pub(super) enum Route<'a> {
     ExtendVideo,
     /// `POST /v1/videos/characters`.
     CreateCharacter,
+    /// `GET /v1/videos/characters`.
+    ListCharacters,
     /// `GET /v1/videos/characters/{character_id}`.
     GetCharacter(&'a str),
+    /// `DELETE /v1/videos/characters/{character_id}`.
+    DeleteCharacter(&'a str),
     CreateGeneration,
     ListGenerations,
     GetGeneration(&'a str),
@@ -168,9 +172,11 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
         ["v1", "videos", "extensions"] if m == Method::POST => Ok(ExtendVideo),
         ["v1", "videos", "extensions"] => Err(Miss::Method("POST")),
         ["v1", "videos", "characters"] if m == Method::POST => Ok(CreateCharacter),
-        ["v1", "videos", "characters"] => Err(Miss::Method("POST")),
+        ["v1", "videos", "characters"] if m == Method::GET => Ok(ListCharacters),
+        ["v1", "videos", "characters"] => Err(Miss::Method("GET, POST")),
         ["v1", "videos", "characters", id] if m == Method::GET => Ok(GetCharacter(id)),
-        ["v1", "videos", "characters", _] => Err(Miss::Method("GET")),
+        ["v1", "videos", "characters", id] if m == Method::DELETE => Ok(DeleteCharacter(id)),
+        ["v1", "videos", "characters", _] => Err(Miss::Method("GET, DELETE")),
         ["v1", "videos", id] if m == Method::GET => Ok(GetVideo(id)),
         ["v1", "videos", id] if m == Method::DELETE => Ok(DeleteVideo(id)),
         ["v1", "videos", _] => Err(Miss::Method("GET, DELETE")),
@@ -306,8 +312,10 @@ impl<'a> Route<'a> {
             ExtendVideo => 51,
             CreateCharacter => 52,
             GetCharacter(_) => 53,
-            KlingCallback(_) => 54,
-            MinimaxCallback(_) => 55,
+            ListCharacters => 54,
+            DeleteCharacter(_) => 55,
+            KlingCallback(_) => 56,
+            MinimaxCallback(_) => 57,
         }
     }
 
@@ -331,6 +339,7 @@ impl<'a> Route<'a> {
             | CancelVideo(p)
             | RemixVideo(p)
             | GetCharacter(p)
+            | DeleteCharacter(p)
             | GetGeneration(p)
             | CancelGeneration(p)
             | GetVideoModel(p)
@@ -352,10 +361,10 @@ impl<'a> Route<'a> {
             | BatchResults(p)
             | ConsoleFile(p) => Some(p),
             Healthz | Readyz | OpenApi | Metrics | Console | CreateVideo | ListVideos
-            | EditVideo | ExtendVideo | CreateCharacter | CreateGeneration | ListGenerations
-            | ListVideoModels | CreateLibrary | ListLibraries | Moderation | CreateKey
-            | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages | CountTokens
-            | ListModels | CreateBatch | ListBatches => None,
+            | EditVideo | ExtendVideo | CreateCharacter | ListCharacters | CreateGeneration
+            | ListGenerations | ListVideoModels | CreateLibrary | ListLibraries | Moderation
+            | CreateKey | ListKeys | AdminTasks | AdminWebhooks | AdminChannels | Messages
+            | CountTokens | ListModels | CreateBatch | ListBatches => None,
         }
     }
 }
@@ -440,6 +449,26 @@ mod tests {
                 Method::GET,
                 "/v1/videos/characters/char_1",
                 Ok(Route::GetCharacter("char_1")),
+            ),
+            (
+                Method::GET,
+                "/v1/videos/characters",
+                Ok(Route::ListCharacters),
+            ),
+            (
+                Method::DELETE,
+                "/v1/videos/characters/char_1",
+                Ok(Route::DeleteCharacter("char_1")),
+            ),
+            (
+                Method::PUT,
+                "/v1/videos/characters",
+                Err(Miss::Method("GET, POST")),
+            ),
+            (
+                Method::POST,
+                "/v1/videos/characters/char_1",
+                Err(Miss::Method("GET, DELETE")),
             ),
             (Method::GET, "/v1/videos/../x", Err(Miss::NotFound)),
             (Method::GET, "/v1/videos/%2e%2e", Err(Miss::NotFound)),
@@ -531,6 +560,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs its label in
         // `metrics::ROUTES` (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 56, "route_table misses a route");
+        assert_eq!(kinds.len(), 58, "route_table misses a route");
     }
 }

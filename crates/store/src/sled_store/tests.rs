@@ -687,3 +687,73 @@ async fn due_webhook_entries_carry_their_receiver() {
     assert_eq!(&key[..8], 7u64.to_be_bytes());
     assert_eq!(value, b"key_1\0https://hooks.example/a");
 }
+
+/// Characters written before their owner index and numbers were kept are indexed and counted
+/// once, when the database is opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn characters_of_an_earlier_version_are_indexed_on_opening() {
+    let dir = TempDir::new();
+    let store = SledStore::open(dir.path()).unwrap();
+    let earlier = |id: &str, owner: &str| crate::Character {
+        id: id.to_owned(),
+        owner: owner.to_owned(),
+        name: "Ann".to_owned(),
+        created_at: 7,
+        video: format!("characters/{id}/video.mp4"),
+        video_bytes: 1,
+    };
+    // As the earlier version wrote them: the record alone.
+    for (id, owner) in [
+        (tid("char", 1), "key_1"),
+        (tid("char", 2), "key_1"),
+        (tid("char", 3), "key_2"),
+    ] {
+        let bytes = serde_json::to_vec(&earlier(&id, owner)).unwrap();
+        store.characters.insert(id.as_bytes(), bytes).unwrap();
+    }
+    store.flush().await.unwrap();
+    drop(store);
+    let store = crate::suite::reopen_sled(&dir).await;
+    let page = store
+        .list_characters("key_1", None, 10, Order::Desc)
+        .await
+        .unwrap();
+    let ids: Vec<String> = page.items.into_iter().map(|c| c.id).collect();
+    assert_eq!(ids, [tid("char", 2), tid("char", 1)]);
+    let err = store
+        .create_character(&earlier(&tid("char", 4), "key_1"), 2, &[])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::CharacterLimit { max: 2, .. }),
+        "{err}"
+    );
+    store
+        .create_character(&earlier(&tid("char", 4), "key_2"), 2, &[])
+        .await
+        .unwrap();
+    let err = store
+        .create_character(&earlier(&tid("char", 5), "key_2"), 2, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::CharacterLimit { .. }), "{err}");
+    // Indexed once: a deletion down to none and a reopening count from the trees, not again.
+    assert!(
+        store
+            .delete_character(&tid("char", 1), "key_1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    drop(store);
+    let store = crate::suite::reopen_sled(&dir).await;
+    let page = store
+        .list_characters("key_1", None, 10, Order::Desc)
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    store
+        .create_character(&earlier(&tid("char", 6), "key_1"), 2, &[])
+        .await
+        .unwrap();
+}

@@ -27,6 +27,8 @@ pub(super) const USAGE: &str = "usage";
 const USAGE_BY_KEY: &str = "usage_by_key";
 const META: &str = "meta";
 pub(super) const CHARACTERS: &str = "characters";
+const CHARACTERS_BY_OWNER: &str = "characters_by_owner";
+const CHARACTER_COUNTS: &str = "character_counts";
 pub(super) const WEBHOOKS: &str = "webhooks";
 pub(super) const WEBHOOKS_DUE: &str = "webhooks_due";
 const WEBHOOKS_BY_TASK: &str = "webhooks_by_task";
@@ -104,8 +106,13 @@ pub struct SledStore {
     db: Db,
     pub(super) trees: Trees,
     pub(super) meta: Tree,
-    /// Characters by id, each written once (outside the steps' transactions).
+    /// Characters by id, each written once (outside the task steps' transactions).
     pub(super) characters: Tree,
+    /// `owner \0 character id` of every character.
+    pub(super) characters_by_owner: Tree,
+    /// Each owner's number of characters (8 bytes big-endian), changed in the transaction of
+    /// every creation and deletion.
+    pub(super) character_counts: Tree,
     /// The usage log's committed end (under [`usage_log::END`]), and the chunks of charge
     /// entries stored here before the log had a file of its own, by sequence number.
     pub(super) usage: Tree,
@@ -262,6 +269,8 @@ impl SledStore {
             counts,
             meta: open_tree(&db, META)?,
             characters: open_tree(&db, CHARACTERS)?,
+            characters_by_owner: open_tree(&db, CHARACTERS_BY_OWNER)?,
+            character_counts: open_tree(&db, CHARACTER_COUNTS)?,
             usage,
             usage_by_key: open_tree(&db, USAGE_BY_KEY)?,
             usage_log,

@@ -155,14 +155,43 @@ pub async fn derived_flows(suite: &mut Suite) {
         }
     });
     suite.check(s, "a character reads back as created", v);
+    let page = suite
+        .send(Req::get("/v1/videos/characters?limit=1").bearer(&key))
+        .await;
+    suite.check(
+        s,
+        "the key's characters list newest first",
+        field_is(&page, "/data/0/id", &json!(id)),
+    );
+    let path = format!("/v1/videos/characters/{id}");
     if let Some(other) = suite.args.key_group2.clone() {
-        let r = suite
-            .send(Req::get(format!("/v1/videos/characters/{id}")).bearer(&other))
-            .await;
+        let r = suite.send(Req::get(path.clone()).bearer(&other)).await;
         suite.check(
             s,
             "another key's character is 404",
             checks::api_error(&r, 404, "not found"),
         );
+        let r = suite
+            .send(Req::new(http::Method::DELETE, path.clone()).bearer(&other))
+            .await;
+        suite.check(
+            s,
+            "another key's character is 404 to delete",
+            checks::api_error(&r, 404, "not found"),
+        );
     }
+    let r = suite
+        .send(Req::new(http::Method::DELETE, path.clone()).bearer(&key))
+        .await;
+    suite.check(
+        s,
+        "a character is deleted by its key",
+        field_is(&r, "/object", &json!("video.character.deleted")),
+    );
+    let r = suite.send(Req::get(path).bearer(&key)).await;
+    suite.check(
+        s,
+        "a deleted character is 404",
+        checks::api_error(&r, 404, "not found"),
+    );
 }
