@@ -9,7 +9,8 @@
 //! as HTTP 200: `base_resp.status_code` decides (1002 rate limit, 1004 and 2049 key refused,
 //! 1008 balance spent, 1026 and 1027 content refused, 2013 bad parameter). MiniMax reports no
 //! usage: a task is billed on the duration it was asked for. A first-format size goes as the
-//! model's smallest tier at least as large (`1366x768` is `768P`).
+//! model's smallest tier at least as large (`1366x768` is `768P`): the tier routing fitted, or
+//! where a job comes without one, the tier this module picks the same way.
 
 use std::collections::BTreeMap;
 
