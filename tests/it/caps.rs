@@ -380,7 +380,8 @@ async fn the_models_endpoint_shows_what_the_channels_make() {
     };
     let lite_caps = json!({"durations": [4, 6, 8], "resolutions": ["720p", "1080p"],
         "ratios": ["16:9", "9:16"], "durations_by_resolution": {"1080p": [8]},
-        "first_frame": true, "last_frame": false, "reference_images": 0,
+        "first_frame": true, "last_frame": false, "last_frame_resolutions": [],
+        "last_frame_durations": [], "image_only_resolutions": [], "reference_images": 0,
         "reference_image_durations": [], "reference_videos": 0, "reference_audios": 0,
         "audio": true});
     let maxes = |m: &Value| -> Vec<(String, u64)> {

@@ -9,10 +9,14 @@
 //! `expire_results` is set) and the duration in `reported_duration` (the asked one when
 //! unset); a prompt with `[fail]` fails, with `[refuse]` fails as the risk control's, with
 //! `[blocked]` is refused at submission (400, code 1301). `next_errors` answers the next
-//! submissions with (HTTP status, code). A finished task is posted to its `callback_url`.
+//! submissions with (HTTP status, code); `hang_up_submissions` takes the next ones (a task is
+//! made) and closes the connection unanswered, `no_id_submissions` takes them and answers
+//! `200` with code 0 and no task. A finished task is posted to its `callback_url` (the
+//! receiver's answers kept in `callbacks`); a test can also end a task at once (`finish`) and
+//! post it when it likes (`call_back`), and read when each task was queried (`query_ages`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +25,9 @@ use http::{Method, Request, Response};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use crate::fake_vendor::{self, FakeServer, header, is_image, is_url, playable_mp4, unbase64};
+use crate::fake_vendor::{
+    self, FakeServer, header, is_image, is_url, playable_mp4, take_one, unbase64,
+};
 
 pub const ACCESS_KEY: &str = "kling-access-key-test-41";
 pub const SECRET_KEY: &str = "kling-secret-key-test-77";
@@ -33,6 +39,10 @@ pub struct State {
     pub expire_results: AtomicBool,
     /// The next submissions are answered with these (HTTP status, code), in order.
     pub next_errors: Mutex<VecDeque<(u16, i64)>>,
+    /// The next this many submissions are taken and their connection closed unanswered.
+    pub hang_up_submissions: AtomicU32,
+    /// The next this many submissions are taken and answered `200` without a task.
+    pub no_id_submissions: AtomicU32,
     /// The `duration` string reported for finished tasks (the asked one when unset).
     pub reported_duration: Mutex<Option<String>>,
     /// Accepted submissions: (kind, body), oldest first.
@@ -43,6 +53,8 @@ pub struct State {
     pub calls: Mutex<Vec<String>>,
     /// Callbacks posted: (task id, status posted, the receiver's status or 0).
     pub callbacks: Mutex<Vec<(String, String, u16)>>,
+    /// Queries of a task: (task id, the task's age then), oldest first.
+    pub queries: Mutex<Vec<(String, Duration)>>,
     tasks: Mutex<HashMap<String, Task>>,
     external_ids: Mutex<HashSet<String>>,
     next_id: AtomicU64,
@@ -56,6 +68,8 @@ struct Task {
     duration: String,
     callback_url: Option<String>,
     external_task_id: String,
+    /// Ended by the test, whatever `run_ms` says.
+    done: bool,
 }
 
 pub struct FakeKling {
@@ -85,6 +99,53 @@ impl FakeKling {
 
     pub fn submissions(&self) -> Vec<(String, Value)> {
         self.state.submissions.lock().unwrap().clone()
+    }
+
+    /// The id Kling gave the task the relay submitted as `external` (its task id).
+    fn task_of(&self, external: &str) -> Option<String> {
+        let tasks = self.state.tasks.lock().unwrap();
+        tasks
+            .iter()
+            .find(|(_, t)| t.external_task_id == external)
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Ends the relay's task `external` now: its next query finds it finished.
+    pub fn finish(&self, external: &str) {
+        let id = self.task_of(external).expect("a task of that external id");
+        if let Some(task) = self.state.tasks.lock().unwrap().get_mut(&id) {
+            task.done = true;
+        }
+    }
+
+    /// Posts the relay's task `external` to its `callback_url` now; the receiver's answer
+    /// lands in `callbacks`.
+    pub fn call_back(&self, external: &str) {
+        let id = self.task_of(external).expect("a task of that external id");
+        let url = self.state.tasks.lock().unwrap()[&id]
+            .callback_url
+            .clone()
+            .expect("a callback_url");
+        call_back(
+            self.state.clone(),
+            self.base.clone(),
+            url,
+            id,
+            Duration::ZERO,
+        );
+    }
+
+    /// The ages at which the relay's task `external` was queried, oldest first.
+    pub fn query_ages(&self, external: &str) -> Vec<Duration> {
+        let Some(id) = self.task_of(external) else {
+            return Vec::new();
+        };
+        let queries = self.state.queries.lock().unwrap();
+        queries
+            .iter()
+            .filter(|(q, _)| *q == id)
+            .map(|(_, age)| *age)
+            .collect()
     }
 
     pub fn fail_next(&self, status: u16, code: i64) {
@@ -153,23 +214,24 @@ fn check_token(req: &Request<Bytes>) -> Result<(), (i64, &'static str)> {
     Ok(())
 }
 
-fn answer(state: &Arc<State>, base: &str, req: Request<Bytes>) -> Response<Full<Bytes>> {
+/// The answer to `req`; `None` to close the connection without one.
+fn answer(state: &Arc<State>, base: &str, req: Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     let path = req.uri().path().to_owned();
     state.calls.lock().unwrap().push(path.clone());
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     // Result files live on the vendor's CDN: no token there.
     if let ["kcdn", file] = segments.as_slice() {
-        return download(state, file);
+        return Some(download(state, file));
     }
     if let Err((code, why)) = check_token(&req) {
         state.refused_tokens.lock().unwrap().push(why.to_owned());
-        return error(401, code, why);
+        return Some(error(401, code, why));
     }
     match (req.method(), segments.as_slice()) {
         (&Method::POST, ["v1", "videos", kind]) => submit(state, base, kind, &req),
-        (&Method::GET, ["v1", "videos", kind, id]) => query(state, base, kind, id),
-        (&Method::GET, ["account", "costs"]) => costs(&req),
-        _ => error(404, 1202, "The requested method is invalid"),
+        (&Method::GET, ["v1", "videos", kind, id]) => Some(query(state, base, kind, id)),
+        (&Method::GET, ["account", "costs"]) => Some(costs(&req)),
+        _ => Some(error(404, 1202, "The requested method is invalid")),
     }
 }
 
@@ -383,33 +445,33 @@ fn submit(
     base: &str,
     kind: &str,
     req: &Request<Bytes>,
-) -> Response<Full<Bytes>> {
+) -> Option<Response<Full<Bytes>>> {
     if header(req, "content-type") != Some("application/json") {
-        return error(400, 1200, "Content-Type must be application/json");
+        return Some(error(400, 1200, "Content-Type must be application/json"));
     }
     if let Some((status, code)) = state.next_errors.lock().unwrap().pop_front() {
-        return error(status, code, "as the test asked");
+        return Some(error(status, code, "as the test asked"));
     }
     let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
-        return error(400, 1200, "the body is not JSON");
+        return Some(error(400, 1200, "the body is not JSON"));
     };
     if let Err(why) = check_body(kind, &body) {
-        return error(400, 1201, &format!("Invalid parameters: {why}"));
+        return Some(error(400, 1201, &format!("Invalid parameters: {why}")));
     }
     let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
     if prompt.contains("[blocked]") {
-        return error(
+        return Some(error(
             400,
             1301,
             "Trigger the content security policy of the platform",
-        );
+        ));
     }
     let external = body["external_task_id"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     if !external.is_empty() && !state.external_ids.lock().unwrap().insert(external.clone()) {
-        return error(400, 1201, "external_task_id already exists");
+        return Some(error(400, 1201, "external_task_id already exists"));
     }
     let id = format!(
         "8{:017}",
@@ -422,10 +484,13 @@ fn submit(
         duration: body["duration"].as_str().unwrap_or("5").to_owned(),
         callback_url: body["callback_url"].as_str().map(str::to_owned),
         external_task_id: external.clone(),
+        done: false,
     };
     if let Some(url) = task.callback_url.clone() {
+        // Posted once the task has ended, by the vendor's own clock.
         let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
-        call_back(state.clone(), base.to_owned(), url, id.clone(), run);
+        let after = run + Duration::from_millis(20);
+        call_back(state.clone(), base.to_owned(), url, id.clone(), after);
     }
     state.tasks.lock().unwrap().insert(id.clone(), task);
     state
@@ -433,25 +498,40 @@ fn submit(
         .lock()
         .unwrap()
         .push((kind.to_owned(), body));
+    // Taken: how the relay hears of it is decided now.
+    if take_one(&state.hang_up_submissions) {
+        return None;
+    }
+    if take_one(&state.no_id_submissions) {
+        return Some(fake_vendor::json(
+            200,
+            &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake"}),
+        ));
+    }
     let ms = now_secs() * 1000;
-    fake_vendor::json(
+    Some(fake_vendor::json(
         200,
         &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake", "data": {
             "task_id": id, "task_info": {"external_task_id": external},
             "task_status": "submitted", "created_at": ms, "updated_at": ms}}),
-    )
+    ))
 }
 
 /// The task object as query and callback give it.
 fn task_object(state: &State, base: &str, id: &str, task: &Task) -> Value {
     let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
+    let elapsed = if task.done {
+        run
+    } else {
+        task.started.elapsed()
+    };
     let ms = now_secs() * 1000;
     let mut data = json!({"task_id": id, "task_status_msg": "",
         "task_info": {"external_task_id": task.external_task_id},
         "created_at": ms, "updated_at": ms});
-    if task.started.elapsed() < run / 3 {
+    if elapsed < run / 3 {
         data["task_status"] = json!("submitted");
-    } else if task.started.elapsed() < run {
+    } else if elapsed < run {
         data["task_status"] = json!("processing");
     } else if task.prompt.contains("[refuse]") {
         data["task_status"] = json!("failed");
@@ -480,11 +560,15 @@ fn query(state: &State, base: &str, kind: &str, id: &str) -> Response<Full<Bytes
     let task = state.tasks.lock().unwrap().get(id).cloned();
     match task {
         // A task is known on the path of its own kind only.
-        Some(task) if task.kind == kind => fake_vendor::json(
-            200,
-            &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake",
-                    "data": task_object(state, base, id, &task)}),
-        ),
+        Some(task) if task.kind == kind => {
+            let age = task.started.elapsed();
+            state.queries.lock().unwrap().push((id.to_owned(), age));
+            fake_vendor::json(
+                200,
+                &json!({"code": 0, "message": "SUCCEED", "request_id": "req-fake",
+                        "data": task_object(state, base, id, &task)}),
+            )
+        }
         _ => error(404, 1203, "The requested resource does not exist"),
     }
 }
@@ -504,11 +588,12 @@ fn download(state: &State, file: &str) -> Response<Full<Bytes>> {
     fake_vendor::bytes(200, "video/mp4", playable_mp4())
 }
 
-/// Posts the task to `url` once it has ended, as Kling does when a task's status changes.
+/// Posts the task to `url` `after` this long, as Kling does when a task's status changes.
 fn call_back(state: Arc<State>, base: String, url: String, id: String, after: Duration) {
     tokio::spawn(async move {
-        // The vendor's own clock: the task ends `after` its submission.
-        tokio::time::sleep(after + Duration::from_millis(20)).await;
+        if !after.is_zero() {
+            tokio::time::sleep(after).await;
+        }
         let Some(task) = state.tasks.lock().unwrap().get(&id).cloned() else {
             return;
         };

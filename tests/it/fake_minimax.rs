@@ -2,17 +2,25 @@
 //! `Authorization: Bearer` [`API_KEY`] (else HTTP 200 with `base_resp.status_code` 1004, as
 //! MiniMax answers errors); submissions are checked field by field and type by type (an integer
 //! `duration` the model makes at that `resolution`, upper case; images a URL or a `data:` URI;
-//! `last_frame_image` on MiniMax-Hailuo-02 only and with a first frame; `subject_reference` on
-//! S2V-01 only, one character with one image).
+//! `last_frame_image` on MiniMax-Hailuo-02 only, with a first frame, not at 512P;
+//! `subject_reference` on S2V-01 only, one character with one image); `files/list` needs one of
+//! the documented `purpose`s.
 //!
 //! A task runs for `run_ms`, then succeeds with a `file_id`, resolved by `files/retrieve` to a
 //! `download_url` serving a playable MP4 (403 once `expire_results` is set); a prompt with
 //! `[fail]` fails, with `[refuse]` fails with 1027 (output sensitive), with `[blocked]` is
 //! refused at submission with 1026. `next_errors` answers the next submissions with these
-//! `status_code`s, in HTTP 200s.
+//! `status_code`s, in HTTP 200s; `hang_up_submissions` takes the next ones (a task is made) and
+//! closes the connection unanswered, `no_id_submissions` takes them and answers `200` with
+//! `base_resp` 0 and no `task_id`.
+//!
+//! A submission with a `callback_url` has its address checked as MiniMax does: a POST of
+//! `{"challenge": ...}` that must be echoed within 3 s (kept in `challenges`). A test can end a
+//! task at once (`finish`) and push its status to a checked address (`call_back`, the
+//! receiver's answers kept in `callbacks`), and read when each task was queried (`query_ages`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +29,9 @@ use http::{Method, Request, Response};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use crate::fake_vendor::{self, FakeServer, header, is_image, is_url, playable_mp4, unbase64};
+use crate::fake_vendor::{
+    self, FakeServer, header, is_image, is_url, playable_mp4, take_one, unbase64,
+};
 
 pub const API_KEY: &str = "minimax-key-test-58";
 
@@ -31,10 +41,21 @@ pub struct State {
     pub expire_results: AtomicBool,
     /// The next submissions are answered with these `base_resp.status_code`s, in order.
     pub next_errors: Mutex<VecDeque<i64>>,
+    /// The next this many submissions are taken and their connection closed unanswered.
+    pub hang_up_submissions: AtomicU32,
+    /// The next this many submissions are taken and answered `200` without a task id.
+    pub no_id_submissions: AtomicU32,
     /// Accepted submission bodies, oldest first.
     pub submissions: Mutex<Vec<Value>>,
     /// Paths of every call, oldest first.
     pub calls: Mutex<Vec<String>>,
+    /// Address checks: (task id, the receiver's status or 0, whether it echoed the challenge
+    /// in time).
+    pub challenges: Mutex<Vec<(String, u16, bool)>>,
+    /// Status pushes: (task id, status pushed, the receiver's status or 0).
+    pub callbacks: Mutex<Vec<(String, String, u16)>>,
+    /// Queries of a task: (task id, the task's age then), oldest first.
+    pub queries: Mutex<Vec<(String, Duration)>>,
     tasks: Mutex<HashMap<String, Task>>,
     next_id: AtomicU64,
 }
@@ -43,6 +64,9 @@ pub struct State {
 struct Task {
     started: Instant,
     prompt: String,
+    callback_url: Option<String>,
+    /// Ended by the test, whatever `run_ms` says.
+    done: bool,
 }
 
 pub struct FakeMinimax {
@@ -74,6 +98,76 @@ impl FakeMinimax {
         self.state.submissions.lock().unwrap().clone()
     }
 
+    /// The id MiniMax gave the relay's task `relay_id` (found by its callback URL).
+    fn task_of(&self, relay_id: &str) -> Option<String> {
+        let wanted = format!("task={relay_id}&");
+        let tasks = self.state.tasks.lock().unwrap();
+        tasks
+            .iter()
+            .find(|(_, t)| {
+                t.callback_url
+                    .as_deref()
+                    .is_some_and(|u| u.contains(&wanted))
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Ends the relay's task `relay_id` now: its next query finds it finished.
+    pub fn finish(&self, relay_id: &str) {
+        let id = self.task_of(relay_id).expect("a task with that callback");
+        if let Some(task) = self.state.tasks.lock().unwrap().get_mut(&id) {
+            task.done = true;
+        }
+    }
+
+    /// Pushes the status of the relay's task `relay_id` to its callback URL now, if that
+    /// address passed its check; the receiver's answer lands in `callbacks`.
+    pub fn call_back(&self, relay_id: &str) {
+        let id = self.task_of(relay_id).expect("a task with that callback");
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let verified = state
+                .challenges
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(t, _, echoed)| *t == id && *echoed);
+            let Some(task) = state.tasks.lock().unwrap().get(&id).cloned() else {
+                return;
+            };
+            let (Some(url), true) = (task.callback_url.clone(), verified) else {
+                state
+                    .callbacks
+                    .lock()
+                    .unwrap()
+                    .push((id, "unverified".into(), 0));
+                return;
+            };
+            // Shaped as the query's answer; the status in lower case, as MiniMax pushes it.
+            let mut body = task_answer(&state, &id, &task);
+            let status = body["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            body["status"] = json!(status);
+            let answered = post_json(&url, &body).await.map_or(0, |(s, _)| s);
+            state.callbacks.lock().unwrap().push((id, status, answered));
+        });
+    }
+
+    /// The ages at which the relay's task `relay_id` was queried, oldest first.
+    pub fn query_ages(&self, relay_id: &str) -> Vec<Duration> {
+        let Some(id) = self.task_of(relay_id) else {
+            return Vec::new();
+        };
+        let queries = self.state.queries.lock().unwrap();
+        queries
+            .iter()
+            .filter(|(q, _)| *q == id)
+            .map(|(_, age)| *age)
+            .collect()
+    }
+
     pub fn fail_next(&self, code: i64) {
         self.state.next_errors.lock().unwrap().push_back(code);
     }
@@ -87,28 +181,37 @@ fn base_error(code: i64, msg: &str) -> Response<Full<Bytes>> {
     )
 }
 
-fn answer(state: &State, base: &str, req: Request<Bytes>) -> Response<Full<Bytes>> {
+/// The answer to `req`; `None` to close the connection without one.
+fn answer(state: &Arc<State>, base: &str, req: Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     let path = req.uri().path().to_owned();
     state.calls.lock().unwrap().push(path.clone());
     // The CDN's signed download URLs need no key.
     if let Some(file) = path.strip_prefix("/cdn/") {
-        return download(state, file);
+        return Some(download(state, file));
     }
     if header(&req, "authorization") != Some(&format!("Bearer {API_KEY}")) {
-        return base_error(
+        return Some(base_error(
             1004,
             "login fail: Please carry the API secret key in the 'Authorization' field of the request header",
-        );
+        ));
     }
-    match (req.method(), path.as_str()) {
-        (&Method::POST, "/v1/video_generation") => submit(state, &req),
+    Some(match (req.method(), path.as_str()) {
+        (&Method::POST, "/v1/video_generation") => return submit(state, &req),
         (&Method::GET, "/v1/query/video_generation") => query(state, &req),
         (&Method::GET, "/v1/files/retrieve") => retrieve(state, base, &req),
-        (&Method::GET, "/v1/files/list") => fake_vendor::json(
+        (&Method::GET, "/v1/files/list") => list_files(&req),
+        _ => fake_vendor::json(404, &json!({"error": "not found"})),
+    })
+}
+
+/// `files/list`: `purpose` is required, one of the documented three.
+fn list_files(req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    match fake_vendor::query(req, "purpose").as_deref() {
+        Some("voice_clone" | "prompt_audio" | "t2a_async_input") => fake_vendor::json(
             200,
             &json!({"files": [], "base_resp": {"status_code": 0, "status_msg": "success"}}),
         ),
-        _ => fake_vendor::json(404, &json!({"error": "not found"})),
+        _ => base_error(2013, "invalid params, purpose"),
     }
 }
 
@@ -212,8 +315,10 @@ fn check_body(body: &Value) -> Result<(), String> {
         image_ok(v)?;
     }
     if let Some(last) = obj.get("last_frame_image") {
-        if model != "MiniMax-Hailuo-02" || !image {
-            return Err("last_frame_image needs MiniMax-Hailuo-02 and a first frame".into());
+        if model != "MiniMax-Hailuo-02" || !image || resolution == "512P" {
+            return Err(
+                "last_frame_image needs MiniMax-Hailuo-02, a first frame, and 768P or 1080P".into(),
+            );
         }
         image_ok(last)?;
     }
@@ -241,42 +346,58 @@ fn check_body(body: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn submit(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+fn submit(state: &Arc<State>, req: &Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     if header(req, "content-type") != Some("application/json") {
-        return base_error(
+        return Some(base_error(
             2013,
             "invalid params: Content-Type must be application/json",
-        );
+        ));
     }
     if let Some(code) = state.next_errors.lock().unwrap().pop_front() {
-        return base_error(code, "as the test asked");
+        return Some(base_error(code, "as the test asked"));
     }
     let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
-        return base_error(2013, "invalid params: the body is not JSON");
+        return Some(base_error(2013, "invalid params: the body is not JSON"));
     };
     if let Err(why) = check_body(&body) {
-        return base_error(2013, &format!("invalid params, {why}"));
+        return Some(base_error(2013, &format!("invalid params, {why}")));
     }
     let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
     if prompt.contains("[blocked]") {
-        return base_error(1026, "input new_sensitive");
+        return Some(base_error(1026, "input new_sensitive"));
     }
     let id = format!(
         "{}",
         106_916_112_212_032 + state.next_id.fetch_add(1, Ordering::SeqCst)
     );
+    let callback_url = body["callback_url"].as_str().map(str::to_owned);
     state.tasks.lock().unwrap().insert(
         id.clone(),
         Task {
             started: Instant::now(),
             prompt,
+            callback_url: callback_url.clone(),
+            done: false,
         },
     );
+    if let Some(url) = callback_url {
+        check_address(state.clone(), url, id.clone());
+    }
     state.submissions.lock().unwrap().push(body);
-    fake_vendor::json(
+    // Taken: how the relay hears of it is decided now.
+    if take_one(&state.hang_up_submissions) {
+        return None;
+    }
+    if take_one(&state.no_id_submissions) {
+        return Some(fake_vendor::json(
+            200,
+            &json!({"base_resp": {"status_code": 0, "status_msg": "success"}}),
+        ));
+    }
+    Some(fake_vendor::json(
         200,
         &json!({"task_id": id, "base_resp": {"status_code": 0, "status_msg": "success"}}),
-    )
+    ))
 }
 
 fn query(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
@@ -286,11 +407,26 @@ fn query(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
     let Some(task) = state.tasks.lock().unwrap().get(&id).cloned() else {
         return base_error(2013, "invalid params, task not found");
     };
+    state
+        .queries
+        .lock()
+        .unwrap()
+        .push((id.clone(), task.started.elapsed()));
+    fake_vendor::json(200, &task_answer(state, &id, &task))
+}
+
+/// The task as the query gives it (and, its status in lower case, a status push).
+fn task_answer(state: &State, id: &str, task: &Task) -> Value {
     let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
+    let elapsed = if task.done {
+        run
+    } else {
+        task.started.elapsed()
+    };
     let ok = json!({"status_code": 0, "status_msg": "success"});
-    let body = if task.started.elapsed() < run / 3 {
+    if elapsed < run / 3 {
         json!({"task_id": id, "status": "Queueing", "file_id": "", "base_resp": ok})
-    } else if task.started.elapsed() < run {
+    } else if elapsed < run {
         json!({"task_id": id, "status": "Processing", "file_id": "", "base_resp": ok})
     } else if task.prompt.contains("[refuse]") {
         json!({"task_id": id, "status": "Fail", "file_id": "",
@@ -300,8 +436,46 @@ fn query(state: &State, req: &Request<Bytes>) -> Response<Full<Bytes>> {
     } else {
         json!({"task_id": id, "status": "Success", "file_id": format!("9{id}"),
                "video_width": 1366, "video_height": 768, "base_resp": ok})
-    };
-    fake_vendor::json(200, &body)
+    }
+}
+
+/// Checks a callback address as MiniMax does: posts a challenge, which must come back in the
+/// answer's `challenge` within 3 s.
+fn check_address(state: Arc<State>, url: String, id: String) {
+    tokio::spawn(async move {
+        let challenge = format!("fake-challenge-{id}");
+        let answer = tokio::time::timeout(
+            Duration::from_secs(3),
+            post_json(&url, &json!({"challenge": challenge})),
+        )
+        .await
+        .ok()
+        .flatten();
+        let (status, echoed) = match answer {
+            Some((status, body)) => (status, status == 200 && body["challenge"] == challenge),
+            None => (0, false),
+        };
+        state.challenges.lock().unwrap().push((id, status, echoed));
+    });
+}
+
+/// POSTs `body` to `url`: the answer's status and JSON body (`null` when it is none), or
+/// `None` when no answer came.
+async fn post_json(url: &str, body: &Value) -> Option<(u16, Value)> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let req = Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .ok()?;
+    let res = client.request(req).await.ok()?;
+    let status = res.status().as_u16();
+    let bytes = res.into_body().collect().await.ok()?.to_bytes();
+    Some((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
 }
 
 fn retrieve(state: &State, base: &str, req: &Request<Bytes>) -> Response<Full<Bytes>> {

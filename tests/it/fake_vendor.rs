@@ -1,10 +1,10 @@
 //! What the fakes of real video vendors share: a small hyper server on loopback that hands
-//! each whole request to its vendor's handler, JSON answers, query parameters, and the
-//! playable MP4 their result URLs serve (a real H.264 video rendered once by the relay's own
-//! renderer).
+//! each whole request to its vendor's handler (which may hang up without an answer), JSON
+//! answers, query parameters, switches that count down, and the playable MP4 their result
+//! URLs serve (a real H.264 video rendered once by the relay's own renderer).
 
-use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -23,11 +23,25 @@ pub struct FakeServer {
     _stop: oneshot::Sender<()>,
 }
 
+/// Why a fake hung up: hyper closes the connection without writing an answer.
+#[derive(Debug)]
+struct HungUp;
+
+impl std::fmt::Display for HungUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("hung up without an answer")
+    }
+}
+
+impl std::error::Error for HungUp {}
+
 /// Serves `handler` on a fresh loopback port: each request is read whole, then handed over.
+/// A handler's `None` closes the connection without an answer (as a vendor that took a task
+/// and then lost the connection).
 pub async fn serve<F, Fut>(handler: F) -> FakeServer
 where
     F: Fn(Request<Bytes>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    Fut: Future<Output = Option<Response<Full<Bytes>>>> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
@@ -49,7 +63,7 @@ where
                                     Ok(b) => b.to_bytes(),
                                     Err(_) => Bytes::new(),
                                 };
-                                Ok::<_, Infallible>(handler(Request::from_parts(parts, bytes)).await)
+                                handler(Request::from_parts(parts, bytes)).await.ok_or(HungUp)
                             }
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
@@ -61,6 +75,14 @@ where
         }
     });
     FakeServer { base, _stop: stop }
+}
+
+/// Takes one from `counter` when it is above 0: whether a switch for the next so many
+/// requests applies to this one.
+pub fn take_one(counter: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 /// A JSON answer.

@@ -11,10 +11,12 @@
 //! signed `video_url` (403 once `expire_results` is set) and `usage` (`duration`, `SR`); a
 //! prompt with `[fail]` fails, with `[refuse]` fails with `DataInspectionFailed`, with
 //! `[blocked]` is refused at submission (400 `DataInspectionFailed`). `next_errors` answers
-//! the next submissions with (HTTP status, code). An id it never made reads UNKNOWN.
+//! the next submissions with (HTTP status, code); `hang_up_submissions` takes the next ones (a
+//! task is made) and closes the connection unanswered, `no_id_submissions` takes them and
+//! answers `200` without `output`. An id it never made reads UNKNOWN.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,7 +25,9 @@ use http::{Method, Request, Response};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use crate::fake_vendor::{self, FakeServer, header, is_image, is_url, playable_mp4, unbase64};
+use crate::fake_vendor::{
+    self, FakeServer, header, is_image, is_url, playable_mp4, take_one, unbase64,
+};
 
 pub const API_KEY: &str = "sk-wan-test-61";
 
@@ -33,6 +37,10 @@ pub struct State {
     pub expire_results: AtomicBool,
     /// The next submissions are answered with these (HTTP status, code), in order.
     pub next_errors: Mutex<VecDeque<(u16, &'static str)>>,
+    /// The next this many submissions are taken and their connection closed unanswered.
+    pub hang_up_submissions: AtomicU32,
+    /// The next this many submissions are taken and answered `200` without a task.
+    pub no_id_submissions: AtomicU32,
     /// Accepted submissions: (path, body), oldest first.
     pub submissions: Mutex<Vec<(String, Value)>>,
     /// `(method, path)` of every call, oldest first.
@@ -98,7 +106,8 @@ fn error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {
 const SYNTHESIS: &str = "/api/v1/services/aigc/video-generation/video-synthesis";
 const KF2V: &str = "/api/v1/services/aigc/image2video/video-synthesis";
 
-fn answer(state: &State, base: &str, req: Request<Bytes>) -> Response<Full<Bytes>> {
+/// The answer to `req`; `None` to close the connection without one.
+fn answer(state: &State, base: &str, req: Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     let path = req.uri().path().to_owned();
     state
         .calls
@@ -106,18 +115,20 @@ fn answer(state: &State, base: &str, req: Request<Bytes>) -> Response<Full<Bytes
         .unwrap()
         .push((req.method().to_string(), path.clone()));
     if let Some(file) = path.strip_prefix("/result/") {
-        return download(state, file);
+        return Some(download(state, file));
     }
     if header(&req, "authorization") != Some(&format!("Bearer {API_KEY}")) {
-        return error(401, "InvalidApiKey", "Invalid API-key provided.");
+        return Some(error(401, "InvalidApiKey", "Invalid API-key provided."));
     }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (req.method(), segments.as_slice()) {
-        (&Method::POST, _) if path == SYNTHESIS || path == KF2V => submit(state, &path, &req),
+    Some(match (req.method(), segments.as_slice()) {
+        (&Method::POST, _) if path == SYNTHESIS || path == KF2V => {
+            return submit(state, &path, &req);
+        }
         (&Method::GET, ["api", "v1", "tasks", id]) => query(state, base, id),
         (&Method::POST, ["api", "v1", "tasks", id, "cancel"]) => cancel(state, id),
         _ => error(404, "NotFound", "not found"),
-    }
+    })
 }
 
 /// The sizes of DashScope's text-to-video table, by tier.
@@ -269,41 +280,41 @@ fn check_body(path: &str, body: &Value) -> Result<(u64, u64), (u16, &'static str
     Ok((duration, short))
 }
 
-fn submit(state: &State, path: &str, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+fn submit(state: &State, path: &str, req: &Request<Bytes>) -> Option<Response<Full<Bytes>>> {
     if header(req, "x-dashscope-async") != Some("enable") {
-        return error(
+        return Some(error(
             403,
             "AccessDenied",
             "current user api does not support synchronous calls",
-        );
+        ));
     }
     if header(req, "content-type") != Some("application/json") {
-        return error(
+        return Some(error(
             400,
             "InvalidParameter",
             "Content-Type must be application/json",
-        );
+        ));
     }
     if let Some((status, code)) = state.next_errors.lock().unwrap().pop_front() {
-        return error(status, code, "as the test asked");
+        return Some(error(status, code, "as the test asked"));
     }
     let Ok(body) = serde_json::from_slice::<Value>(req.body()) else {
-        return error(400, "InvalidParameter", "the body is not JSON");
+        return Some(error(400, "InvalidParameter", "the body is not JSON"));
     };
     let (duration, tier) = match check_body(path, &body) {
         Ok(v) => v,
-        Err((status, code, message)) => return error(status, code, &message),
+        Err((status, code, message)) => return Some(error(status, code, &message)),
     };
     let prompt = body["input"]["prompt"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     if prompt.contains("[blocked]") {
-        return error(
+        return Some(error(
             400,
             "DataInspectionFailed",
             "Input data may contain inappropriate content.",
-        );
+        ));
     }
     let id = format!(
         "0385dc79-5ff8-4d82-bcb6-{:012}",
@@ -324,11 +335,21 @@ fn submit(state: &State, path: &str, req: &Request<Bytes>) -> Response<Full<Byte
         .lock()
         .unwrap()
         .push((path.to_owned(), body));
-    fake_vendor::json(
+    // Taken: how the relay hears of it is decided now.
+    if take_one(&state.hang_up_submissions) {
+        return None;
+    }
+    if take_one(&state.no_id_submissions) {
+        return Some(fake_vendor::json(
+            200,
+            &json!({"request_id": "4909100c-7b5a-9f92-bfe5-000000000000"}),
+        ));
+    }
+    Some(fake_vendor::json(
         200,
         &json!({"output": {"task_status": "PENDING", "task_id": id},
                 "request_id": "4909100c-7b5a-9f92-bfe5-000000000000"}),
-    )
+    ))
 }
 
 fn query(state: &State, base: &str, id: &str) -> Response<Full<Bytes>> {

@@ -1,17 +1,22 @@
 //! `kling` channels against [`FakeKling`]: both formats come back playable from the relay's
 //! own copy, frames and reference images reach the right task kind in the vendor's form,
 //! failures, refusals and expired result URLs are refunded exactly, a rate limit or a refused
-//! key fails over to another channel, and the channel test reads the account.
+//! key fails over to another channel, a submission that may have reached Kling is never sent
+//! again, Kling's callback brings its task's poll forward (a forged one changes nothing), and
+//! the channel test reads the account.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use serde_json::json;
+use http::Method;
+
+use serde_json::{Value, json};
 
 use crate::fake_kling::{ACCESS_KEY, FakeKling, SECRET_KEY};
-use crate::harness::{Relay, png};
+use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, asset, config, entries_of, first_format, library, playable, refunded, second_format,
-    settled,
+    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
+    library, playable, poll_schedule, refunded, second_format, settled,
 };
 
 /// A `kling` channel in front of `fake`, serving both formats' models with kling-v2-6 and
@@ -138,6 +143,22 @@ async fn frames_and_reference_images_reach_their_task_kind() {
     assert_eq!(sent["image_tail"], crate::harness::base64(&last).as_str());
     assert_eq!(sent["mode"], "pro");
 
+    // A last frame alone: `image_tail` without `image`, as Kling allows.
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "ending on this frame", "duration": 5,
+               "resolution": "1080p", "ratio": "adaptive",
+               "assets": [{"id": last_id, "role": "last_frame"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (kind, sent) = fake.submissions().last().cloned().expect("a submission");
+    assert_eq!(kind, "image2video");
+    assert!(sent.get("image").is_none(), "{sent}");
+    assert_eq!(sent["image_tail"], crate::harness::base64(&last).as_str());
+
     // Reference images: the multi-image kind's `image_list`.
     let id = second_format(
         &relay,
@@ -150,7 +171,7 @@ async fn frames_and_reference_images_reach_their_task_kind() {
     .await;
     let done = relay.wait_generation(&id, WAIT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
-    let (kind, sent) = fake.submissions()[2].clone();
+    let (kind, sent) = fake.submissions()[3].clone();
     assert_eq!(kind, "multi-image2video");
     assert_eq!(sent["model_name"], "kling-v1-6");
     assert_eq!(
@@ -250,5 +271,138 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
             .unwrap()
             .iter()
             .any(|p| p == "/account/costs")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_may_have_reached_kling_is_never_sent_again() {
+    let (taker, spare) = (FakeKling::start().await, FakeKling::start().await);
+    // Many attempts allowed: none may be used on a submission Kling may have taken.
+    let channels = format!(
+        "submit_attempts = 8\n{}{}",
+        channel("first", &taker, 10, SECRET_KEY),
+        channel("second", &spare, 0, SECRET_KEY)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let (key_id, key) = relay.new_key("kling", Some(10_000)).await;
+    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
+
+    // Taken, then the connection closed without an answer.
+    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
+    let closed = first_format(&relay, &key, task("closed on me")).await;
+    relay.wait_video_as(&key, &closed, WAIT).await;
+    // Taken, and answered code 0 without a task id.
+    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
+    let blank = first_format(&relay, &key, task("answered without an id")).await;
+    relay.wait_video_as(&key, &blank, WAIT).await;
+
+    // Each reached the first channel once, the second never.
+    let prompts: Vec<Value> = taker
+        .submissions()
+        .iter()
+        .map(|(_, body)| body["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, ["closed on me", "answered without an id"]);
+    assert!(spare.submissions().is_empty());
+    assert_never_sent_again(
+        &relay,
+        (&key_id, &key),
+        &[&closed, &blank],
+        50,
+        10_000,
+        ("first", "second"),
+    )
+    .await;
+}
+
+const CALLBACK_SECRET: &str = "kling-callback-secret-for-tests-42";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kling_callback_brings_the_poll_forward_and_a_forged_one_changes_nothing() {
+    let fake = FakeKling::start().await;
+    // The task runs until the test ends it.
+    fake.state.run_ms.store(600_000, Ordering::SeqCst);
+    let with_secret = format!(
+        "{}callback_secret = \"{CALLBACK_SECRET}\"\n",
+        channel("kling", &fake, 0, SECRET_KEY)
+    );
+    let relay = Relay::start(&callback_config(50, &with_secret)).await;
+    let key = relay.key.clone();
+    let id = first_format(
+        &relay,
+        &key,
+        json!({"model": "model_h3", "prompt": "woken by Kling", "seconds": "5", "size": "1280x720"}),
+    )
+    .await;
+
+    // Kling was handed the relay's callback URL for this task.
+    let sent = poll_until(WAIT, || async { fake.submissions().first().cloned() })
+        .await
+        .expect("the submission");
+    let url = sent.1["callback_url"].as_str().expect("callback_url");
+    let prefix = format!("{}/callbacks/kling/kling?task={id}&token=", relay.base);
+    assert!(url.starts_with(&prefix), "{url}");
+    let path = url[relay.base.len()..].to_owned();
+
+    // Once the task is 1.8 s old, its next regular poll is at least 0.9 s away.
+    let old = Duration::from_millis(1_800);
+    let last = poll_until(WAIT, || async {
+        fake.query_ages(&id)
+            .last()
+            .copied()
+            .filter(|age| *age >= old)
+    })
+    .await
+    .expect("polled when 1.8 s old");
+    fake.finish(&id);
+
+    // Callbacks that are not Kling's are refused and write nothing.
+    let before = poll_schedule(&relay, &id).await;
+    let payload = json!({"task_id": "whatever", "task_status": "succeed"});
+    let post = |path: String| {
+        let (relay, payload) = (&relay, payload.clone());
+        async move {
+            relay
+                .send(Method::POST, &path, Body::Json(payload), &[])
+                .await
+        }
+    };
+    let forged = path.replace("&token=", "&token=0");
+    assert_eq!(post(forged).await.status, 401);
+    let other_task = path.replace(&format!("task={id}"), "task=video_other");
+    assert_eq!(post(other_task).await.status, 401);
+    let bare = format!("/callbacks/kling/kling?task={id}");
+    assert_eq!(post(bare).await.status, 401);
+    let other_channel = path.replace("/kling/kling?", "/kling/nope?");
+    assert_eq!(post(other_channel).await.status, 404);
+    // The right token with another upstream task: not this task.
+    let res = post(path.clone()).await;
+    assert_eq!(res.status, 404, "{}", res.text());
+    assert_eq!(poll_schedule(&relay, &id).await, before);
+    let res = relay.send(Method::GET, &path, Body::Empty, &[]).await;
+    assert_eq!(res.status, 405);
+
+    // Kling's own callback brings the poll forward: the task completes well before its next
+    // regular poll would have come.
+    fake.call_back(&id);
+    let done = poll_until(Duration::from_millis(700), || async {
+        let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+        (v["status"] == "completed").then_some(v)
+    })
+    .await;
+    assert!(done.is_some(), "the callback did not move the task on");
+    let calls = fake.state.callbacks.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, status, answered)| status == "succeed" && *answered == 200),
+        "{calls:?}"
+    );
+    let ages = fake.query_ages(&id);
+    let next = ages.iter().find(|age| **age > last).expect("a poll after");
+    // The schedule had it at half the task's age after the poll before.
+    assert!(
+        *next - last < last / 3,
+        "polled at {next:?} of age, after {last:?}: not brought forward"
     );
 }

@@ -2,17 +2,22 @@
 //! relay's own copy (the finished task's file resolved to its download URL), frames and a
 //! subject reference reach the vendor as `data:` URIs, errors inside HTTP 200s are read
 //! (a refusal refunded, a rate limit or a refused key failing over), failures and an expired
-//! download URL are refunded exactly, and the channel test reads the key's answer.
+//! download URL are refunded exactly, a submission that may have reached MiniMax is never
+//! sent again, MiniMax's address check is answered and its status push brings the task's poll
+//! forward (a forged one changes nothing), and the channel test reads the key's answer.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use serde_json::json;
+use http::Method;
+
+use serde_json::{Value, json};
 
 use crate::fake_minimax::{API_KEY, FakeMinimax};
-use crate::harness::{Relay, png};
+use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, asset, config, entries_of, first_format, library, playable, refunded, second_format,
-    settled,
+    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
+    library, playable, poll_schedule, refunded, second_format, settled,
 };
 
 /// A `minimax` channel in front of `fake`: the first format's model on Hailuo 2.3, the
@@ -221,4 +226,155 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
         let check = channel.check().await;
         assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
     }
+    // The channel test called files/list, which the fake answers `ok` only with one of the
+    // documented purposes (else 2013, an error).
+    let calls = busy.state.calls.lock().unwrap().clone();
+    assert!(calls.iter().any(|p| p == "/v1/files/list"), "{calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_may_have_reached_minimax_is_never_sent_again() {
+    let (taker, spare) = (FakeMinimax::start().await, FakeMinimax::start().await);
+    // Many attempts allowed: none may be used on a submission MiniMax may have taken.
+    let channels = format!(
+        "submit_attempts = 8\n{}{}",
+        channel("first", &taker, 10, API_KEY),
+        channel("second", &spare, 0, API_KEY)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
+    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "6", "size": "1366x768"});
+
+    // Taken, then the connection closed without an answer.
+    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
+    let closed = first_format(&relay, &key, task("closed on me")).await;
+    relay.wait_video_as(&key, &closed, WAIT).await;
+    // Taken, and answered base_resp 0 without a task id.
+    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
+    let blank = first_format(&relay, &key, task("answered without an id")).await;
+    relay.wait_video_as(&key, &blank, WAIT).await;
+
+    // Each reached the first channel once, the second never.
+    let prompts: Vec<Value> = taker
+        .submissions()
+        .iter()
+        .map(|body| body["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, ["closed on me", "answered without an id"]);
+    assert!(spare.submissions().is_empty());
+    assert_never_sent_again(
+        &relay,
+        (&key_id, &key),
+        &[&closed, &blank],
+        60,
+        10_000,
+        ("first", "second"),
+    )
+    .await;
+}
+
+const CALLBACK_SECRET: &str = "minimax-callback-secret-for-tests-7";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimax_callback_is_checked_then_brings_the_poll_forward() {
+    let fake = FakeMinimax::start().await;
+    // The task runs until the test ends it.
+    fake.state.run_ms.store(600_000, Ordering::SeqCst);
+    let with_secret = format!(
+        "{}callback_secret = \"{CALLBACK_SECRET}\"\n",
+        channel("minimax", &fake, 0, API_KEY)
+    );
+    let relay = Relay::start(&callback_config(50, &with_secret)).await;
+    let key = relay.key.clone();
+    let id = first_format(
+        &relay,
+        &key,
+        json!({"model": "model_h3", "prompt": "woken by MiniMax", "seconds": "6",
+               "size": "1366x768"}),
+    )
+    .await;
+
+    // MiniMax was handed the relay's callback URL, and its address check was answered.
+    let sent = poll_until(WAIT, || async { fake.submissions().first().cloned() })
+        .await
+        .expect("the submission");
+    let url = sent["callback_url"].as_str().expect("callback_url");
+    let prefix = format!("{}/callbacks/minimax/minimax?task={id}&token=", relay.base);
+    assert!(url.starts_with(&prefix), "{url}");
+    let path = url[relay.base.len()..].to_owned();
+    let checked = poll_until(WAIT, || async {
+        fake.state.challenges.lock().unwrap().first().cloned()
+    })
+    .await
+    .expect("the address checked");
+    assert_eq!((checked.1, checked.2), (200, true), "{checked:?}");
+
+    let post = |path: String, payload: Value| {
+        let relay = &relay;
+        async move {
+            relay
+                .send(Method::POST, &path, Body::Json(payload), &[])
+                .await
+        }
+    };
+    // The challenge is echoed only on the channel's own token.
+    let challenge = json!({"challenge": "abc-123"});
+    let res = post(path.clone(), challenge.clone()).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json(), challenge);
+    let forged = path.replace("&token=", "&token=0");
+    assert_eq!(post(forged.clone(), challenge.clone()).await.status, 401);
+    let res = post(path.clone(), json!({"challenge": 7})).await;
+    assert_eq!(res.status, 400, "{}", res.text());
+    assert_eq!(res.json()["error"]["param"], "challenge");
+
+    // Once the task is 1.8 s old, its next regular poll is at least 0.9 s away.
+    let old = Duration::from_millis(1_800);
+    let last = poll_until(WAIT, || async {
+        fake.query_ages(&id)
+            .last()
+            .copied()
+            .filter(|age| *age >= old)
+    })
+    .await
+    .expect("polled when 1.8 s old");
+    fake.finish(&id);
+
+    // Status pushes that are not MiniMax's are refused and write nothing.
+    let before = poll_schedule(&relay, &id).await;
+    let push = json!({"task_id": "1", "status": "success", "file_id": "2",
+                      "base_resp": {"status_code": 0, "status_msg": "success"}});
+    assert_eq!(post(forged, push.clone()).await.status, 401);
+    let other_channel = path.replace("/minimax/minimax?", "/minimax/nope?");
+    assert_eq!(post(other_channel, push.clone()).await.status, 404);
+    let res = post(path.clone(), push).await;
+    assert_eq!(res.status, 404, "another upstream task: {}", res.text());
+    let res = post(path.clone(), json!({"status": "success"})).await;
+    assert_eq!(res.status, 400, "{}", res.text());
+    assert_eq!(res.json()["error"]["param"], "task_id");
+    assert_eq!(poll_schedule(&relay, &id).await, before);
+
+    // MiniMax's own push brings the poll forward: the task completes well before its next
+    // regular poll would have come.
+    fake.call_back(&id);
+    let done = poll_until(Duration::from_millis(700), || async {
+        let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+        (v["status"] == "completed").then_some(v)
+    })
+    .await;
+    assert!(done.is_some(), "the callback did not move the task on");
+    let calls = fake.state.callbacks.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, status, answered)| status == "success" && *answered == 200),
+        "{calls:?}"
+    );
+    let ages = fake.query_ages(&id);
+    let next = ages.iter().find(|age| **age > last).expect("a poll after");
+    // The schedule had it at half the task's age after the poll before.
+    assert!(
+        *next - last < last / 3,
+        "polled at {next:?} of age, after {last:?}: not brought forward"
+    );
 }

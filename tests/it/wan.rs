@@ -1,18 +1,19 @@
 //! `wan` channels against [`FakeWan`]: both formats come back playable from the relay's own
 //! copy and are settled on the `usage` DashScope reports; a first frame is `img_url`, first
 //! and last frames go to a kf2v model on its own path; failures, refusals and an expired
-//! result URL are refunded exactly; a throttled account fails over; the channel test queries a
-//! task id that never existed.
+//! result URL are refunded exactly; a throttled account fails over; a submission that may
+//! have reached DashScope is never sent again; the channel test queries a task id that never
+//! existed.
 
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::fake_wan::{API_KEY, FakeWan};
 use crate::harness::{Relay, png};
 use crate::vendor_flows::{
-    WAIT, asset, config, entries_of, first_format, library, playable, refunded, second_format,
-    settled,
+    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
+    refunded, second_format, settled,
 };
 
 /// A `wan` channel in front of `fake` with `map` as its model map.
@@ -191,4 +192,45 @@ async fn a_throttled_account_or_a_refused_key_fails_over() {
         let check = channel.check().await;
         assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_may_have_reached_dashscope_is_never_sent_again() {
+    let (taker, spare) = (FakeWan::start().await, FakeWan::start().await);
+    // Many attempts allowed: none may be used on a submission DashScope may have taken.
+    let channels = format!(
+        "submit_attempts = 8\n{}{}",
+        channel("first", &taker, 10, API_KEY, TEXT),
+        channel("second", &spare, 0, API_KEY, TEXT)
+    );
+    let relay = Relay::start(&config(&channels)).await;
+    let (key_id, key) = relay.new_key("wan", Some(10_000)).await;
+    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
+
+    // Taken, then the connection closed without an answer.
+    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
+    let closed = first_format(&relay, &key, task("closed on me")).await;
+    relay.wait_video_as(&key, &closed, WAIT).await;
+    // Taken, and answered 200 without a task.
+    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
+    let blank = first_format(&relay, &key, task("answered without an id")).await;
+    relay.wait_video_as(&key, &blank, WAIT).await;
+
+    // Each reached the first channel once, the second never.
+    let prompts: Vec<Value> = taker
+        .submissions()
+        .iter()
+        .map(|(_, body)| body["input"]["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, ["closed on me", "answered without an id"]);
+    assert!(spare.submissions().is_empty());
+    assert_never_sent_again(
+        &relay,
+        (&key_id, &key),
+        &[&closed, &blank],
+        50,
+        10_000,
+        ("first", "second"),
+    )
+    .await;
 }

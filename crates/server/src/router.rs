@@ -212,6 +212,12 @@ async fn dispatch(
         Route::ArkCallback(channel) => {
             crate::vendor_callbacks::ark::receive(app, channel, query, body).await
         }
+        Route::KlingCallback(channel) => {
+            crate::vendor_callbacks::kling::receive(app, channel, query, body).await
+        }
+        Route::MinimaxCallback(channel) => {
+            crate::vendor_callbacks::minimax::receive(app, channel, query, body).await
+        }
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages
         | Route::CountTokens

@@ -13,17 +13,7 @@ use serde_json::{Value, json};
 use super::{WAIT, assert_clean, channel_view, config, create_video, openai_channel, quota};
 use crate::fake_video::FakeVideo;
 use crate::harness::{Body, Http, Relay, Running, poll_until, start_binary};
-
-/// The value of `relay_upstream_ambiguous_submissions_total` for `channel` (0 when absent).
-async fn ambiguous_count(relay: &Relay, channel: &str) -> f64 {
-    let res = relay.admin(Method::GET, "/metrics", Body::Empty).await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let wanted = format!("relay_upstream_ambiguous_submissions_total{{channel=\"{channel}\"}} ");
-    res.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(&wanted))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
-}
+use crate::vendor_flows::ambiguous_count;
 
 /// The kinds and amounts of the ledger entries of `task`.
 fn entries_of(ledger: &[Value], task: &str) -> Vec<(String, i64)> {

@@ -199,6 +199,19 @@ impl Remote {
         req: Result<Request<Bytes>, http::Error>,
         refused: impl FnOnce(StatusCode, &http::HeaderMap, &[u8]) -> SubmitOutcome,
     ) -> Result<Bytes, SubmitOutcome> {
+        self.submit_exchange_answer(req, refused)
+            .await
+            .map(|(_, _, body)| body)
+    }
+
+    /// [`Remote::submit_exchange_with`] answering a success's status and headers with its
+    /// body, for vendors that answer errors inside a success (a code in the body) and may say
+    /// there how long to rest.
+    pub async fn submit_exchange_answer(
+        &self,
+        req: Result<Request<Bytes>, http::Error>,
+        refused: impl FnOnce(StatusCode, &http::HeaderMap, &[u8]) -> SubmitOutcome,
+    ) -> Result<(StatusCode, http::HeaderMap, Bytes), SubmitOutcome> {
         let name = self.name();
         let req = req.map_err(|e| SubmitOutcome::Retry(format!("channel {name}: request: {e}")))?;
         let res = match self.http.send(req).await {
@@ -215,11 +228,13 @@ impl Remote {
             let body = res.body.collect(MAX_ERROR_BYTES).await.unwrap_or_default();
             return Err(refused(status, &headers, &body));
         }
-        res.body.collect(MAX_JSON_BYTES).await.map_err(|e| {
+        let headers = res.headers();
+        let body = res.body.collect(MAX_JSON_BYTES).await.map_err(|e| {
             SubmitOutcome::Ambiguous(format!(
                 "channel {name}: submission answered {status}, then: {e}"
             ))
-        })
+        })?;
+        Ok((status, headers, body))
     }
 
     /// The outcome of a submission answered with a success but no usable task id: a refusal

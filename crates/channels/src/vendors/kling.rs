@@ -12,7 +12,6 @@
 //! rate limits, 5000-5002 the vendor's own trouble). The result is `task_result.videos[0]`,
 //! its `url` (kept 30 days) and its `duration` (a string of seconds), the length billed.
 
-use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -42,40 +41,63 @@ pub const REGISTRATION: Registration = Registration {
 
 /// The models Kling documents and what each makes (its capability map). `std` mode makes
 /// 720p, `pro` 1080p (kling-v1 720p in both); image-to-video-only models (kling-v1-5,
-/// kling-v2-1) are listed with the rest: a text-only request to them is refused by Kling.
+/// kling-v2-1) are listed with the rest: a text-only request to them is refused by Kling. The
+/// last frame is taken in `pro` mode only (1080p) on kling-v1-5, -v1-6, -v2-1, -v2-5-turbo
+/// and -v2-6, and at 5 s only on kling-v1.
 pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
-    let ratios = || vec!["16:9".to_owned(), "9:16".to_owned(), "1:1".to_owned()];
     let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
-    let model =
-        |durations: Vec<u32>, resolutions: &[&str], last_frame: bool, refs: u32| ModelCaps {
-            durations,
-            resolutions: tiers(resolutions),
-            ratios: ratios(),
-            durations_by_resolution: BTreeMap::new(),
-            first_frame: true,
-            last_frame,
-            reference_images: refs,
-            reference_image_durations: Vec::new(),
-            reference_videos: 0,
-            reference_audios: 0,
-            audio: false,
-        };
+    let model = |durations: Vec<u32>, resolutions: &[&str], refs: u32| ModelCaps {
+        durations,
+        resolutions: tiers(resolutions),
+        ratios: tiers(&["16:9", "9:16", "1:1"]),
+        first_frame: true,
+        reference_images: refs,
+        ..ModelCaps::default()
+    };
     let five_ten = || vec![5, 10];
+    // A last frame at every tier and duration the model makes.
+    let last = |mut m: ModelCaps| {
+        m.last_frame = true;
+        m
+    };
+    // A last frame in `pro` mode only.
+    let last_in_pro = |m: ModelCaps| ModelCaps {
+        last_frame_resolutions: tiers(&["1080p"]),
+        ..last(m)
+    };
     vec![
-        ("kling-v1", model(five_ten(), &["720p"], true, 0)),
-        ("kling-v1-5", model(five_ten(), &["720p", "1080p"], true, 0)),
-        ("kling-v1-6", model(five_ten(), &["720p", "1080p"], true, 4)),
-        ("kling-v2-master", model(five_ten(), &["720p"], false, 0)),
-        ("kling-v2-1", model(five_ten(), &["720p", "1080p"], true, 0)),
-        ("kling-v2-1-master", model(five_ten(), &["1080p"], false, 0)),
+        (
+            "kling-v1",
+            ModelCaps {
+                last_frame_durations: vec![5],
+                ..last(model(five_ten(), &["720p"], 0))
+            },
+        ),
+        (
+            "kling-v1-5",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
+        ),
+        (
+            "kling-v1-6",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 4)),
+        ),
+        ("kling-v2-master", model(five_ten(), &["720p"], 0)),
+        (
+            "kling-v2-1",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
+        ),
+        ("kling-v2-1-master", model(five_ten(), &["1080p"], 0)),
         (
             "kling-v2-5-turbo",
-            model(five_ten(), &["720p", "1080p"], true, 0),
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
         ),
-        ("kling-v2-6", model(five_ten(), &["720p", "1080p"], true, 0)),
+        (
+            "kling-v2-6",
+            last_in_pro(model(five_ten(), &["720p", "1080p"], 0)),
+        ),
         (
             "kling-v3",
-            model((3..=15).collect(), &["720p", "1080p"], true, 0),
+            last(model((3..=15).collect(), &["720p", "1080p"], 0)),
         ),
     ]
 }
@@ -185,9 +207,9 @@ pub struct Images {
     pub references: Vec<String>,
 }
 
-/// The Kling kind and body for `job`, its images already encoded. Refuses what Kling has no
-/// field for (video or audio references, a last frame without a first, reference images
-/// beside frames) rather than dropping it.
+/// The Kling kind and body for `job`, its images already encoded: frames (a first, a last, or
+/// both: Kling takes either alone) go to image to video. Refuses what Kling has no field for
+/// (video or audio references, reference images beside frames) rather than dropping it.
 pub fn to_vendor(
     job: &VideoJob,
     images: Images,
@@ -212,15 +234,14 @@ pub fn to_vendor(
         images.references.len(),
     ) {
         (None, None, 0) => Endpoint::Text2Video,
-        (Some(_), _, 0) => Endpoint::Image2Video,
-        (None, Some(_), _) => return Err("kling needs a first frame with a last frame".into()),
+        (Some(_), _, 0) | (None, Some(_), 0) => Endpoint::Image2Video,
         (None, None, n) if n <= MAX_IMAGE_LIST => Endpoint::MultiImage2Video,
         (None, None, n) => {
             return Err(format!(
                 "kling takes at most {MAX_IMAGE_LIST} reference images, not {n}"
             ));
         }
-        (Some(_), _, _) => return Err("kling takes reference images or frames, not both".into()),
+        (_, _, _) => return Err("kling takes reference images or frames, not both".into()),
     };
     // `std` makes 720p, `pro` 1080p; a first-format size is read by its short side.
     let mode = match job.resolution.as_deref() {
@@ -346,7 +367,9 @@ pub fn classify(code: i64, status: StatusCode) -> ErrorClass {
 const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A submission's answer (`status`, `body`) as the engine's outcome; `Accepted` carries the
-/// upstream id `<kind>/<task_id>`.
+/// upstream id `<kind>/<task_id>`. An error `code` says the task was not taken, whatever the
+/// HTTP status; a success without one and without a task id may have made a task the relay
+/// cannot follow: `Ambiguous`, never sent again.
 pub fn submit_outcome(
     name: &str,
     endpoint: Endpoint,
@@ -382,17 +405,58 @@ pub fn submit_outcome(
                 ErrorClass::Request | ErrorClass::Refused => SubmitOutcome::Fatal(detail),
             }
         }
+        _ if status.is_success() => SubmitOutcome::Ambiguous(format!(
+            "channel {name}: kling answered {status} without a task id: {}",
+            snippet(body)
+        )),
         _ => {
             let detail = format!(
                 "channel {name}: kling answered {status} without a task: {}",
-                super::common::snippet(body)
+                snippet(body)
             );
-            if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                SubmitOutcome::RateLimited {
+                    retry_after: None,
+                    reason: detail,
+                }
+            } else if status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT {
                 SubmitOutcome::Retry(detail)
             } else {
                 SubmitOutcome::Fatal(detail)
             }
         }
+    }
+}
+
+/// A submission's answer as the engine's outcome, as [`submit_outcome`] reads it, with a
+/// content refusal told apart and a rate limit's `retry-after` read from `headers`.
+pub fn read_submission(
+    name: &str,
+    endpoint: Endpoint,
+    status: StatusCode,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> SubmitOutcome {
+    if submit_refused(body) {
+        tracing::warn!(
+            channel = name,
+            answer = snippet(body),
+            "kling refused a submission's content"
+        );
+        return SubmitOutcome::Refused {
+            code: REFUSED_CODE.into(),
+            message: "the upstream refused the content of the request".into(),
+        };
+    }
+    match submit_outcome(name, endpoint, status, body) {
+        SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason,
+        } => SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+            reason,
+        },
+        other => other,
     }
 }
 
@@ -527,11 +591,11 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
         },
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: kling poll answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: unreadable kling poll answer: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -703,30 +767,17 @@ impl Vendor for Kling {
                 .body(Bytes::from(body)),
             Err(e) => return fatal(e),
         };
-        let (status, headers, answer) = match self.remote.exchange(req).await {
-            Ok(v) => v,
-            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
-        };
-        if submit_refused(&answer) {
-            tracing::warn!(
-                channel = name,
-                answer = snippet(&answer),
-                "kling refused a submission's content"
-            );
-            return SubmitOutcome::Refused {
-                code: REFUSED_CODE.into(),
-                message: "the upstream refused the content of the request".into(),
-            };
-        }
-        match submit_outcome(name, endpoint, status, &answer) {
-            SubmitOutcome::RateLimited {
-                retry_after: None,
-                reason,
-            } => SubmitOutcome::RateLimited {
-                retry_after: retry_after(&headers),
-                reason,
-            },
-            other => other,
+        // Sent again (here or elsewhere) only when nothing of it left, or Kling's answer says
+        // it took nothing: a request that may have reached Kling unanswered is ambiguous.
+        let answer = self
+            .remote
+            .submit_exchange_answer(req, |status, headers, body| {
+                read_submission(name, endpoint, status, headers, body)
+            })
+            .await;
+        match answer {
+            Ok((status, headers, body)) => read_submission(name, endpoint, status, &headers, &body),
+            Err(outcome) => outcome,
         }
     }
 
@@ -878,11 +929,26 @@ mod tests {
             "https://relay.example/files/last.png?sig=1"
         );
         assert!(sent.get("aspect_ratio").is_none(), "{sent}");
+        // A last frame alone is enough for Kling ("image or image_tail").
         let only_last = Images {
-            last_frame: Some("x".into()),
+            last_frame: Some("https://relay.example/files/last.png?sig=1".into()),
             ..Images::default()
         };
-        assert!(to_vendor(&job(), only_last, &[], None).is_err());
+        let (endpoint, request) = to_vendor(&job(), only_last, &[], None).unwrap();
+        assert_eq!(endpoint, Endpoint::Image2Video);
+        let sent = body(&request);
+        assert!(sent.get("image").is_none(), "{sent}");
+        assert_eq!(
+            sent["image_tail"],
+            "https://relay.example/files/last.png?sig=1"
+        );
+        // Frames and reference images do not mix.
+        let mixed = Images {
+            last_frame: Some("x".into()),
+            references: vec!["y".into()],
+            ..Images::default()
+        };
+        assert!(to_vendor(&job(), mixed, &[], None).is_err());
     }
 
     #[test]
@@ -1025,15 +1091,36 @@ mod tests {
         assert!(submit_refused(refused.to_string().as_bytes()));
         assert!(!submit_refused(br#"{"code":1201,"message":"m"}"#));
         // No JSON at all: by HTTP status.
+        let plain =
+            |status: StatusCode| submit_outcome("k", Endpoint::Text2Video, status, b"<html>");
         assert!(matches!(
-            submit_outcome(
-                "k",
-                Endpoint::Text2Video,
-                StatusCode::BAD_GATEWAY,
-                b"<html>"
-            ),
+            plain(StatusCode::BAD_GATEWAY),
             SubmitOutcome::Retry(_)
         ));
+        assert!(matches!(
+            plain(StatusCode::REQUEST_TIMEOUT),
+            SubmitOutcome::Retry(_)
+        ));
+        assert!(matches!(
+            plain(StatusCode::TOO_MANY_REQUESTS),
+            SubmitOutcome::RateLimited { .. }
+        ));
+        assert!(matches!(
+            plain(StatusCode::BAD_REQUEST),
+            SubmitOutcome::Fatal(_)
+        ));
+        // A success without a task id: Kling may have made a task the relay cannot follow,
+        // so it is never sent again.
+        for answer in [
+            &br#"{"code":0,"message":"SUCCEED","request_id":"r"}"#[..],
+            br#"{"code":0,"data":{"task_id":""}}"#,
+            b"<html>ok</html>",
+        ] {
+            assert!(matches!(
+                submit_outcome("k", Endpoint::Text2Video, StatusCode::OK, answer),
+                SubmitOutcome::Ambiguous(_)
+            ));
+        }
     }
 
     #[test]
@@ -1182,5 +1269,21 @@ mod tests {
         assert_eq!(v3.durations, (3..=15).collect::<Vec<u32>>());
         let multi = &models.iter().find(|(m, _)| *m == "kling-v1-6").unwrap().1;
         assert_eq!(multi.reference_images, 4);
+        // The capability map: a last frame in pro mode (1080p) only, on kling-v1 at 5 s only.
+        let caps = |name: &str| models.iter().find(|(m, _)| *m == name).unwrap().1.clone();
+        for name in [
+            "kling-v1-5",
+            "kling-v1-6",
+            "kling-v2-1",
+            "kling-v2-5-turbo",
+            "kling-v2-6",
+        ] {
+            let c = caps(name);
+            assert!(c.last_frame, "{name}");
+            assert_eq!(c.last_frame_resolutions, ["1080p"], "{name}");
+        }
+        assert_eq!(caps("kling-v1").last_frame_durations, [5]);
+        assert!(caps("kling-v3").last_frame_resolutions.is_empty());
+        assert!(!caps("kling-v2-master").last_frame);
     }
 }

@@ -8,7 +8,9 @@
 //! `subject_reference` of type `character`: a URL, or a `data:` URI when inline. Errors may come
 //! as HTTP 200: `base_resp.status_code` decides (1002 rate limit, 1004 and 2049 key refused,
 //! 1008 balance spent, 1026 and 1027 content refused, 2013 bad parameter). MiniMax reports no
-//! usage: a task is billed on the duration it was asked for.
+//! usage: a task is billed on the duration it was asked for. A first-format size goes as the
+//! model's smallest tier at least as large (`1366x768` is `768P`): the tier routing fitted, or
+//! where a job comes without one, the tier this module picks the same way.
 
 use std::collections::BTreeMap;
 
@@ -21,7 +23,7 @@ use crate::vendors::ark::callback_token;
 use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
 use crate::vendors::media;
 use crate::vendors::seam::{CallbackSettings, Need, Registration, Vendor, VendorSettings};
-use crate::video::caps::ModelCaps;
+use crate::video::caps::{self, Demand, ModelCaps};
 use crate::video::job::{
     ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
     StoredReference, SubmitOutcome, VendorUsage, VideoJob,
@@ -40,6 +42,8 @@ pub const REGISTRATION: Registration = Registration {
 /// The Hailuo models of the v1 API and what each makes. Tiers are MiniMax's own (`512p`,
 /// `720p`, `768p`, `1080p`); 10 s only below 1080p. Image-only models (2.3-Fast, the I2V-01
 /// series) are listed with the rest: a text-only request to them is refused by MiniMax.
+/// MiniMax-Hailuo-02 makes `512p` from a first frame only, and takes a last frame at `768p`
+/// and `1080p` only.
 pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
     let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
     let model = |durations: Vec<u32>, resolutions: &[&str], by: &[(&str, Vec<u32>)]| ModelCaps {
@@ -52,17 +56,16 @@ pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
             .map(|(t, d)| ((*t).to_owned(), d.clone()))
             .collect::<BTreeMap<_, _>>(),
         first_frame: true,
-        last_frame: false,
-        reference_images: 0,
-        reference_image_durations: Vec::new(),
-        reference_videos: 0,
-        reference_audios: 0,
-        audio: false,
+        ..ModelCaps::default()
     };
     let hailuo = |tiers: &[&str]| model(vec![6, 10], tiers, &[("1080p", vec![6])]);
     let six = || model(vec![6], &["720p"], &[]);
-    let mut two = hailuo(&["512p", "768p", "1080p"]);
-    two.last_frame = true;
+    let two = ModelCaps {
+        last_frame: true,
+        last_frame_resolutions: tiers(&["768p", "1080p"]),
+        image_only_resolutions: tiers(&["512p"]),
+        ..hailuo(&["512p", "768p", "1080p"])
+    };
     let mut subject = six();
     subject.first_frame = false;
     subject.reference_images = 1;
@@ -127,6 +130,59 @@ pub struct Images {
     pub references: Vec<String>,
 }
 
+/// The tiers of a model the catalog does not know: Hailuo's, `512p` from a first frame only.
+fn unknown_model() -> ModelCaps {
+    let tiers = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    ModelCaps {
+        resolutions: tiers(&["512p", "768p", "1080p"]),
+        last_frame: true,
+        last_frame_resolutions: tiers(&["768p", "1080p"]),
+        image_only_resolutions: tiers(&["512p"]),
+        ..ModelCaps::default()
+    }
+}
+
+/// MiniMax's `resolution` for `job`: its tier in MiniMax's upper case (`768p` is `768P`), or
+/// for a first-format size the smallest tier the model makes that is at least the size's
+/// short side and serves the request's frames (`512P` only from a first frame without a last
+/// one); a size larger than every tier is refused. `None` for a job with neither.
+fn resolution(
+    job: &VideoJob,
+    first_frame: bool,
+    last_frame: bool,
+) -> Result<Option<String>, String> {
+    if let Some(tier) = &job.resolution {
+        return Ok(Some(tier.to_ascii_uppercase()));
+    }
+    if job.width == 0 || job.height == 0 {
+        return Ok(None);
+    }
+    let caps = catalog()
+        .into_iter()
+        .find(|(m, _)| *m == job.model)
+        .map_or_else(unknown_model, |(_, caps)| caps);
+    let demand = Demand {
+        duration: job.duration_secs,
+        size: Some((job.width, job.height)),
+        first_frame,
+        last_frame,
+        ..Demand::default()
+    };
+    match caps::tier(&caps, &demand) {
+        Some(Some(tier)) => Ok(Some(tier.to_ascii_uppercase())),
+        _ => Err(format!(
+            "size {}x{}: {} makes {} at most, no larger",
+            job.width,
+            job.height,
+            job.model,
+            caps.resolutions
+                .iter()
+                .max_by_key(|t| caps::tier_short_side(t))
+                .map_or("nothing", String::as_str)
+        )),
+    }
+}
+
 /// The body for `job`, its images already encoded. Refuses what MiniMax has no field for
 /// (video or audio references, more than one reference image) rather than dropping it.
 pub fn to_vendor(
@@ -156,6 +212,11 @@ pub fn to_vendor(
     if images.last_frame.is_some() && images.first_frame.is_none() {
         return Err("minimax needs a first frame with a last frame".into());
     }
+    let resolution = resolution(
+        job,
+        images.first_frame.is_some(),
+        images.last_frame.is_some(),
+    )?;
     let subject_reference = (!images.references.is_empty()).then(|| {
         vec![SubjectReference {
             kind: "character".into(),
@@ -166,7 +227,7 @@ pub fn to_vendor(
         model: job.model.clone(),
         prompt: Some(job.prompt.clone()).filter(|p| !p.is_empty()),
         duration: job.duration_secs,
-        resolution: job.resolution.as_deref().map(str::to_ascii_uppercase),
+        resolution,
         first_frame_image: images.first_frame,
         last_frame_image: images.last_frame,
         subject_reference,
@@ -282,8 +343,9 @@ fn outcome_of(class: ErrorClass, detail: String) -> SubmitOutcome {
     }
 }
 
-/// A submission's answer as the engine's outcome: `base_resp` decides, whatever the HTTP
-/// status; without one, the HTTP status does.
+/// A submission's answer as the engine's outcome: a non-zero `base_resp` says the task was
+/// not taken, whatever the HTTP status; without one, the HTTP status does. A success without a
+/// task id may have made a task the relay cannot follow: `Ambiguous`, never sent again.
 pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutcome {
     match serde_json::from_slice::<Submitted>(body) {
         Ok(Submitted {
@@ -297,20 +359,50 @@ pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutc
             ),
         ),
         Ok(Submitted {
-            task_id: Some(id),
-            base_resp: Some(_),
+            task_id: Some(id), ..
         }) if status.is_success() && valid_id(&id) => SubmitOutcome::Accepted { upstream_id: id },
-        _ => {
-            let detail = format!(
+        _ if status.is_success() => SubmitOutcome::Ambiguous(format!(
+            "channel {name}: minimax answered {status} without a task id: {}",
+            snippet(body)
+        )),
+        _ => outcome_of(
+            classify_status(status),
+            format!(
                 "channel {name}: minimax answered {status} without a task: {}",
-                super::common::snippet(body)
-            );
-            if status.is_success() {
-                SubmitOutcome::Fatal(detail)
-            } else {
-                outcome_of(classify_status(status), detail)
-            }
-        }
+                snippet(body)
+            ),
+        ),
+    }
+}
+
+/// A submission's answer as the engine's outcome, as [`submit_outcome`] reads it, with a
+/// content refusal told apart and a rate limit's `retry-after` read from `headers`.
+pub fn read_submission(
+    name: &str,
+    status: StatusCode,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> SubmitOutcome {
+    if submit_refused(body) {
+        tracing::warn!(
+            channel = name,
+            answer = snippet(body),
+            "minimax refused a submission's content"
+        );
+        return SubmitOutcome::Refused {
+            code: REFUSED_CODE.into(),
+            message: "the upstream refused the content of the request".into(),
+        };
+    }
+    match submit_outcome(name, status, body) {
+        SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason,
+        } => SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+            reason,
+        },
+        other => other,
     }
 }
 
@@ -413,11 +505,11 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
         _ if status == StatusCode::NOT_FOUND => Err(PollError::Lost),
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: minimax query answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: unreadable minimax query answer: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -446,11 +538,11 @@ pub fn retrieve_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<St
         }
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: minimax files/retrieve answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: minimax files/retrieve without a download_url: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -585,30 +677,18 @@ impl Vendor for Minimax {
             .request(Method::POST, &self.remote.url("/v1/video_generation"), true)
             .header("content-type", "application/json")
             .body(Bytes::from(body));
-        let (status, headers, answer) = match self.remote.exchange(req).await {
-            Ok(v) => v,
-            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
-        };
-        if submit_refused(&answer) {
-            tracing::warn!(
-                channel = name,
-                answer = snippet(&answer),
-                "minimax refused a submission's content"
-            );
-            return SubmitOutcome::Refused {
-                code: REFUSED_CODE.into(),
-                message: "the upstream refused the content of the request".into(),
-            };
-        }
-        match submit_outcome(name, status, &answer) {
-            SubmitOutcome::RateLimited {
-                retry_after: None,
-                reason,
-            } => SubmitOutcome::RateLimited {
-                retry_after: retry_after(&headers),
-                reason,
-            },
-            other => other,
+        // Sent again (here or elsewhere) only when nothing of it left, or MiniMax's answer
+        // says it took nothing: a request that may have reached MiniMax unanswered is
+        // ambiguous.
+        let answer = self
+            .remote
+            .submit_exchange_answer(req, |status, headers, body| {
+                read_submission(name, status, headers, body)
+            })
+            .await;
+        match answer {
+            Ok((status, headers, body)) => read_submission(name, status, &headers, &body),
+            Err(outcome) => outcome,
         }
     }
 
@@ -640,11 +720,11 @@ impl Vendor for Minimax {
         }
     }
 
-    /// `GET /v1/files/list`: authenticated, generates nothing.
+    /// `GET /v1/files/list` of one purpose: authenticated, generates nothing.
     async fn check(&self) -> ChannelCheck {
         let req = self
             .remote
-            .request(Method::GET, &self.remote.url("/v1/files/list"), true)
+            .request(Method::GET, &self.remote.url(CHECK_PATH), true)
             .body(Bytes::new());
         match self.remote.exchange(req).await {
             Err(e) => transport_check(&e),
@@ -652,6 +732,11 @@ impl Vendor for Minimax {
         }
     }
 }
+
+/// The channel test's call. `purpose` is required, and MiniMax documents `voice_clone`,
+/// `prompt_audio` and `t2a_async_input` as its values (not `video_generation`, though a
+/// video's file carries that purpose): the documented example is asked for.
+pub const CHECK_PATH: &str = "/v1/files/list?purpose=t2a_async_input";
 
 /// A channel test's answer: `base_resp` 0 is a good key; 1004 or 2049 a refused one; a
 /// balance or rate code an account out of funds or rate.
@@ -743,6 +828,70 @@ mod tests {
     }
 
     #[test]
+    fn a_first_format_size_goes_as_the_smallest_tier_at_least_as_large() {
+        let sized = |model: &str, w: u32, h: u32| VideoJob {
+            model: model.into(),
+            width: w,
+            height: h,
+            resolution: None,
+            ..job()
+        };
+        let tier = |job: &VideoJob, images: Images| {
+            to_vendor(job, images, &[], None).map(|r| r.resolution)
+        };
+        let text = Images::default;
+        let first = || Images {
+            first_frame: Some("https://example.com/a.jpg".into()),
+            ..Images::default()
+        };
+        let both = || Images {
+            last_frame: Some("https://example.com/b.jpg".into()),
+            ..first()
+        };
+        let hailuo = "MiniMax-Hailuo-2.3";
+        assert_eq!(
+            tier(&sized(hailuo, 1366, 768), text()),
+            Ok(Some("768P".into()))
+        );
+        assert_eq!(
+            tier(&sized(hailuo, 1280, 720), text()),
+            Ok(Some("768P".into()))
+        );
+        assert_eq!(
+            tier(&sized(hailuo, 1080, 1920), text()),
+            Ok(Some("1080P".into()))
+        );
+        let err = tier(&sized(hailuo, 2560, 1440), text()).unwrap_err();
+        assert_eq!(
+            err,
+            "size 2560x1440: MiniMax-Hailuo-2.3 makes 1080p at most, no larger"
+        );
+        // 512P from a first frame only, and not with a last frame.
+        let two = "MiniMax-Hailuo-02";
+        assert_eq!(
+            tier(&sized(two, 640, 360), first()),
+            Ok(Some("512P".into()))
+        );
+        assert_eq!(tier(&sized(two, 640, 360), text()), Ok(Some("768P".into())));
+        assert_eq!(tier(&sized(two, 640, 360), both()), Ok(Some("768P".into())));
+        // The 01 series makes 720P only.
+        assert_eq!(
+            tier(&sized("T2V-01", 1280, 720), text()),
+            Ok(Some("720P".into()))
+        );
+        assert!(tier(&sized("T2V-01", 1920, 1080), text()).is_err());
+        // A model the catalog does not know: Hailuo's tiers.
+        assert_eq!(
+            tier(&sized("MiniMax-Hailuo-9", 1280, 720), text()),
+            Ok(Some("768P".into()))
+        );
+        // The second format's tier goes as it is.
+        let mut asked = sized(hailuo, 1366, 768);
+        asked.resolution = Some("1080p".into());
+        assert_eq!(tier(&asked, text()), Ok(Some("1080P".into())));
+    }
+
+    #[test]
     fn frames_and_a_subject_go_as_data_uris_or_urls() {
         let images = Images {
             first_frame: Some(super::super::media::data_uri(
@@ -770,13 +919,15 @@ mod tests {
         };
         let mut s2v = job();
         s2v.model = "S2V-01".into();
+        // A first-format size: S2V-01 makes 720P.
         s2v.resolution = None;
+        (s2v.width, s2v.height) = (1280, 720);
         let sent = body(&to_vendor(&s2v, subject, &[], None).unwrap());
         assert_eq!(
             sent["subject_reference"],
             json!([{"type": "character", "image": ["https://cdn.example/face.jpg"]}])
         );
-        assert!(sent.get("resolution").is_none(), "{sent}");
+        assert_eq!(sent["resolution"], "720P");
         let two_refs = Images {
             references: vec!["a".into(), "b".into()],
             ..Images::default()
@@ -833,15 +984,18 @@ mod tests {
         assert!(submit_refused(
             br#"{"task_id":"","base_resp":{"status_code":1026,"status_msg":"input new_sensitive"}}"#
         ));
-        // An empty task id with a zero code is no acceptance.
-        assert!(matches!(
-            submit_outcome(
-                "m",
-                StatusCode::OK,
-                br#"{"task_id":"","base_resp":{"status_code":0}}"#
-            ),
-            SubmitOutcome::Fatal(_)
-        ));
+        // A success without a task id is no acceptance, and no refusal either: MiniMax may
+        // have made a task the relay cannot follow.
+        for answer in [
+            &br#"{"task_id":"","base_resp":{"status_code":0}}"#[..],
+            br#"{"base_resp":{"status_code":0,"status_msg":"success"}}"#,
+            b"<html>ok</html>",
+        ] {
+            assert!(matches!(
+                submit_outcome("m", StatusCode::OK, answer),
+                SubmitOutcome::Ambiguous(_)
+            ));
+        }
         // HTTP statuses without a base_resp.
         assert!(matches!(
             submit_outcome("m", StatusCode::TOO_MANY_REQUESTS, b""),
@@ -960,5 +1114,13 @@ mod tests {
         );
         let names: std::collections::BTreeSet<&str> = catalog().iter().map(|(m, _)| *m).collect();
         assert_eq!(names.len(), 9);
+        // 512P from a first frame only, and not with a last frame.
+        let two = catalog()
+            .into_iter()
+            .find(|(m, _)| *m == "MiniMax-Hailuo-02")
+            .unwrap()
+            .1;
+        assert_eq!(two.image_only_resolutions, ["512p"]);
+        assert_eq!(two.last_frame_resolutions, ["768p", "1080p"]);
     }
 }

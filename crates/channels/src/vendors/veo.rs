@@ -75,9 +75,8 @@ fn models() -> Vec<(&'static str, ModelCaps)> {
         } else {
             Vec::new()
         },
-        reference_videos: 0,
-        reference_audios: 0,
         audio: true,
+        ..ModelCaps::default()
     };
     vec![
         (

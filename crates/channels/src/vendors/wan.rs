@@ -50,13 +50,7 @@ pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
         resolutions: list(tiers),
         ratios: list(ratios),
         durations_by_resolution: BTreeMap::new(),
-        first_frame: true,
-        last_frame: false,
-        reference_images: 0,
-        reference_image_durations: Vec::new(),
-        reference_videos: 0,
-        reference_audios: 0,
-        audio: false,
+        ..ModelCaps::default()
     };
     let three = ["16:9", "9:16", "1:1"];
     let five = ["16:9", "9:16", "1:1", "4:3", "3:4"];
@@ -481,7 +475,9 @@ pub fn classify(code: &str, message: &str) -> ErrorClass {
     }
 }
 
-/// A submission's answer as the engine's outcome.
+/// A submission's answer as the engine's outcome. An error `code` says the task was not
+/// taken; a success without one and without a task id may have made a task the relay cannot
+/// follow: `Ambiguous`, never sent again.
 pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutcome {
     if status.is_success()
         && let Ok(task) = serde_json::from_slice::<WanTask>(body)
@@ -499,18 +495,22 @@ pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutc
     let detail = format!(
         "channel {name}: dashscope answered {status} {code}: {message} {}",
         if code.is_empty() {
-            super::common::snippet(body)
+            snippet(body)
         } else {
             String::new()
         }
     );
     let class = if code.is_empty() {
         match status {
+            s if s.is_success() => {
+                return SubmitOutcome::Ambiguous(format!(
+                    "channel {name}: dashscope answered {status} without a task id: {}",
+                    snippet(body)
+                ));
+            }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorClass::Channel,
             StatusCode::TOO_MANY_REQUESTS => ErrorClass::RateLimit,
-            s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.is_success() => {
-                ErrorClass::Vendor
-            }
+            s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT => ErrorClass::Vendor,
             _ => ErrorClass::Request,
         }
     } else {
@@ -527,6 +527,37 @@ pub fn submit_outcome(name: &str, status: StatusCode, body: &[u8]) -> SubmitOutc
             reason: detail,
         },
         ErrorClass::Request | ErrorClass::Refused => SubmitOutcome::Fatal(detail),
+    }
+}
+
+/// A submission's answer as the engine's outcome, as [`submit_outcome`] reads it, with a
+/// content refusal told apart and a rate limit's `retry-after` read from `headers`.
+pub fn read_submission(
+    name: &str,
+    status: StatusCode,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> SubmitOutcome {
+    if !status.is_success() && submit_refused(body) {
+        tracing::warn!(
+            channel = name,
+            answer = snippet(body),
+            "dashscope refused a submission's content"
+        );
+        return SubmitOutcome::Refused {
+            code: REFUSED_CODE.into(),
+            message: "the upstream refused the content of the request".into(),
+        };
+    }
+    match submit_outcome(name, status, body) {
+        SubmitOutcome::RateLimited {
+            retry_after: None,
+            reason,
+        } => SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+            reason,
+        },
+        other => other,
     }
 }
 
@@ -686,14 +717,14 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
     if !status.is_success() {
         return Err(PollError::Transient(format!(
             "channel {name}: dashscope query answered {status}: {}",
-            super::common::snippet(body)
+            snippet(body)
         )));
     }
     match serde_json::from_slice::<WanTask>(body) {
         Ok(task) if task.output.is_some() => Ok(from_vendor(&task)),
         _ => Err(PollError::Unreadable(format!(
             "channel {name}: unreadable dashscope query answer: {}",
-            super::common::snippet(body)
+            snippet(body)
         ))),
     }
 }
@@ -814,30 +845,18 @@ impl Vendor for Wan {
             .header("content-type", "application/json")
             .header("x-dashscope-async", "enable")
             .body(Bytes::from(body));
-        let (status, headers, answer) = match self.remote.exchange(req).await {
-            Ok(v) => v,
-            Err(e) => return SubmitOutcome::Retry(format!("channel {name}: {e}")),
-        };
-        if !status.is_success() && submit_refused(&answer) {
-            tracing::warn!(
-                channel = name,
-                answer = snippet(&answer),
-                "dashscope refused a submission's content"
-            );
-            return SubmitOutcome::Refused {
-                code: REFUSED_CODE.into(),
-                message: "the upstream refused the content of the request".into(),
-            };
-        }
-        match submit_outcome(name, status, &answer) {
-            SubmitOutcome::RateLimited {
-                retry_after: None,
-                reason,
-            } => SubmitOutcome::RateLimited {
-                retry_after: retry_after(&headers),
-                reason,
-            },
-            other => other,
+        // Sent again (here or elsewhere) only when nothing of it left, or DashScope's answer
+        // says it took nothing: a request that may have reached DashScope unanswered is
+        // ambiguous.
+        let answer = self
+            .remote
+            .submit_exchange_answer(req, |status, headers, body| {
+                read_submission(name, status, headers, body)
+            })
+            .await;
+        match answer {
+            Ok((status, headers, body)) => read_submission(name, status, &headers, &body),
+            Err(outcome) => outcome,
         }
     }
 
@@ -1142,6 +1161,26 @@ mod tests {
         assert!(matches!(
             submit_outcome("w", StatusCode::INTERNAL_SERVER_ERROR, b"oops"),
             SubmitOutcome::Retry(_)
+        ));
+        // A success without a task id: DashScope may have made a task the relay cannot
+        // follow, so it is never sent again; an error code inside it is still a refusal.
+        for answer in [
+            &br#"{"output":{"task_status":"PENDING","task_id":""},"request_id":"r"}"#[..],
+            br#"{"request_id":"r"}"#,
+            b"",
+        ] {
+            assert!(matches!(
+                submit_outcome("w", StatusCode::OK, answer),
+                SubmitOutcome::Ambiguous(_)
+            ));
+        }
+        assert!(matches!(
+            submit_outcome(
+                "w",
+                StatusCode::OK,
+                br#"{"code":"Throttling","message":"Requests throttling triggered"}"#
+            ),
+            SubmitOutcome::RateLimited { .. }
         ));
     }
 

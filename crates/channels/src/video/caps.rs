@@ -27,8 +27,15 @@ pub struct ModelCaps {
     pub durations_by_resolution: BTreeMap<String, Vec<u32>>,
     /// Whether it takes a first frame (image to video).
     pub first_frame: bool,
-    /// Whether it takes a last frame along with the first.
+    /// Whether it takes a last frame.
     pub last_frame: bool,
+    /// Tiers at which it takes a last frame, where fewer than `resolutions` (Kling's `pro`
+    /// mode only, say).
+    pub last_frame_resolutions: Vec<String>,
+    /// Durations allowed with a last frame, where fewer than `durations`.
+    pub last_frame_durations: Vec<u32>,
+    /// Tiers it makes from a first frame only, never from text alone (MiniMax's `512p`).
+    pub image_only_resolutions: Vec<String>,
     /// Reference images (subject or style references) one request may give.
     pub reference_images: u32,
     /// Durations allowed with reference images, where fewer than `durations`.
@@ -51,6 +58,9 @@ impl Default for ModelCaps {
             durations_by_resolution: BTreeMap::new(),
             first_frame: true,
             last_frame: false,
+            last_frame_resolutions: Vec::new(),
+            last_frame_durations: Vec::new(),
+            image_only_resolutions: Vec::new(),
             reference_images: 0,
             reference_image_durations: Vec::new(),
             reference_videos: 0,
@@ -58,6 +68,25 @@ impl Default for ModelCaps {
             audio: false,
         }
     }
+}
+
+impl ModelCaps {
+    /// Whether it makes `tier` for a request with (or without) a first frame.
+    fn makes_from(&self, tier: &str, first_frame: bool) -> bool {
+        first_frame || !contains(&self.image_only_resolutions, tier)
+    }
+
+    /// Whether it takes a last frame at `tier` (`None`: it names no tiers).
+    fn last_frame_at(&self, tier: Option<&str>) -> bool {
+        self.last_frame
+            && (self.last_frame_resolutions.is_empty()
+                || tier.is_none_or(|t| contains(&self.last_frame_resolutions, t)))
+    }
+}
+
+/// Whether `tiers` names `tier`, case not looked at.
+fn contains(tiers: &[String], tier: &str) -> bool {
+    tiers.iter().any(|t| t.eq_ignore_ascii_case(tier))
 }
 
 /// What a request asks of the channel that runs it.
@@ -131,8 +160,8 @@ pub fn tier_short_side(tier: &str) -> Option<u32> {
 /// How `caps` serves `demand`, or the first field (in check order) it cannot.
 pub fn fit(caps: &ModelCaps, demand: &Demand, nearest_longer: bool) -> Result<Fit, DemandField> {
     let resolution = tier(caps, demand).ok_or(DemandField::Resolution)?;
-    let allowed = durations_at(caps, resolution.as_deref());
-    let duration =
+    let mut allowed = durations_at(caps, resolution.as_deref());
+    let mut duration =
         pick_duration(&allowed, demand.duration, nearest_longer).ok_or(DemandField::Duration)?;
     if !caps.ratios.is_empty() && !caps.ratios.iter().any(|r| r == &demand.ratio) {
         return Err(DemandField::Ratio);
@@ -140,20 +169,22 @@ pub fn fit(caps: &ModelCaps, demand: &Demand, nearest_longer: bool) -> Result<Fi
     if demand.first_frame && !caps.first_frame {
         return Err(DemandField::FirstFrame);
     }
-    if demand.last_frame && !caps.last_frame {
-        return Err(DemandField::LastFrame);
+    if demand.last_frame {
+        if !caps.last_frame_at(resolution.as_deref()) {
+            return Err(DemandField::LastFrame);
+        }
+        if !caps.last_frame_durations.is_empty() {
+            allowed = narrowed(&allowed, &caps.durations, &caps.last_frame_durations);
+            duration = pick_duration(&allowed, demand.duration, nearest_longer)
+                .ok_or(DemandField::LastFrame)?;
+        }
     }
-    let mut duration = duration;
     if demand.reference_images > 0 {
         if demand.reference_images > caps.reference_images {
             return Err(DemandField::ReferenceImages);
         }
         if !caps.reference_image_durations.is_empty() {
-            let with_refs: Vec<u32> = allowed
-                .iter()
-                .copied()
-                .filter(|d| caps.reference_image_durations.contains(d))
-                .collect();
+            let with_refs = narrowed(&allowed, &caps.durations, &caps.reference_image_durations);
             duration = pick_duration(&with_refs, demand.duration, nearest_longer)
                 .ok_or(DemandField::ReferenceImages)?;
         }
@@ -199,6 +230,16 @@ pub fn fit_any(offers: &[Offer<'_>], demand: &Demand) -> Result<Fit, Refusal> {
         field,
         detail: describe(field, &stopped, demand),
     })
+}
+
+/// The durations of `allowed` that `only` has too; `allowed` empty stands for any of `all`
+/// (or any at all, when `all` is empty too).
+fn narrowed(allowed: &[u32], all: &[u32], only: &[u32]) -> Vec<u32> {
+    if allowed.is_empty() && all.is_empty() {
+        return only.to_vec();
+    }
+    let from = if allowed.is_empty() { all } else { allowed };
+    from.iter().copied().filter(|d| only.contains(d)).collect()
 }
 
 impl Offer<'_> {
@@ -281,6 +322,22 @@ pub fn merge<'a>(all: impl IntoIterator<Item = &'a ModelCaps>) -> Option<ModelCa
         }
     }
     let with_refs: Vec<&&ModelCaps> = all.iter().filter(|c| c.reference_images > 0).collect();
+    let mut last_frame_resolutions = union_in_order(
+        all.iter()
+            .filter(|c| c.last_frame)
+            .map(|c| &c.last_frame_resolutions),
+    );
+    last_frame_resolutions.sort_by_key(|r| tier_short_side(r).unwrap_or(u32::MAX));
+    // A tier is made from a first frame only when every model that makes it says so.
+    let image_only: Vec<String> = resolutions
+        .iter()
+        .filter(|t| {
+            all.iter()
+                .filter(|c| c.resolutions.is_empty() || contains(&c.resolutions, t))
+                .all(|c| !c.makes_from(t, false))
+        })
+        .cloned()
+        .collect();
     Some(ModelCaps {
         durations,
         resolutions,
@@ -288,6 +345,13 @@ pub fn merge<'a>(all: impl IntoIterator<Item = &'a ModelCaps>) -> Option<ModelCa
         durations_by_resolution,
         first_frame: all.iter().any(|c| c.first_frame),
         last_frame: all.iter().any(|c| c.last_frame),
+        last_frame_resolutions,
+        last_frame_durations: union(
+            all.iter()
+                .filter(|c| c.last_frame)
+                .map(|c| c.last_frame_durations.clone()),
+        ),
+        image_only_resolutions: image_only,
         reference_images: all.iter().map(|c| c.reference_images).max().unwrap_or(0),
         reference_image_durations: union(
             with_refs
@@ -329,29 +393,46 @@ fn union_in_order<'a>(lists: impl IntoIterator<Item = &'a Vec<String>>) -> Vec<S
 }
 
 /// The tier `caps` makes for `demand`: the one asked for (second format), or the smallest at
-/// least the size's short side (first format); `Some(None)` when the model names no tiers.
-fn tier(caps: &ModelCaps, demand: &Demand) -> Option<Option<String>> {
+/// least the size's short side (first format), one that takes the request's last frame when
+/// there is such; never a tier it makes from a first frame only for a request without one.
+/// `Some(None)` when the model names no tiers.
+pub fn tier(caps: &ModelCaps, demand: &Demand) -> Option<Option<String>> {
     if caps.resolutions.is_empty() {
         return Some(demand.resolution.clone());
     }
+    let usable = |r: &&String| caps.makes_from(r, demand.first_frame);
     if let Some(asked) = &demand.resolution {
         return caps
             .resolutions
             .iter()
             .find(|r| r.eq_ignore_ascii_case(asked))
+            .filter(usable)
             .map(|r| Some(r.clone()));
     }
-    let Some((w, h)) = demand.size else {
-        // Neither: the model's first tier.
-        return caps.resolutions.first().map(|r| Some(r.clone()));
+    let mut candidates: Vec<(u32, &String)> = match demand.size {
+        Some((w, h)) => caps
+            .resolutions
+            .iter()
+            .filter(usable)
+            .filter_map(|r| Some((tier_short_side(r)?, r)))
+            .filter(|(side, _)| *side >= w.min(h))
+            .collect(),
+        // Neither: the model's tiers in its order.
+        None => caps
+            .resolutions
+            .iter()
+            .filter(usable)
+            .map(|r| (0, r))
+            .collect(),
     };
-    let short = w.min(h);
-    caps.resolutions
-        .iter()
-        .filter_map(|r| Some((tier_short_side(r)?, r)))
-        .filter(|(side, _)| *side >= short)
-        .min_by_key(|(side, _)| *side)
-        .map(|(_, r)| Some(r.clone()))
+    candidates.sort_by_key(|(side, _)| *side);
+    let takes_last = |(_, r): &&(u32, &String)| caps.last_frame_at(Some(r));
+    let pick = if demand.last_frame {
+        candidates.iter().find(takes_last).or(candidates.first())
+    } else {
+        candidates.first()
+    };
+    pick.map(|(_, r)| Some((*r).clone()))
 }
 
 /// The durations `caps` makes at `tier` (empty: any).
@@ -403,19 +484,34 @@ fn describe(field: DemandField, stopped: &[(&ModelCaps, bool)], demand: &Demand)
     let nearest = stopped.iter().any(|(_, n)| *n);
     match field {
         DemandField::Resolution => {
-            let tiers: BTreeSet<(u32, String)> = caps()
-                .flat_map(|c| c.resolutions.iter())
-                .map(|r| (tier_short_side(r).unwrap_or(0), r.clone()))
-                .collect();
-            let offered = one_of(tiers.into_iter().map(|(_, r)| r));
+            let tiers = |image_only: bool| -> BTreeSet<(u32, String)> {
+                caps()
+                    .flat_map(|c| {
+                        c.resolutions
+                            .iter()
+                            .filter(move |r| c.makes_from(r, demand.first_frame) != image_only)
+                    })
+                    .map(|r| (tier_short_side(r).unwrap_or(0), r.clone()))
+                    .collect()
+            };
+            let offered = one_of(tiers(false).into_iter().map(|(_, r)| r));
+            let from_image = tiers(true);
+            let but = if from_image.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} from a first frame only)",
+                    one_of(from_image.into_iter().map(|(_, r)| r))
+                )
+            };
             match (&demand.resolution, demand.size) {
                 (Some(r), _) => {
-                    format!("resolution {r}: the channels of this model make {offered}")
+                    format!("resolution {r}: the channels of this model make {offered}{but}")
                 }
                 (None, Some((w, h))) => format!(
-                    "size {w}x{h}: the channels of this model make {offered} at most, no larger"
+                    "size {w}x{h}: the channels of this model make {offered} at most, no larger{but}"
                 ),
-                (None, None) => format!("the channels of this model make {offered}"),
+                (None, None) => format!("the channels of this model make {offered}{but}"),
             }
         }
         DemandField::Duration => {
@@ -454,7 +550,33 @@ fn describe(field: DemandField, stopped: &[(&ModelCaps, bool)], demand: &Demand)
         DemandField::FirstFrame => {
             "first frame: the channels of this model make videos from text only".to_owned()
         }
-        DemandField::LastFrame => "last frame: the channels of this model take none".to_owned(),
+        DemandField::LastFrame => {
+            let takers: Vec<&ModelCaps> = caps().filter(|c| c.last_frame).collect();
+            if takers.is_empty() {
+                return "last frame: the channels of this model take none".to_owned();
+            }
+            let tiers: BTreeSet<(u32, String)> = takers
+                .iter()
+                .filter(|c| !c.last_frame_resolutions.is_empty())
+                .flat_map(|c| c.last_frame_resolutions.iter())
+                .map(|r| (tier_short_side(r).unwrap_or(0), r.clone()))
+                .collect();
+            let durations: BTreeSet<u32> = takers
+                .iter()
+                .flat_map(|c| c.last_frame_durations.iter().copied())
+                .collect();
+            let mut only = Vec::new();
+            if !tiers.is_empty() {
+                only.push(format!("at {}", one_of(tiers.into_iter().map(|(_, r)| r))));
+            }
+            if !durations.is_empty() {
+                only.push(format!("for {} s", one_of(durations)));
+            }
+            format!(
+                "last frame: the channels of this model take one only {}",
+                only.join(", ")
+            )
+        }
         DemandField::ReferenceImages => {
             let most = caps().map(|c| c.reference_images).max().unwrap_or(0);
             let durations: BTreeSet<u32> = caps()
@@ -501,9 +623,8 @@ mod tests {
             last_frame: true,
             reference_images: 3,
             reference_image_durations: vec![8],
-            reference_videos: 0,
-            reference_audios: 0,
             audio: true,
+            ..ModelCaps::default()
         }
     }
 
@@ -605,6 +726,159 @@ mod tests {
         assert_eq!(tier_short_side("big"), None);
     }
 
+    /// Kling's kling-v2-6: a last frame in `pro` mode (1080p) only.
+    fn pro_last() -> ModelCaps {
+        ModelCaps {
+            durations: vec![5, 10],
+            resolutions: vec!["720p".into(), "1080p".into()],
+            last_frame: true,
+            last_frame_resolutions: vec!["1080p".into()],
+            ..ModelCaps::default()
+        }
+    }
+
+    /// MiniMax's Hailuo-02: 512p from a first frame only, a last frame at 768p and 1080p.
+    fn hailuo_02() -> ModelCaps {
+        ModelCaps {
+            durations: vec![6, 10],
+            resolutions: vec!["512p".into(), "768p".into(), "1080p".into()],
+            durations_by_resolution: [("1080p".into(), vec![6])].into(),
+            last_frame: true,
+            last_frame_resolutions: vec!["768p".into(), "1080p".into()],
+            image_only_resolutions: vec!["512p".into()],
+            ..ModelCaps::default()
+        }
+    }
+
+    fn frames(mut d: Demand, first: bool, last: bool) -> Demand {
+        d.first_frame = first;
+        d.last_frame = last;
+        d
+    }
+
+    #[test]
+    fn a_last_frame_may_be_taken_at_some_tiers_and_durations_only() {
+        let pro = pro_last();
+        let both = |d| frames(d, true, true);
+        check(
+            &pro,
+            both(demand(5, "1080p", "16:9")),
+            false,
+            Ok((5, "1080p")),
+        );
+        // At 720p (std mode) the last frame is the later field of the pair, at fault.
+        check(
+            &pro,
+            both(demand(5, "720p", "16:9")),
+            false,
+            Err(DemandField::LastFrame),
+        );
+        check(
+            &pro,
+            frames(demand(5, "720p", "16:9"), true, false),
+            false,
+            Ok((5, "720p")),
+        );
+        // A first-format size picks the tier that takes the last frame, not the smallest.
+        let sized = |w, h| Demand {
+            duration: 5,
+            size: Some((w, h)),
+            ratio: "16:9".into(),
+            ..Demand::default()
+        };
+        check(&pro, both(sized(1280, 720)), false, Ok((5, "1080p")));
+        check(&pro, sized(1280, 720), false, Ok((5, "720p")));
+
+        // kling-v1: a last frame at 5 s only.
+        let v1 = ModelCaps {
+            durations: vec![5, 10],
+            resolutions: vec!["720p".into()],
+            last_frame: true,
+            last_frame_durations: vec![5],
+            ..ModelCaps::default()
+        };
+        check(&v1, both(demand(5, "720p", "16:9")), false, Ok((5, "720p")));
+        check(
+            &v1,
+            both(demand(10, "720p", "16:9")),
+            false,
+            Err(DemandField::LastFrame),
+        );
+        check(&v1, demand(10, "720p", "16:9"), false, Ok((10, "720p")));
+
+        let offers = |c| {
+            [Offer {
+                caps: Some(c),
+                nearest_longer: false,
+            }]
+        };
+        let refused = fit_any(&offers(&pro), &both(demand(5, "720p", "16:9"))).unwrap_err();
+        assert_eq!(
+            refused.detail,
+            "last frame: the channels of this model take one only at 1080p"
+        );
+        let refused = fit_any(&offers(&v1), &both(demand(10, "720p", "16:9"))).unwrap_err();
+        assert_eq!(
+            refused.detail,
+            "last frame: the channels of this model take one only for 5 s"
+        );
+    }
+
+    #[test]
+    fn a_tier_made_from_a_first_frame_only_is_not_made_from_text() {
+        let two = hailuo_02();
+        let image = |d| frames(d, true, false);
+        check(
+            &two,
+            image(demand(6, "512p", "16:9")),
+            false,
+            Ok((6, "512p")),
+        );
+        check(
+            &two,
+            demand(6, "512p", "16:9"),
+            false,
+            Err(DemandField::Resolution),
+        );
+        // First and last frames: not at 512p.
+        check(
+            &two,
+            frames(demand(6, "512p", "16:9"), true, true),
+            false,
+            Err(DemandField::LastFrame),
+        );
+        check(
+            &two,
+            frames(demand(6, "768p", "16:9"), true, true),
+            false,
+            Ok((6, "768p")),
+        );
+        // A small size: 512p from a first frame, 768p from text or with a last frame.
+        let sized = |first, last| Demand {
+            duration: 6,
+            size: Some((640, 360)),
+            ratio: "16:9".into(),
+            first_frame: first,
+            last_frame: last,
+            ..Demand::default()
+        };
+        check(&two, sized(true, false), false, Ok((6, "512p")));
+        check(&two, sized(false, false), false, Ok((6, "768p")));
+        check(&two, sized(true, true), false, Ok((6, "768p")));
+        let refused = fit_any(
+            &[Offer {
+                caps: Some(&two),
+                nearest_longer: false,
+            }],
+            &demand(6, "512p", "16:9"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            refused.detail,
+            "resolution 512p: the channels of this model make 768p or 1080p (512p from a first frame only)"
+        );
+    }
+
     #[test]
     fn the_furthest_offers_name_what_they_can_do() {
         let v = veo();
@@ -697,6 +971,25 @@ mod tests {
         };
         assert!(any.makes_tier("8k") && any.makes_duration(99, Some("8k")));
         assert_eq!(any.takes(DemandField::ReferenceVideos), Some(u32::MAX));
+    }
+
+    #[test]
+    fn merged_caps_keep_where_a_last_frame_is_taken_and_what_is_made_from_images_only() {
+        let merged = merge([&pro_last(), &hailuo_02()]).unwrap();
+        assert_eq!(merged.last_frame_resolutions, ["768p", "1080p"]);
+        assert!(merged.last_frame_durations.is_empty());
+        // 512p is made by Hailuo 02 alone, from a first frame only.
+        assert_eq!(merged.image_only_resolutions, ["512p"]);
+        // A model taking a last frame anywhere, or making 512p from text, lifts the limit.
+        let mut any = pro_last();
+        any.last_frame_resolutions.clear();
+        any.resolutions.push("512p".into());
+        let merged = merge([&any, &hailuo_02()]).unwrap();
+        assert!(merged.last_frame_resolutions.is_empty());
+        assert!(merged.image_only_resolutions.is_empty());
+        // Models that take no last frame say nothing of where.
+        let none = ModelCaps::default();
+        assert!(merge([&none]).unwrap().last_frame_resolutions.is_empty());
     }
 
     #[test]

@@ -148,9 +148,9 @@ pub struct ChannelConfig {
     /// Video channels: hosts of result URLs fetched without the SSRF guard (`host` or
     /// `host:port`); the channel's own `base_url` is always trusted.
     pub trusted_hosts: Vec<String>,
-    /// Kinds with callbacks (`ark`): with a secret, submissions carry a `callback_url` on the
-    /// relay (`POST /callbacks/ark/{channel}`), and the upstream's callbacks wake the task's
-    /// poll.
+    /// Kinds with callbacks (`ark`, `kling`, `minimax`: those whose registration says so):
+    /// with a secret, submissions carry a `callback_url` on the relay (`POST
+    /// /callbacks/<kind>/{channel}`), and the upstream's callbacks wake the task's poll.
     pub callback_secret: Option<String>,
     /// Remote channels: a PEM file of CA certificates trusted beside `[upstream] roots`.
     pub ca_file: Option<String>,

@@ -77,7 +77,7 @@ fn latencies() -> Histogram {
 
 /// Every route's label: its method and path template (`router::routes::Route::slot` is its
 /// place here), then the label of requests no route takes.
-pub const ROUTES: [&str; 58] = [
+pub const ROUTES: [&str; 60] = [
     "GET /healthz",
     "GET /readyz",
     "GET /openapi.yaml",
@@ -135,6 +135,8 @@ pub const ROUTES: [&str; 58] = [
     "GET /v1/videos/characters",
     "DELETE /v1/videos/characters/{character_id}",
     "POST /admin/channels/{name}/test",
+    "POST /callbacks/kling/{channel}",
+    "POST /callbacks/minimax/{channel}",
     "unmatched",
 ];
 

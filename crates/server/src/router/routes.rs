@@ -22,6 +22,10 @@ pub(super) enum Route<'a> {
     File(&'a str),
     /// `POST /callbacks/ark/{channel}`, authorised by its token instead of a key.
     ArkCallback(&'a str),
+    /// `POST /callbacks/kling/{channel}`, likewise.
+    KlingCallback(&'a str),
+    /// `POST /callbacks/minimax/{channel}`, likewise.
+    MinimaxCallback(&'a str),
     CreateVideo,
     ListVideos,
     GetVideo(&'a str),
@@ -145,6 +149,10 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
         ["files", _, ..] if m == Method::GET => Ok(File(&rest["files/".len()..])),
         ["callbacks", "ark", channel] if m == Method::POST => Ok(ArkCallback(channel)),
         ["callbacks", "ark", _] => Err(Miss::Method("POST")),
+        ["callbacks", "kling", channel] if m == Method::POST => Ok(KlingCallback(channel)),
+        ["callbacks", "kling", _] => Err(Miss::Method("POST")),
+        ["callbacks", "minimax", channel] if m == Method::POST => Ok(MinimaxCallback(channel)),
+        ["callbacks", "minimax", _] => Err(Miss::Method("POST")),
         ["files", _, ..] => Err(Miss::Method("GET")),
         ["healthz"] if m == Method::GET => Ok(Healthz),
         ["healthz"] => Err(Miss::Method("GET")),
@@ -311,6 +319,8 @@ impl<'a> Route<'a> {
             ListCharacters => 54,
             DeleteCharacter(_) => 55,
             TestChannel(_) => 56,
+            KlingCallback(_) => 57,
+            MinimaxCallback(_) => 58,
         }
     }
 
@@ -326,6 +336,8 @@ impl<'a> Route<'a> {
         match *self {
             File(p)
             | ArkCallback(p)
+            | KlingCallback(p)
+            | MinimaxCallback(p)
             | GetVideo(p)
             | DeleteVideo(p)
             | VideoContent(p)
@@ -569,6 +581,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs its label in
         // `metrics::ROUTES` (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 57, "route_table misses a route");
+        assert_eq!(kinds.len(), 59, "route_table misses a route");
     }
 }

@@ -19,8 +19,11 @@ const PUBLIC: &[&str] = &[
     "/console",
     "/console/",
     "/console/{file}",
-    // An upstream's callback: its own token, not a key (tests/it/upstreams/ark.rs).
+    // An upstream's callback: its own token, not a key (tests/it/upstreams/ark.rs,
+    // tests/it/kling.rs, tests/it/minimax.rs).
     "/callbacks/ark/{channel}",
+    "/callbacks/kling/{channel}",
+    "/callbacks/minimax/{channel}",
 ];
 const MESSAGES_PATHS: &[&str] = &[
     "/v1/messages",
