@@ -52,18 +52,17 @@ struct Fakes {
     video: FakeVideo,
     chat: FakeChat,
     busy_chat: FakeChat,
-    /// A port nothing listens on.
-    closed: u16,
+    /// A port nothing listens on: bound (so no other listener can take it meanwhile), never
+    /// listening, so a connection to it is refused.
+    closed: tokio::net::TcpSocket,
 }
 
 impl Fakes {
     async fn start() -> Fakes {
-        let closed = {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            listener.local_addr().expect("addr").port()
-        };
+        let closed = tokio::net::TcpSocket::new_v4().expect("socket");
+        closed
+            .bind("127.0.0.1:0".parse().expect("address"))
+            .expect("bind");
         Fakes {
             veo: FakeVeo::start().await,
             kling: FakeKling::start().await,
@@ -141,7 +140,7 @@ impl Fakes {
             videos("videos", &video_base, FAKE_KEY),
             videos("videos-wrong", &video_base, WRONG),
             videos("videos-busy", &video_base, FAKE_KEY),
-            videos("dead", &format!("http://127.0.0.1:{}", self.closed), FAKE_KEY),
+            videos("dead", &format!("http://{}", self.closed.local_addr().expect("addr")), FAKE_KEY),
             format!(
                 "[[channels]]\nname = \"ark\"\nkind = \"ark\"\nbase_url = \"{}\"\napi_key = \"{FAKE_KEY}\"\n\
                  family = \"gen2\"\nmodel_map = {{ \"gen2-pro\" = \"seedance-pro\" }}\n",

@@ -1,7 +1,7 @@
 //! The shared types of chat channels: a channel's settings, one call as a channel sees it,
-//! its answer, how a failure before the first byte is reported, and the channel test's call. Every adapter and the
-//! dispatching [`ChatChannel`](super::ChatChannel) speak in these; this module knows none of
-//! them.
+//! its answer, how a failure before the first byte is reported, and the channel test's call.
+//! Every adapter and the dispatching [`ChatChannel`](super::ChatChannel) speak in these; this
+//! module knows none of them.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

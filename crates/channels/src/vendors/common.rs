@@ -170,7 +170,7 @@ impl Remote {
         let req = req.map_err(|e| UpstreamError::Build(e.to_string()))?;
         let res = self.http.send(req).await?;
         let status = res.status;
-        crate::check::note_status(status);
+        check::note_status(status);
         let headers = res.headers();
         let body = res.body.collect(MAX_JSON_BYTES).await?;
         Ok((status, headers, body))
