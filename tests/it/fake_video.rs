@@ -11,10 +11,13 @@
 //! (the relay's task id), replays included, with what became of its task ([`Taken`]).
 //!
 //! For the chaos of `cargo xtask crash --chaos` and the tests of ambiguous submissions it
-//! misbehaves on demand or at random: takes a submission and closes the connection unanswered,
+//! misbehaves on demand or at random (its draws seeded by [`seed_chances`]): takes a
+//! submission and closes the connection unanswered, reads one and closes without taking it,
 //! answers one late, answers 429, 500 or an error inside a `200`, loses a task (its polls
-//! answer 404), and cuts a result download off halfway. Its task lists (what a channel test
-//! asks for) are empty, or answered 429 on demand.
+//! answer 404), and cuts a result download off halfway; it counts what it injected
+//! ([`Injected`]) and records how it answered every submission, in order, per key
+//! ([`FakeVideo::received`]). Its task lists (what a channel test asks for) are empty, or
+//! answered 429 on demand.
 //!
 //! Self-contained (no test harness), so that `cargo xtask fake-upstream` serves the same fake
 //! for trying the relay by hand.
@@ -94,11 +97,25 @@ pub struct Switches {
     pub error_200_permille: AtomicU32,
     pub lose_permille: AtomicU32,
     pub reset_download_permille: AtomicU32,
+    /// A submission read whole and its connection closed unanswered, no task made.
+    pub drop_permille: AtomicU32,
+    /// What the switches above made happen, counted.
+    pub injected: Injected,
     /// Polls received so far.
     pub polls: AtomicU64,
     /// Requests being answered now, and the most there ever were at once.
     pub active: AtomicU32,
     pub max_active: AtomicU32,
+}
+
+/// What the fake's misbehaviour came to: answers it gave instead of the real one.
+#[derive(Debug, Default)]
+pub struct Injected {
+    pub rate_limited: AtomicU32,
+    pub server_errors: AtomicU32,
+    pub errors_in_200: AtomicU32,
+    /// Result downloads cut off halfway.
+    pub resets: AtomicU32,
 }
 
 /// Counts a request as active while it lives.
@@ -177,6 +194,9 @@ struct State {
     accepted: HashMap<String, u32>,
     /// Submissions taken per `Idempotency-Key`, and how the first was answered.
     taken: HashMap<String, (u32, &'static str)>,
+    /// Every submission received per `Idempotency-Key`, taken or not: how each was answered,
+    /// in order.
+    received: HashMap<String, Vec<&'static str>>,
     /// The upstream id each `Idempotency-Key` created, and how many submissions repeated a
     /// key (answered with the first task, not a new one).
     by_idempotency_key: HashMap<String, String>,
@@ -321,6 +341,15 @@ impl FakeVideo {
         out
     }
 
+    /// How every submission was answered, in order, by `Idempotency-Key`: `429`, `500`,
+    /// `error_200` (an error inside a `200`), `no_prompt`, `dropped` (read, no task made, the
+    /// connection closed), or, a task made (or given again: `replay`), `answered`, `closed`
+    /// (the connection closed unanswered) or `late`.
+    #[allow(dead_code)]
+    pub fn received(&self) -> HashMap<String, Vec<&'static str>> {
+        self.state.lock().expect("fake state").received.clone()
+    }
+
     /// Submissions that repeated an `Idempotency-Key` and were answered with the task the
     /// first one created.
     #[allow(dead_code)]
@@ -411,9 +440,22 @@ fn answer(status: StatusCode, body: Value) -> Response<Body> {
         .expect("response")
 }
 
+/// The state of [`chance`]'s generator, shared by every fake of the process.
+static SEED: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
+
+/// Starts [`chance`]'s draws from `seed`: the same seed gives the same sequence of draws (which
+/// request meets which draw still depends on timing).
+#[allow(dead_code)]
+pub fn seed_chances(seed: u64) {
+    // Xorshift never leaves 0.
+    SEED.store(
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+        Ordering::SeqCst,
+    );
+}
+
 /// True `permille` times in a thousand (a xorshift; no need for a good generator).
 fn chance(permille: u32) -> bool {
-    static SEED: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
     if permille == 0 {
         return false;
     }
@@ -701,7 +743,15 @@ async fn submit(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    let received = |how: &'static str| {
+        if let Some(key) = &idempotency_key {
+            let mut st = state.lock().expect("fake state");
+            st.received.entry(key.clone()).or_default().push(how);
+        }
+    };
     if next_or_chance(&sw.burst_429, &sw.rate_limit_permille) {
+        sw.injected.rate_limited.fetch_add(1, Ordering::Relaxed);
+        received("429");
         return Some(
             Response::builder()
                 .status(StatusCode::TOO_MANY_REQUESTS)
@@ -713,6 +763,8 @@ async fn submit(
         );
     }
     if chance(sw.submit_fail_permille.load(Ordering::Relaxed)) {
+        sw.injected.server_errors.fetch_add(1, Ordering::Relaxed);
+        received("500");
         return Some(answer(
             StatusCode::INTERNAL_SERVER_ERROR,
             json!({"error": {"message": "injected failure"}}),
@@ -720,17 +772,25 @@ async fn submit(
     }
     if chance(sw.error_200_permille.load(Ordering::Relaxed)) {
         // Refused inside a success, as some upstreams answer: no task made.
+        sw.injected.errors_in_200.fetch_add(1, Ordering::Relaxed);
+        received("error_200");
         return Some(answer(
             StatusCode::OK,
             json!({"error": {"code": "InvalidParameter", "message": "refused inside a 200"}}),
         ));
     }
     let Some(prompt) = prompt_of(&body, ark) else {
+        received("no_prompt");
         return Some(answer(
             StatusCode::BAD_REQUEST,
             json!({"error": {"message": "no prompt"}}),
         ));
     };
+    if chance(sw.drop_permille.load(Ordering::Relaxed)) {
+        // Read whole, nothing made, no answer: the relay cannot tell it from one taken.
+        received("dropped");
+        return None;
+    }
     // Taken from here on: how the relay hears of it is decided now.
     let how = if next_or_chance(&sw.close_after_submit, &sw.close_permille) {
         "closed"
@@ -750,6 +810,10 @@ async fn submit(
             .as_ref()
             .and_then(|k| st.by_idempotency_key.get(k))
             .cloned();
+        if let Some(key) = &idempotency_key {
+            let answered = if replayed.is_some() { "replay" } else { how };
+            st.received.entry(key.clone()).or_default().push(answered);
+        }
         let (id, fresh) = match replayed {
             Some(id) => {
                 st.replays += 1;
@@ -850,8 +914,11 @@ fn content(
         );
     }
     // Cut off halfway: the length announced, half the bytes sent, the connection closed.
-    let truncate = sw.truncate.load(Ordering::SeqCst)
-        || (!image && chance(sw.reset_download_permille.load(Ordering::Relaxed)));
+    let reset = !image && chance(sw.reset_download_permille.load(Ordering::Relaxed));
+    if reset {
+        sw.injected.resets.fetch_add(1, Ordering::Relaxed);
+    }
+    let truncate = sw.truncate.load(Ordering::SeqCst) || reset;
     if !image
         && !truncate
         && let Some(task) = state.lock().expect("fake state").tasks.get_mut(id)
@@ -875,14 +942,35 @@ fn content(
     } else {
         ("video/mp4", fake_mp4())
     };
-    let mut res = Response::builder().header("content-type", ct);
-    let bytes = if truncate && !image {
-        res = res.header("content-length", bytes.len().to_string());
-        bytes[..bytes.len() / 2].to_vec()
-    } else {
-        bytes
-    };
+    let res = Response::builder().header("content-type", ct);
+    if truncate && !image {
+        return res
+            .header("content-length", bytes.len().to_string())
+            .body(CutShort(Some(Bytes::from(bytes[..bytes.len() / 2].to_vec()))).boxed())
+            .expect("response");
+    }
     res.body(full(bytes)).expect("response")
+}
+
+/// A body that ends before the `content-length` it is sent with: hyper, not told its length,
+/// sends what there is and closes the connection.
+struct CutShort(Option<Bytes>);
+
+impl hyper::body::Body for CutShort {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Ready(
+            self.get_mut()
+                .0
+                .take()
+                .map(|b| Ok(hyper::body::Frame::data(b))),
+        )
+    }
 }
 
 /// An `ark` task as its `GET` (and its callback) shows it.

@@ -8,10 +8,14 @@
 //! `200` is acknowledged: the relay promised to keep it. A seed makes the random choices
 //! (delays, operations, scenarios) repeatable; timing on a shared machine is not.
 //!
+//! With `--chaos` the video tasks go to a fake vendor that misbehaves at random, and what it
+//! saw is checked too (`chaos`).
+//!
 //! This file holds the kill cycles and the verdict; the load is `workload`, what is read
 //! after the last start `facts`, the invariants over it `audit`.
 
 pub(crate) mod audit;
+mod chaos;
 pub(crate) mod conn;
 pub(crate) mod facts;
 mod options;
@@ -34,8 +38,12 @@ use options::{Options, parse};
 use site::{ADMIN_TOKEN, CONFIG, QUOTA, Site};
 use workload::{Rng, Seen, drive};
 
+use crate::fake_video::FakeVideo;
+
 /// The longest a cycle runs before its SIGKILL.
 const MAX_KILL_DELAY_MS: u64 = 1500;
+/// The same with `--chaos`, whose tasks take longer (a vendor's run, polls, a download).
+const MAX_CHAOS_KILL_DELAY_MS: u64 = 2500;
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let opts = parse(args)?;
@@ -46,7 +54,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         build.arg("--release");
     }
     crate::cmd::run(&format!("cargo build -p relay ({profile})"), &mut build)?;
-    let work = crate::cmd::target_dir().join("crash");
+    let name = if opts.chaos { "crash --chaos" } else { "crash" };
+    let work = crate::cmd::target_dir().join(if opts.chaos { "crash-chaos" } else { "crash" });
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let site = Site {
@@ -55,22 +64,53 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         data: work.join("data"),
         log: work.join("relay.log"),
     };
-    std::fs::write(&site.config, CONFIG)?;
-    eprintln!(
-        "xtask: crash: seed {} ({} cycles, {} connections, {profile} binary; repeat with --seed {})",
-        opts.seed, opts.cycles, opts.workers, opts.seed
-    );
-    let started = Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let outcome = campaign(&rt, &opts, &site);
+    // The fake vendor lives in this process, across every start of the relay.
+    let fake = opts
+        .chaos
+        .then(|| rt.block_on(chaos::start_fake(opts.seed)));
+    match &fake {
+        Some(fake) => std::fs::write(&site.config, chaos::config(fake))?,
+        None => std::fs::write(&site.config, CONFIG)?,
+    }
+    eprintln!(
+        "xtask: {name}: seed {} ({} cycles, {} connections, {profile} binary; repeat with --seed {})",
+        opts.seed, opts.cycles, opts.workers, opts.seed
+    );
+    let started = Instant::now();
+    let outcome = campaign(&rt, &opts, &site, fake.as_ref());
     let elapsed = started.elapsed();
     match outcome {
         Ok(summary) => {
+            if let Some(c) = &summary.chaos {
+                eprintln!(
+                    "xtask: {name}: the vendor received {} submissions and made {} tasks ({} closed unanswered, {} read and dropped, {} answered late; {} 429s, {} 500s, {} errors inside a 200); of its tasks {} failed, {} lost, {} completed ({} delivered whole), {} downloads cut off; at the relay {} completed ({} served during the load, {} checked whole after), {} failed, {} cancelled; {} tasks submitted again after a submission the vendor may have taken",
+                    c.received,
+                    c.made,
+                    c.closed,
+                    c.dropped,
+                    c.late,
+                    c.rate_limited,
+                    c.server_errors,
+                    c.errors_in_200,
+                    c.vendor_failed,
+                    c.lost,
+                    c.vendor_completed,
+                    c.delivered,
+                    c.resets,
+                    c.completed,
+                    c.served,
+                    c.checked,
+                    c.failed,
+                    c.cancelled,
+                    c.resent,
+                );
+            }
             eprintln!(
-                "xtask: crash: {} cycles ({} killed while starting), {} acknowledged ({} cancels, {} messages answered, {} refused), {} tasks stored, {} final, {} ledger entries ({} charges), balance {} of {}, seed {}, {:.0?}",
+                "xtask: {name}: {} cycles ({} killed while starting), {} acknowledged ({} cancels, {} messages answered, {} refused), {} tasks stored, {} final, {} ledger entries ({} charges), balance {} of {}, seed {}, {:.0?}",
                 opts.cycles,
                 summary.startup_kills,
                 summary.acknowledged,
@@ -88,7 +128,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             );
             if summary.violations.is_empty() {
                 let _ = std::fs::remove_dir_all(&site.data);
-                eprintln!("xtask: crash: passed");
+                eprintln!("xtask: {name}: passed");
                 return Ok(());
             }
             for v in &summary.violations {
@@ -123,13 +163,27 @@ struct Summary {
     charges: usize,
     balance: i64,
     violations: Vec<String>,
+    /// With `--chaos`: what the vendor saw and what became of it.
+    chaos: Option<chaos::Counts>,
 }
 
-fn campaign(rt: &tokio::runtime::Runtime, opts: &Options, site: &Site) -> anyhow::Result<Summary> {
+fn campaign(
+    rt: &tokio::runtime::Runtime,
+    opts: &Options,
+    site: &Site,
+    fake: Option<&FakeVideo>,
+) -> anyhow::Result<Summary> {
     let mut summary = Summary::default();
     let seen = Arc::new(Seen::default());
     let mut rng = Rng::new(opts.seed);
     let mut key: Option<(String, String)> = None;
+    let seed = opts.seed;
+    let chaos_load = move |w| chaos::start(seed, w);
+    let start: &dyn Fn(workload::Worker) -> tokio::task::JoinHandle<()> = if opts.chaos {
+        &chaos_load
+    } else {
+        &workload::start
+    };
     for cycle in 0..opts.cycles {
         // Now and then a kill during start-up too (never the first start: it makes the key).
         if key.is_some() && rng.below(5) == 0 {
@@ -150,7 +204,12 @@ fn campaign(rt: &tokio::runtime::Runtime, opts: &Options, site: &Site) -> anyhow
             }
         };
         let _ = key_id;
-        let kill_after = Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1));
+        let max_delay = if opts.chaos {
+            MAX_CHAOS_KILL_DELAY_MS
+        } else {
+            MAX_KILL_DELAY_MS
+        };
+        let kill_after = Duration::from_millis(rng.below(max_delay + 1));
         rt.block_on(drive(
             &relay.base,
             &secret,
@@ -159,6 +218,7 @@ fn campaign(rt: &tokio::runtime::Runtime, opts: &Options, site: &Site) -> anyhow
             kill_after,
             &mut relay.child,
             &seen,
+            start,
         ))?;
         if (cycle + 1) % 10 == 0 || cycle + 1 == opts.cycles {
             eprintln!(
@@ -181,7 +241,14 @@ fn campaign(rt: &tokio::runtime::Runtime, opts: &Options, site: &Site) -> anyhow
     summary.cancels = seen.cancels.load(Ordering::Relaxed);
     summary.messages = seen.messages.load(Ordering::Relaxed);
     summary.refused = seen.refused.load(Ordering::Relaxed);
-    rt.block_on(verify(&relay.base, &key_id, &secret, &acked, &mut summary))?;
+    rt.block_on(verify(
+        &relay.base,
+        &key_id,
+        &secret,
+        &acked,
+        fake.map(|f| (f, &*seen)),
+        &mut summary,
+    ))?;
     drop(relay);
     if std::fs::read_to_string(&site.log)
         .unwrap_or_default()
@@ -215,18 +282,24 @@ async fn create_key(base: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
-/// The checks after the last start: gathers the facts, then audits them.
+/// The checks after the last start: gathers the facts, then audits them; with `--chaos`
+/// (`chaos`: the fake vendor and what the load saw) the vendor's side too.
 async fn verify(
     base: &str,
     key_id: &str,
     secret: &str,
     acked: &[String],
+    chaos: Option<(&FakeVideo, &Seen)>,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
     let mut violations = Vec::new();
     let facts = gather(base, key_id, secret, acked, &mut violations).await?;
     let audit = audit(&facts);
     violations.extend(audit.violations);
+    if let Some((fake, seen)) = chaos {
+        let counts = chaos::verify(base, secret, &facts, fake, seen, &mut violations).await?;
+        summary.chaos = Some(counts);
+    }
     summary.violations.append(&mut violations);
     summary.entries = facts.entries.len();
     summary.charges = audit.charges;

@@ -32,7 +32,7 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
 
   ci        fmt check, floors (no circle of files), clippy -D warnings, every test (slow ones included: RUN_SLOW_TESTS=1;
             the S3 blob tests with moto's server from PyPI in target/moto-venv),
-            a short fuzz pass (5 s per target), a short crash run, the official SDK checks
+            a short fuzz pass (5 s per target), short crash runs (plain and --chaos), the official SDK checks
             and a bounded Schemathesis pass
   --no-sdk  skip the SDK checks (they install the SDKs from PyPI into target/sdk-venv*) and the
             console's browser test (chromium from apt, Playwright from npm)
@@ -59,7 +59,10 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
                 and the command that replays it (installs cargo-fuzz when missing)
   crash         SIGKILL the relay at random moments under load, cycle after cycle over one
                 data directory, then check that no acknowledged task was lost and the ledger
-                balances (`crash --cycles 3 --debug` is part of ci)
+                balances (`crash --cycles 3 --debug` is part of ci); `--chaos`: the video tasks
+                go to a fake vendor that misbehaves at random, and no task may be submitted
+                twice nor a result the vendor made be lost unrefunded (`crash --chaos --cycles 3
+                --debug` is part of ci)
   cluster       three relays on one PostgreSQL, Redis and S3-compatible store (moto) under
                 mixed load, one SIGKILLed and started again; then every task final, none
                 submitted upstream twice, the ledger balanced, files and the rate limit shared
@@ -171,6 +174,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     if !quick {
         fuzz::fuzz(&["--secs".to_owned(), CI_FUZZ_SECS.to_owned()])?;
         crash::run(&["--cycles", "3", "--debug"].map(String::from))?;
+        crash::run(&["--chaos", "--cycles", "3", "--debug"].map(String::from))?;
         cluster::run(&["--debug", "--secs", "10"].map(String::from))?;
     }
     if sdk {

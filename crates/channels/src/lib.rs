@@ -21,6 +21,13 @@ pub mod sim;
 pub mod vendors;
 pub mod video;
 
+/// What the fuzz targets in `fuzz/` drive that is not public otherwise: the HTTP/1.1 reader of
+/// upstream answers over bytes in memory. Not part of the crate's interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::http::pool::h1::fuzzing::{Answer, AnswerFraming, read_answer};
+}
+
 pub use chat::{
     ChatAnswer, ChatCall, ChatChannel, ChatEventStream, ChatSettings, FailureKind, StreamFailure,
     UpstreamFailure,

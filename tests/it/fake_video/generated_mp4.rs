@@ -15,6 +15,9 @@ pub struct GeneratedMp4 {
     chunk: Bytes,
     /// Bytes still to send, the head included.
     left: u64,
+    /// Whether every byte is sent: only then is the length known to hyper (a shorter body
+    /// than the `content-length` it is sent with is cut off where the length is not told).
+    whole: bool,
 }
 
 impl GeneratedMp4 {
@@ -26,6 +29,7 @@ impl GeneratedMp4 {
             head: Some(Bytes::from(head)),
             chunk: Bytes::from(chunk),
             left: sent,
+            whole: sent == total,
         }
     }
 }
@@ -59,7 +63,11 @@ impl hyper::body::Body for GeneratedMp4 {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.left)
+        if self.whole {
+            SizeHint::with_exact(self.left)
+        } else {
+            SizeHint::default()
+        }
     }
 }
 

@@ -88,6 +88,8 @@ impl Format {
 #[derive(Default)]
 pub struct Seen {
     pub acked: Mutex<Vec<String>>,
+    /// Tasks whose video the relay served whole (the chaos run's load).
+    pub served: Mutex<std::collections::HashSet<String>>,
     pub messages: AtomicU64,
     pub cancels: AtomicU64,
     pub refused: AtomicU64,
@@ -103,8 +105,29 @@ impl Seen {
     }
 }
 
-/// Drives load on `workers` connections and SIGKILLs the relay `kill_after` in; returns when
-/// every connection has seen the end.
+/// One connection of a cycle's load, as [`drive`] hands it to the load's starter.
+pub struct Worker {
+    pub base: String,
+    pub key: String,
+    /// Its own draws: from the run's seed, the cycle and its number.
+    pub rng: Rng,
+    pub cycle: u32,
+    /// Its number in the cycle.
+    pub index: u32,
+    pub seen: Arc<Seen>,
+    /// Set once the relay is killed.
+    pub killed: Arc<AtomicBool>,
+}
+
+/// Starts the crash run's load on one connection: submissions of both formats with simulator
+/// scenarios, cancels, polls and messages.
+pub fn start(w: Worker) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(worker(w.base, w.key, w.rng, w.cycle, w.seen, w.killed))
+}
+
+/// Drives load on `workers` connections, each started by `start`, and SIGKILLs the relay
+/// `kill_after` in; returns when every connection has seen the end.
+#[allow(clippy::too_many_arguments)]
 pub async fn drive(
     base: &str,
     key: &str,
@@ -113,19 +136,20 @@ pub async fn drive(
     kill_after: Duration,
     child: &mut std::process::Child,
     seen: &Arc<Seen>,
+    start: &dyn Fn(Worker) -> tokio::task::JoinHandle<()>,
 ) -> anyhow::Result<()> {
     let killed = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
-    for w in 0..opts.workers {
-        let rng = Rng::derive(opts.seed, &[u64::from(cycle), u64::from(w) + 1]);
-        workers.push(tokio::spawn(worker(
-            base.to_owned(),
-            key.to_owned(),
-            rng,
+    for index in 0..opts.workers {
+        workers.push(start(Worker {
+            base: base.to_owned(),
+            key: key.to_owned(),
+            rng: Rng::derive(opts.seed, &[u64::from(cycle), u64::from(index) + 1]),
             cycle,
-            Arc::clone(seen),
-            Arc::clone(&killed),
-        )));
+            index,
+            seen: Arc::clone(seen),
+            killed: Arc::clone(&killed),
+        }));
     }
     // The wait is the point: the kill lands at a random moment of the load.
     tokio::time::sleep(kill_after).await;

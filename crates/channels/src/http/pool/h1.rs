@@ -249,7 +249,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                             }
                             return Poll::Ready(Ok(head));
                         }
-                        None if self.buf.len() >= MAX_HEAD => {
+                        None if self.buf.len() > MAX_HEAD => {
                             return Poll::Ready(Err(Error::HeadTooLarge));
                         }
                         None => {}
@@ -431,6 +431,11 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Error
         let Some(end) = head_end(buf) else {
             return Ok(None);
         };
+        // However the head arrived (its empty line in one read or after many), one longer
+        // than the bound is refused.
+        if end > MAX_HEAD {
+            return Err(Error::HeadTooLarge);
+        }
         let head = buf.split_to(end).freeze();
         let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut res = httparse::Response::new(&mut []);
@@ -482,7 +487,7 @@ fn frame(
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut encoded = false;
-    let mut close = version == 0;
+    let (mut close, mut keep_alive) = (false, false);
     // Only the headers that frame the body are read here; the rest wait in the head's text
     // for a caller that asks ([`header_map`]).
     for h in parsed {
@@ -499,22 +504,27 @@ fn frame(
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             encoded = true;
-            // Chunked only when it is the last coding.
-            chunked = value
+            // Chunked only when it is the last coding; empty list elements do not count
+            // (RFC 9110 §5.6.1: `chunked, ` ends with `chunked`), and a field of none leaves
+            // the last coding of the fields before it.
+            if let Some(last) = value
                 .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                .map(<[u8]>::trim_ascii)
+                .find(|coding| !coding.is_empty())
+            {
+                chunked = last.eq_ignore_ascii_case(b"chunked");
+            }
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|b| *b == b',') {
                 let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if version == 0 && token.eq_ignore_ascii_case(b"keep-alive") {
-                    close = false;
-                }
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
         }
     }
+    // `close` wins over `keep-alive`, in whatever order they come; HTTP/1.0 closes unless it
+    // asks to keep the connection.
+    let close = close || version == 0 && !keep_alive;
     let bodiless = *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
@@ -621,8 +631,8 @@ enum State {
     ChunkData(u64),
     /// The line end after a chunk's data.
     ChunkEnd,
-    /// After the last chunk: trailer bytes read so far, until the empty line.
-    Trailers(usize),
+    /// After the last chunk: the trailer section, until its empty line.
+    Trailers,
     UntilClose,
     Done,
 }
@@ -693,62 +703,44 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Body<T> {
                     };
                     return Poll::Ready(Ok(Some(buf.split_to(n).freeze())));
                 }
-                State::ChunkSize => match find_line(buf) {
-                    Some((len, end)) => {
-                        let size = chunk_size(&buf[..len]);
+                State::ChunkSize => match chunk_line(buf) {
+                    Ok(Some((size, end))) => {
                         buf.advance(end);
-                        let size = match size {
-                            Some(size) => size,
-                            None => return self.fail(BodyError::Chunked("invalid chunk size")),
-                        };
                         self.state = if size == 0 {
-                            State::Trailers(0)
+                            State::Trailers
                         } else {
                             State::ChunkData(size)
                         };
                         continue;
                     }
-                    None if buf.len() > MAX_CHUNK_LINE => {
-                        return self.fail(BodyError::Chunked("chunk-size line too long"));
-                    }
-                    None => {}
+                    Ok(None) => {}
+                    Err(why) => return self.fail(BodyError::Chunked(why)),
                 },
-                State::ChunkEnd => match buf.first() {
-                    Some(b'\n') => {
-                        buf.advance(1);
-                        self.state = State::ChunkSize;
-                        continue;
-                    }
-                    Some(b'\r') if buf.len() >= 2 => {
-                        if buf[1] != b'\n' {
-                            return self.fail(BodyError::Chunked("a chunk without its line end"));
-                        }
+                State::ChunkEnd => match buf.get(..2) {
+                    Some(b"\r\n") => {
                         buf.advance(2);
                         self.state = State::ChunkSize;
                         continue;
                     }
-                    Some(b'\r') | None => {}
-                    Some(_) => {
-                        return self.fail(BodyError::Chunked("a chunk longer than its size"));
+                    // Nothing yet, or only the CR.
+                    None if b"\r".starts_with(buf) => {}
+                    _ => {
+                        let why = match buf[0] {
+                            b'\r' => "a chunk without its line end",
+                            b'\n' => "a chunk's data ended by a bare LF",
+                            _ => "a chunk longer than its size",
+                        };
+                        return self.fail(BodyError::Chunked(why));
                     }
                 },
-                State::Trailers(seen) => match find_line(buf) {
-                    Some((len, end)) => {
+                State::Trailers => match trailers_end(buf) {
+                    Ok(Some(end)) => {
                         buf.advance(end);
-                        if len == 0 {
-                            self.state = State::Done;
-                            continue;
-                        }
-                        if seen + end > MAX_TRAILERS {
-                            return self.fail(BodyError::Chunked("trailers too long"));
-                        }
-                        self.state = State::Trailers(seen + end);
+                        self.state = State::Done;
                         continue;
                     }
-                    None if seen + buf.len() > MAX_TRAILERS => {
-                        return self.fail(BodyError::Chunked("trailers too long"));
-                    }
-                    None => {}
+                    Ok(None) => {}
+                    Err(why) => return self.fail(BodyError::Chunked(why)),
                 },
                 // Nothing buffered: read below.
                 State::Length(_) | State::UntilClose | State::ChunkData(_) => {}
@@ -777,42 +769,81 @@ fn take_len(left: u64, available: usize) -> usize {
     usize::try_from(left).map_or(available, |left| left.min(available))
 }
 
-/// The first line of `buf`: its length without the line end, and where the next begins.
-fn find_line(buf: &[u8]) -> Option<(usize, usize)> {
-    let nl = memchr::memchr(b'\n', buf)?;
-    let len = if nl > 0 && buf[nl - 1] == b'\r' {
-        nl - 1
-    } else {
-        nl
+/// The chunk-size line at the start of `buf` (RFC 9112 §7.1): the chunk's size and where its
+/// data begins; `None` while the line's end has not come.
+///
+/// The size in hex digits, then optionally spaces or tabs and extensions after a `;`, then
+/// CRLF. A bare LF or CR, or any other control byte but a tab, is refused, as hyper refuses
+/// it: a reader that takes a line end another reader does not is how a body is made to end
+/// elsewhere for one than for the other. Leading zeros are as many as come (the line's own
+/// bound holds them); past them at most 16 digits, which fit in 64 bits. A line longer than
+/// [`MAX_CHUNK_LINE`] is refused however it arrives.
+fn chunk_line(buf: &[u8]) -> Result<Option<(u64, usize)>, &'static str> {
+    let too_long = Err("chunk-size line too long");
+    let Some(nl) = memchr::memchr(b'\n', buf) else {
+        return if buf.len() > MAX_CHUNK_LINE {
+            too_long
+        } else {
+            Ok(None)
+        };
     };
-    Some((len, nl + 1))
-}
-
-/// A chunk-size line's size (hex digits, then optional whitespace and extensions).
-/// Leading zeros are as many as come (the line's own bound holds them); past them at most 16
-/// digits, which fit in 64 bits.
-fn chunk_size(line: &[u8]) -> Option<u64> {
+    if nl > MAX_CHUNK_LINE {
+        return too_long;
+    }
+    let Some(line) = buf[..nl].strip_suffix(b"\r") else {
+        return Err("a chunk-size line ended by a bare LF");
+    };
+    if line.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
+        return Err("a control byte in a chunk-size line");
+    }
+    let invalid = Err("invalid chunk size");
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(line.len());
     if digits == 0 {
-        return None;
+        return invalid;
     }
-    let rest = line[digits..].trim_ascii_start();
+    let rest = &line[digits..];
+    let rest = &rest[rest
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t'))
+        .count()..];
     if !rest.is_empty() && rest[0] != b';' {
-        return None;
+        return invalid;
     }
     let zeros = line[..digits].iter().take_while(|b| **b == b'0').count();
     let significant = &line[zeros..digits];
     if significant.len() > 16 {
-        return None;
+        return invalid;
     }
-    significant.iter().try_fold(0u64, |n, d| {
+    let size = significant.iter().try_fold(0u64, |n, d| {
         let d = (*d as char).to_digit(16)?;
         Some((n << 4) | u64::from(d))
-    })
+    });
+    match size {
+        Some(size) => Ok(Some((size, nl + 1))),
+        None => invalid,
+    }
 }
+
+/// Where the trailer section at the start of `buf` ends, just past its empty line; `None`
+/// while it has not come. Its fields are read as a head's are (httparse), then left unused; a
+/// section longer than [`MAX_TRAILERS`] is refused however it arrives.
+fn trailers_end(buf: &[u8]) -> Result<Option<usize>, &'static str> {
+    let too_long = Err("trailers too long");
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    match httparse::parse_headers(buf, &mut fields) {
+        Ok(httparse::Status::Complete((end, _))) if end > MAX_TRAILERS => too_long,
+        Ok(httparse::Status::Complete((end, _))) => Ok(Some(end)),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_TRAILERS => too_long,
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err("too many trailer fields"),
+        Err(_) => Err("invalid trailer fields"),
+    }
+}
+
+pub mod fuzzing;
 
 #[cfg(test)]
 mod tests;

@@ -501,6 +501,21 @@ async fn malformed_chunks_are_body_errors() {
         ("5\r\nhello!!\r\n0\r\n\r\n", "longer than its size"),
         ("5\r\nhello\rX0\r\n\r\n", "without its line end"),
         ("11111111111111111\r\n", "invalid chunk size"),
+        // Line ends are CRLF: a bare LF may end a line for one reader and not for another.
+        ("5\r\nhello\n0\r\n\r\n", "ended by a bare LF"),
+        (
+            "5\nhello\r\n0\r\n\r\n",
+            "a chunk-size line ended by a bare LF",
+        ),
+        (
+            "5;a\rb\r\nhello\r\n0\r\n\r\n",
+            "a control byte in a chunk-size line",
+        ),
+        (
+            "5\x0c\r\nhello\r\n0\r\n\r\n",
+            "a control byte in a chunk-size line",
+        ),
+        ("5\r\nhello\r\n0\r\nx y\r\n\r\n", "invalid trailer fields"),
     ];
     for (chunks, expected) in cases {
         let answer = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{chunks}");
@@ -593,3 +608,4 @@ async fn a_body_that_stops_is_an_idle_timeout() {
 
 mod conformance;
 mod faults;
+mod framing;
