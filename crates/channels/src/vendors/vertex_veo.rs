@@ -89,9 +89,8 @@ fn models() -> Vec<(&'static str, ModelCaps)> {
         } else {
             Vec::new()
         },
-        reference_videos: 0,
-        reference_audios: 0,
         audio: true,
+        ..ModelCaps::default()
     };
     vec![
         ("veo-3.1-generate-001", veo3(true, 3)),
