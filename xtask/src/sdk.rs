@@ -59,7 +59,6 @@ pub fn sdk_check() -> anyhow::Result<()> {
             .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
     )?;
     drop(relay);
-    openai_sdk_vendor_check(&python)?;
     anthropic_sdk_check()
 }
 
