@@ -828,7 +828,7 @@ fn chunk_line(buf: &[u8]) -> Result<Option<(u64, usize)>, &'static str> {
 }
 
 /// Where the trailer section at the start of `buf` ends, just past its empty line; `None`
-/// while it has not come. Its fields are read as a head's are (httparse), then left unused; a
+/// while it has not come. Its fields are read as header fields (httparse), then left unused; a
 /// section longer than [`MAX_TRAILERS`] is refused however it arrives.
 fn trailers_end(buf: &[u8]) -> Result<Option<usize>, &'static str> {
     let too_long = Err("trailers too long");
