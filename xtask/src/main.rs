@@ -38,7 +38,7 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
             console's browser test (chromium from apt, Playwright from npm)
   --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
-  sdk-messages  only the Anthropic SDK check of /v1/messages and its batches (not yet part of ci)
+  sdk-messages  only the Anthropic SDK check of /v1/messages and its batches (part of ci)
   sdk-vendor    only the OpenAI SDK video check with the Veo fake behind the relay (not yet part of ci)
   fake-veo      the integration suite's strict Veo fake (Gemini API) on 127.0.0.1, for the
                 vendor mode of conformance and the SDK check, or by hand (`fake-veo --help`)

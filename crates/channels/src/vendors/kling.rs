@@ -826,8 +826,8 @@ impl Vendor for Kling {
     }
 }
 
-/// A channel test's answer: code 0 is a good key; 1000-1004 a refused one; 1100-1102 and the
-/// rate limits an account out of funds or rate.
+/// A channel test's answer: code 0 is a good key; 1000-1004 a refused one; 1100-1102 an
+/// account out of funds; the rate limits (1302-1304) a rate limit.
 pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
     let answer = serde_json::from_slice::<KlingAnswer<serde_json::Value>>(body);
     let (verdict, detail) = match answer {
@@ -837,7 +837,8 @@ pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
         Ok(a) => {
             let verdict = match classify(a.code, status) {
                 ErrorClass::Channel | ErrorClass::Token => CheckVerdict::KeyRefused,
-                ErrorClass::Balance | ErrorClass::RateLimit => CheckVerdict::Quota,
+                ErrorClass::Balance => CheckVerdict::Quota,
+                ErrorClass::RateLimit => CheckVerdict::RateLimited,
                 _ => CheckVerdict::Error,
             };
             (
@@ -1256,6 +1257,10 @@ mod tests {
         assert_eq!(
             check(429, r#"{"code":1102,"message":"Resource pack depleted"}"#),
             CheckVerdict::Quota
+        );
+        assert_eq!(
+            check(429, r#"{"code":1302,"message":"Too many requests"}"#),
+            CheckVerdict::RateLimited
         );
         assert_eq!(check(502, "<html>"), CheckVerdict::Error);
     }

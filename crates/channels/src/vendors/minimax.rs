@@ -751,7 +751,8 @@ pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
         Some(b) => {
             let verdict = match classify(b.status_code) {
                 ErrorClass::Channel => CheckVerdict::KeyRefused,
-                ErrorClass::Balance | ErrorClass::RateLimit => CheckVerdict::Quota,
+                ErrorClass::Balance => CheckVerdict::Quota,
+                ErrorClass::RateLimit => CheckVerdict::RateLimited,
                 _ => CheckVerdict::Error,
             };
             (
@@ -765,7 +766,7 @@ pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
         None => {
             let verdict = match status {
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => CheckVerdict::KeyRefused,
-                StatusCode::TOO_MANY_REQUESTS => CheckVerdict::Quota,
+                StatusCode::TOO_MANY_REQUESTS => CheckVerdict::RateLimited,
                 _ => CheckVerdict::Error,
             };
             (
@@ -1111,6 +1112,10 @@ mod tests {
         assert_eq!(
             check(r#"{"base_resp":{"status_code":1008,"status_msg":"insufficient balance"}}"#),
             CheckVerdict::Quota
+        );
+        assert_eq!(
+            check(r#"{"base_resp":{"status_code":1002,"status_msg":"rate limit exceeded"}}"#),
+            CheckVerdict::RateLimited
         );
         let names: std::collections::BTreeSet<&str> = catalog().iter().map(|(m, _)| *m).collect();
         assert_eq!(names.len(), 9);

@@ -932,9 +932,8 @@ pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
         .unwrap_or_default();
     let verdict = match (classify(&code, &message), status) {
         (_, StatusCode::UNAUTHORIZED) | (ErrorClass::Channel, _) => CheckVerdict::KeyRefused,
-        (ErrorClass::Balance | ErrorClass::RateLimit, _) | (_, StatusCode::TOO_MANY_REQUESTS) => {
-            CheckVerdict::Quota
-        }
+        (ErrorClass::Balance, _) => CheckVerdict::Quota,
+        (ErrorClass::RateLimit, _) | (_, StatusCode::TOO_MANY_REQUESTS) => CheckVerdict::RateLimited,
         _ => CheckVerdict::Error,
     };
     ChannelCheck {
@@ -1305,6 +1304,13 @@ mod tests {
         assert_eq!(
             check(400, r#"{"code":"Arrearage","message":"Access denied"}"#),
             CheckVerdict::Quota
+        );
+        assert_eq!(
+            check(
+                429,
+                r#"{"code":"Throttling.RateQuota","message":"Requests rate limit exceeded"}"#
+            ),
+            CheckVerdict::RateLimited
         );
     }
 }
