@@ -23,9 +23,25 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|_| root().join("target"))
 }
 
+/// A cargo command at the workspace's root, without what `cargo run` set for xtask itself:
+/// build scripts (ring's) rerun when `CARGO_PKG_NAME` or `CARGO_MANIFEST_DIR` differ from the
+/// last build's, so a cargo started with xtask's would rebuild ring and all above it after
+/// every plain `cargo build`, and back again.
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let set_by_cargo_run = name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                name,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+            );
+        if set_by_cargo_run {
+            cmd.env_remove(name);
+        }
+    }
     cmd
 }
 

@@ -39,12 +39,12 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   --quick   skip the slow tests, the fuzz pass, the crash run and the SDK checks
   --slow    accepted for clarity: slow tests run by default
   sdk-messages  only the Anthropic SDK check of /v1/messages and its batches (part of ci)
-  sdk-vendor    only the OpenAI SDK video check with the Veo fake behind the relay (not yet part of ci)
+  sdk-vendor    only the OpenAI SDK video check with the Veo fake behind the relay (part of ci)
   fake-veo      the integration suite's strict Veo fake (Gemini API) on 127.0.0.1, for the
                 vendor mode of conformance and the SDK check, or by hand (`fake-veo --help`)
   conformance   the black-box suite against a running relay (part of ci, which starts one);
                 `conformance --start` builds and starts a relay and runs the suite against it;
-                `conformance --vendor veo` does so with the Veo fake behind model_h3 (ci runs the first)
+                `conformance --vendor veo` does so with the Veo fake behind model_h3 (ci runs both)
   fake-upstream a fake video upstream (openai-videos and ark) on 127.0.0.1, for trying the
                 relay by hand; `fake-upstream --help` lists its switches
   profile       instructions per request of the release relay under callgrind: a whole
@@ -187,6 +187,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     }
     if !quick {
         conformance::ci::run(None)?;
+        conformance::ci::run(Some("veo"))?;
     }
     eprintln!("xtask: ci passed");
     Ok(())

@@ -59,6 +59,7 @@ pub fn sdk_check() -> anyhow::Result<()> {
             .env("RELAY_ADMIN_TOKEN", SDK_ADMIN_TOKEN),
     )?;
     drop(relay);
+    openai_sdk_vendor_check(&python)?;
     anthropic_sdk_check()
 }
 
@@ -83,7 +84,12 @@ fn openai_sdk_vendor_check(python: &Path) -> anyhow::Result<()> {
     let config = work.join("relay.toml");
     std::fs::write(
         &config,
-        fake.relay_config("[tasks]\npoll_interval_min_ms = 50\npoll_interval_max_ms = 300\n"),
+        // The fake's storage is another loopback port: private addresses allowed, as in the
+        // conformance suite's vendor mode.
+        fake.relay_config(
+            "[tasks]\npoll_interval_min_ms = 50\npoll_interval_max_ms = 300\n\
+             [security]\nallow_private_urls = true\n",
+        ),
     )?;
     let relay = sdk_relay(&work, &config)?;
     run(

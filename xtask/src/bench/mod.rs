@@ -22,7 +22,6 @@ mod tasks;
 mod video;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -101,7 +100,7 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
         return Ok(());
     }
     let whole = chosen.len() == SECTIONS.len();
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let status = crate::cmd::cargo()
         .current_dir(root)
         .args(["build", "--release", "-p", "relay", "-p", "xtask"])
         .status()?;

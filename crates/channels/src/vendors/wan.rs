@@ -933,7 +933,9 @@ pub fn check_answer(status: StatusCode, body: &[u8]) -> ChannelCheck {
     let verdict = match (classify(&code, &message), status) {
         (_, StatusCode::UNAUTHORIZED) | (ErrorClass::Channel, _) => CheckVerdict::KeyRefused,
         (ErrorClass::Balance, _) => CheckVerdict::Quota,
-        (ErrorClass::RateLimit, _) | (_, StatusCode::TOO_MANY_REQUESTS) => CheckVerdict::RateLimited,
+        (ErrorClass::RateLimit, _) | (_, StatusCode::TOO_MANY_REQUESTS) => {
+            CheckVerdict::RateLimited
+        }
         _ => CheckVerdict::Error,
     };
     ChannelCheck {
