@@ -150,6 +150,10 @@ fn sizes(tier: &str) -> &'static [&'static str] {
 /// (durations, tiers) each model makes.
 fn model(name: &str) -> Option<(&'static [u64], &'static [&'static str])> {
     Some(match name {
+        "wan2.7-t2v" | "wan2.7-i2v" | "wan2.7-r2v" => (
+            &[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+            &["720P", "1080P"],
+        ),
         "wan2.6-t2v" | "wan2.6-i2v" => (&[5, 10, 15], &["720P", "1080P"]),
         "wan2.5-t2v-preview" | "wan2.5-i2v-preview" => (&[5, 10], &["480P", "720P", "1080P"]),
         "wan2.2-t2v-plus" | "wan2.2-i2v-plus" => (&[5], &["480P", "1080P"]),
@@ -198,6 +202,9 @@ fn check_body(path: &str, body: &Value) -> Result<(u64, u64), (u16, &'static str
         .is_some_and(|o| o.keys().any(|k| !allowed_top.contains(&k.as_str())))
     {
         return Err(bad("unknown field".into()));
+    }
+    if name.starts_with("wan2.7") {
+        return check_media_body(name, body, durations, tiers);
     }
     let input_fields: &[&str] = if kf2v {
         &[
@@ -276,6 +283,90 @@ fn check_body(path: &str, body: &Value) -> Result<(u64, u64), (u16, &'static str
         }
         tier
     };
+    let short: u64 = tier.trim_end_matches('P').parse().unwrap_or(0);
+    Ok((duration, short))
+}
+
+/// A wan2.7 submission (`input.media[]`, `resolution` and `ratio`), checked as DashScope's
+/// pages for wan2.7-t2v, -i2v and -r2v describe it.
+fn check_media_body(
+    name: &str,
+    body: &Value,
+    durations: &[u64],
+    tiers: &[&str],
+) -> Result<(u64, u64), (u16, &'static str, String)> {
+    let bad = |m: String| (400, "InvalidParameter", m);
+    let (input, params) = (&body["input"], &body["parameters"]);
+    let Some(input_obj) = input.as_object() else {
+        return Err(bad("input must be an object".into()));
+    };
+    let fields: &[&str] = if name.ends_with("t2v") {
+        &["prompt", "negative_prompt", "audio_url"]
+    } else {
+        &["prompt", "negative_prompt", "media"]
+    };
+    if let Some(k) = input_obj.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(bad(format!("input.{k} is not a field of {name}")));
+    }
+    if !input["prompt"].is_string() {
+        return Err(bad("input.prompt must be a string".into()));
+    }
+    let kinds: &[&str] = if name.ends_with("i2v") {
+        &["first_frame", "last_frame", "driving_audio"]
+    } else {
+        &["first_frame", "reference_image", "reference_video"]
+    };
+    let mut seen = Vec::new();
+    for item in input["media"].as_array().into_iter().flatten() {
+        let Some(obj) = item.as_object() else {
+            return Err(bad("input.media[] items must be objects".into()));
+        };
+        if let Some(k) = obj.keys().find(|k| !["type", "url"].contains(&k.as_str())) {
+            return Err(bad(format!("input.media[].{k} is not a field")));
+        }
+        let kind = item["type"].as_str().unwrap_or_default();
+        if !kinds.contains(&kind) {
+            return Err(bad(format!(
+                "input.media[].type {kind:?} is not one of {name}'s"
+            )));
+        }
+        if kind.ends_with("frame") || kind == "reference_image" {
+            image_ok(&item["url"]).map_err(bad)?;
+        } else if !item["url"].is_string() {
+            return Err(bad("input.media[].url must be a string".into()));
+        }
+        seen.push(kind.to_owned());
+    }
+    let count = |k: &str| seen.iter().filter(|s| *s == k).count();
+    if name.ends_with("i2v") && count("first_frame") != 1 {
+        return Err(bad(format!(
+            "image-to-video model {name} must provide an image"
+        )));
+    }
+    let references = count("reference_image") + count("reference_video");
+    if name.ends_with("r2v") && !(1..=5).contains(&references) {
+        return Err(bad("reference images and videos: 1 to 5 together".into()));
+    }
+    if params.get("size").is_some() {
+        return Err(bad(format!("{name} takes parameters.resolution and ratio")));
+    }
+    if params.get("seed").is_some_and(|s| !s.is_u64()) {
+        return Err(bad("parameters.seed must be an integer".into()));
+    }
+    let duration = params["duration"].as_u64().unwrap_or(5);
+    let longest = if count("reference_video") > 0 { 10 } else { 15 };
+    if !durations.contains(&duration) || duration > longest {
+        return Err(bad(format!("duration {duration} is not supported")));
+    }
+    let tier = params["resolution"].as_str().unwrap_or("1080P");
+    if !tiers.contains(&tier) {
+        return Err(bad(format!("resolution {tier} is not supported")));
+    }
+    if let Some(ratio) = params.get("ratio")
+        && !["16:9", "9:16", "1:1", "4:3", "3:4"].contains(&ratio.as_str().unwrap_or_default())
+    {
+        return Err(bad(format!("ratio {ratio} is not supported")));
+    }
     let short: u64 = tier.trim_end_matches('P').parse().unwrap_or(0);
     Ok((duration, short))
 }

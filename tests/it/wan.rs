@@ -1,9 +1,9 @@
 //! `wan` channels against [`FakeWan`]: both formats come back playable from the relay's own
 //! copy and are settled on the `usage` DashScope reports; a first frame is `img_url`, first
-//! and last frames go to a kf2v model on its own path; failures, refusals and an expired
-//! result URL are refunded exactly; a throttled account fails over; a submission that may
-//! have reached DashScope is never sent again; the channel test queries a task id that never
-//! existed.
+//! and last frames go to a kf2v model on its own path, and wan2.7 takes frames and reference
+//! images as `media[]` items; failures, refusals and an expired result URL are refunded
+//! exactly; a throttled account fails over; a submission that may have reached DashScope is
+//! never sent again; the channel test queries a task id that never existed.
 
 use std::sync::atomic::Ordering;
 
@@ -130,6 +130,78 @@ async fn a_first_frame_is_img_url_and_first_and_last_go_to_kf2v() {
     assert_eq!(sent["model"], "wan2.2-kf2v-flash");
     assert_eq!(sent["input"]["first_frame_url"], data(&first));
     assert_eq!(sent["input"]["last_frame_url"], data(&last));
+}
+
+/// wan2.7 models: frames to the image-to-video model and reference images to the
+/// reference-to-video one, each as a `media[]` item.
+const MEDIA: &str =
+    r#""model_h3" = "wan2.7-t2v", "gen2-pro" = "wan2.7-i2v", "gen2-lite" = "wan2.7-r2v""#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wan_2_7_takes_frames_and_references_as_media_items() {
+    let fake = FakeWan::start().await;
+    let relay = Relay::start(&config(&channel("wan", &fake, 0, API_KEY, MEDIA))).await;
+    let key = relay.key.clone();
+    let lib = library(&relay, &key).await;
+    let (first, last) = (png(8, 8), png(6, 6));
+    let first_id = asset(&relay, &key, &lib, "image", &first).await;
+    let last_id = asset(&relay, &key, &lib, "image", &last).await;
+    let data = |b: &[u8]| format!("data:image/png;base64,{}", crate::harness::base64(b));
+
+    // First and last frame to wan2.7-i2v: no ratio (the first frame sets the frame).
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "the cat jumps onto the sofa", "duration": 4,
+               "resolution": "720p", "seed": 7, "ratio": "adaptive",
+               "assets": [{"id": first_id, "role": "first_frame"},
+                          {"id": last_id, "role": "last_frame"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (path, sent) = fake.submissions()[0].clone();
+    assert_eq!(
+        path,
+        "/api/v1/services/aigc/video-generation/video-synthesis"
+    );
+    assert_eq!(
+        sent,
+        json!({"model": "wan2.7-i2v",
+               "input": {"prompt": "the cat jumps onto the sofa",
+                         "media": [{"type": "first_frame", "url": data(&first)},
+                                   {"type": "last_frame", "url": data(&last)}]},
+               "parameters": {"resolution": "720P", "duration": 4, "seed": 7}})
+    );
+
+    // Two reference images to wan2.7-r2v, with the ratio asked.
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-lite", "prompt": "Image 1 plays chess with Image 2",
+               "duration": 5, "resolution": "720p", "ratio": "9:16", "seed": 7,
+               "assets": [{"id": first_id, "role": "reference_image"},
+                          {"id": last_id, "role": "reference_image"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let video = playable(
+        &relay,
+        &key,
+        done["video_url"].as_str().expect("a video url"),
+    )
+    .await;
+    assert_eq!(video.codec, "avc1");
+    let (_, sent) = fake.submissions()[1].clone();
+    assert_eq!(
+        sent,
+        json!({"model": "wan2.7-r2v",
+               "input": {"prompt": "Image 1 plays chess with Image 2",
+                         "media": [{"type": "reference_image", "url": data(&first)},
+                                   {"type": "reference_image", "url": data(&last)}]},
+               "parameters": {"resolution": "720P", "ratio": "9:16", "duration": 5, "seed": 7}})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

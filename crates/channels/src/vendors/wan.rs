@@ -77,6 +77,18 @@ pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
             last(sound(model((2..=15).collect(), &["720p", "1080p"], &[]))),
         ),
         (
+            // Up to five references together, 2-10 s with a reference video: taken narrowly,
+            // four images and one video, 2-10 s. Its voices go with each reference
+            // (`reference_voice`), which the relay does not send: no audio track.
+            "wan2.7-r2v",
+            ModelCaps {
+                reference_images: 4,
+                reference_videos: 1,
+                audio: true,
+                ..model((2..=10).collect(), &["720p", "1080p"], &five)
+            },
+        ),
+        (
             "wan2.6-t2v",
             sound(text(model(vec![5, 10, 15], &["720p", "1080p"], &five))),
         ),
