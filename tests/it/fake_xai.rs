@@ -249,15 +249,15 @@ fn check_body(body: &Value) -> Result<Job, (u16, String)> {
     if !(1..=15).contains(&duration) {
         return Err((400, format!("duration {duration} is not in [1, 15]")));
     }
-    if let Some(r) = body.get("aspect_ratio") {
-        if !r.as_str().is_some_and(|r| RATIOS.contains(&r)) {
-            return Err((400, format!("aspect_ratio {r} is not one of {RATIOS:?}")));
-        }
+    if let Some(r) = body.get("aspect_ratio")
+        && !r.as_str().is_some_and(|r| RATIOS.contains(&r))
+    {
+        return Err((400, format!("aspect_ratio {r} is not one of {RATIOS:?}")));
     }
-    if let Some(r) = body.get("resolution") {
-        if !r.as_str().is_some_and(|r| model_tiers.contains(&r)) {
-            return Err((400, format!("resolution {r} is not one of {model_tiers:?}")));
-        }
+    if let Some(r) = body.get("resolution")
+        && !r.as_str().is_some_and(|r| model_tiers.contains(&r))
+    {
+        return Err((400, format!("resolution {r} is not one of {model_tiers:?}")));
     }
     if let Some(image) = body.get("image") {
         image_ok(image, "image").map_err(|m| (400, m))?;
