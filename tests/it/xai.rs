@@ -1,6 +1,7 @@
 //! `xai` channels against [`FakeXai`]: both formats come back playable from the relay's own
 //! copy, fetched from xAI's file host without the key, and are settled on the `video.duration`
-//! xAI reports; a first frame is `image.url`; failed, expired and withheld jobs and an expired
+//! xAI reports; a first frame is `image.url`, reference images `reference_images` once the
+//! operator's `[vendor_models]` entry allows them; failed, expired and withheld jobs and an expired
 //! result link are refunded exactly; a rate limit or a refused key fails over; a submission
 //! that may have reached xAI is never sent again; the channel test reads the key's record; no
 //! key shows in any answer or record.
@@ -333,4 +334,41 @@ async fn a_submission_that_may_have_reached_xai_is_never_sent_again() {
         ("first", "second"),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_images_go_once_the_operator_describes_them() {
+    let fake = FakeXai::start().await;
+    // No built-in entry takes reference images; an operator's entry says the model does.
+    let described = "[vendor_models.\"grok-imagine-video\"]\nresolutions = [\"480p\", \"720p\"]\n\
+                     reference_images = 2\naudio = true\n";
+    let relay = Relay::start(&config(&format!(
+        "{}{described}",
+        channel("grok", &fake, 0, API_KEY)
+    )))
+    .await;
+    let key = relay.key.clone();
+    let lib = library(&relay, &key).await;
+    let (a, b) = (png(8, 8), png(6, 6));
+    let a_id = asset(&relay, &key, &lib, "image", &a).await;
+    let b_id = asset(&relay, &key, &lib, "image", &b).await;
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "the two of them walk together", "duration": 6,
+               "resolution": "720p", "ratio": "16:9",
+               "assets": [{"id": a_id, "role": "reference_image"},
+                          {"id": b_id, "role": "reference_image"}]}),
+    )
+    .await;
+    let done = relay.wait_generation(&id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let sent = &fake.submissions()[0];
+    let data = |bytes: &[u8]| format!("data:image/png;base64,{}", crate::harness::base64(bytes));
+    assert_eq!(
+        sent["reference_images"],
+        json!([{"url": data(&a)}, {"url": data(&b)}])
+    );
+    assert!(sent.get("image").is_none(), "{sent}");
+    assert_eq!(sent["aspect_ratio"], "16:9");
 }
