@@ -29,7 +29,9 @@ pub mod veo;
 pub mod vertex_veo;
 pub mod wan;
 
-pub use seam::{CallbackSettings, KindSettings, Need, Registration, Vendor, VendorSettings};
+pub use seam::{
+    CallbackSettings, KindSettings, Need, Registration, StatusMeaning, Vendor, VendorSettings,
+};
 
 use std::collections::BTreeMap;
 
