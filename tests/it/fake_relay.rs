@@ -7,7 +7,8 @@
 //! What each task answers is scripted ([`Script`]): its polls answer the script's records in
 //! turn (the last one repeats; `{id}` and `{files}` in them become the task's id and the file
 //! host's base), optionally held at one record until the test releases it; its result is served
-//! at `/v1/videos/{id}/content` as bytes, as a redirect to the file host, or not at all (404),
+//! at `/v1/videos/{id}/content` as bytes, as a redirect to the file host, or not at all (404,
+//! or a JSON error inside a `200`),
 //! and always at the file host's `/files/{id}.mp4` (a second loopback address: a foreign host
 //! to the relay). It counts the polls of each task and records every download with whether it
 //! carried a key.
@@ -35,6 +36,8 @@ pub enum Content {
     Redirect,
     /// 404: the relay behind serves no `/content`; its records name a URL instead.
     Missing,
+    /// A `200` with a JSON error (as some relays answer), and a URL in the records.
+    ErrorInOk,
 }
 
 /// What one task does.
@@ -200,7 +203,11 @@ fn answer(
         };
     }
     if header(&req, "authorization") != Some(format!("Bearer {KEY}").as_str()) {
-        state.lock().unwrap().refused.push(format!("bad key on {path}"));
+        state
+            .lock()
+            .unwrap()
+            .refused
+            .push(format!("bad key on {path}"));
         return error(401, "invalid_api_key", "Incorrect API key provided");
     }
     match (req.method(), segs.as_slice()) {
@@ -245,18 +252,23 @@ fn answer(
                     .body(Full::new(Bytes::new()))
                     .unwrap(),
                 Content::Missing => error(404, "not_found", "content is not served here"),
+                Content::ErrorInOk => fake_vendor::json(
+                    200,
+                    &json!({"error": {"message": "fetch the url instead", "code": "no_content"}}),
+                ),
             }
         }
-        (&Method::DELETE, ["v1", "videos", id]) => {
-            fake_vendor::json(200, &json!({"id": id, "object": "video.deleted", "deleted": true}))
-        }
+        (&Method::DELETE, ["v1", "videos", id]) => fake_vendor::json(
+            200,
+            &json!({"id": id, "object": "video.deleted", "deleted": true}),
+        ),
         _ => error(404, "not_found", "no route"),
     }
 }
 
 /// A creation, checked as OpenAI's API checks it.
 fn create(state: &Mutex<State>, req: &Request<Bytes>) -> Response<Full<Bytes>> {
-    let mut refuse = |why: String, param: &str| {
+    let refuse = |why: String, param: &str| {
         state.lock().unwrap().refused.push(why.clone());
         fake_vendor::json(
             400,
@@ -283,7 +295,10 @@ fn create(state: &Mutex<State>, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         }
     }
     if fields["seconds"].parse::<u32>().is_err() {
-        return refuse(format!("seconds {:?} is no integer", fields["seconds"]), "seconds");
+        return refuse(
+            format!("seconds {:?} is no integer", fields["seconds"]),
+            "seconds",
+        );
     }
     let size_ok = fields["size"]
         .split_once('x')
@@ -306,11 +321,14 @@ fn create(state: &Mutex<State>, req: &Request<Bytes>) -> Response<Full<Bytes>> {
     });
     let id = format!("video_behind_{}", st.created.len() + 1);
     st.created.push((id.clone(), key));
-    st.tasks.insert(id.clone(), Task {
+    st.tasks.insert(
+        id.clone(),
+        Task {
             script,
             polls: 0,
             at: 0,
-        });
+        },
+    );
     fake_vendor::json(
         200,
         &json!({"id": id, "object": "video", "model": fields["model"], "status": "queued",
@@ -341,7 +359,9 @@ fn parts(body: &[u8], boundary: &str) -> Result<HashMap<String, String>, String>
             .nth(1)
             .and_then(|n| n.split('"').next())
             .ok_or("a part without a name")?;
-        let value = value.strip_suffix("\r\n").ok_or("a part not ended by CRLF")?;
+        let value = value
+            .strip_suffix("\r\n")
+            .ok_or("a part not ended by CRLF")?;
         fields.insert(name.to_owned(), value.to_owned());
     }
     Ok(fields)

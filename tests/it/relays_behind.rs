@@ -13,9 +13,7 @@ use serde_json::{Value, json};
 
 use crate::fake_relay::{Content, FakeRelay, KEY, Script};
 use crate::harness::{Body, Relay, poll_until};
-use crate::vendor_flows::{
-    WAIT, config, entries_of, first_format, playable, refunded, settled,
-};
+use crate::vendor_flows::{WAIT, config, entries_of, first_format, playable, refunded, settled};
 
 /// An `openai-videos` channel in front of `fake`, with `extra` keys.
 fn channel(fake: &FakeRelay, extra: &str) -> String {
@@ -39,8 +37,14 @@ async fn create(relay: &Relay, key: &str, prompt: &str) -> String {
 /// Nothing of the relay behind (its key, its addresses, its words) in what a client sees.
 fn assert_clean(seen: &Value, fake: &FakeRelay, words: &[&str]) {
     let text = seen.to_string();
-    for secret in [KEY, &fake.base, &fake.files, "video_behind_"].iter().chain(words) {
-        assert!(!text.contains(secret), "{secret} reached the client: {text}");
+    for secret in [KEY, &fake.base, &fake.files, "video_behind_"]
+        .iter()
+        .chain(words)
+    {
+        assert!(
+            !text.contains(secret),
+            "{secret} reached the client: {text}"
+        );
     }
 }
 
@@ -79,7 +83,13 @@ async fn new_api_statuses_and_percent_strings_complete_playable_and_settled_once
     let id = create(&relay, &key, "a kettle whistles").await;
     let shown = poll_until(WAIT, || async {
         let v = relay
-            .call_as(&key, Method::GET, &format!("/v1/videos/{id}"), Body::Empty, &[])
+            .call_as(
+                &key,
+                Method::GET,
+                &format!("/v1/videos/{id}"),
+                Body::Empty,
+                &[],
+            )
             .await
             .json();
         (v["progress"] == 45).then_some(v)
@@ -119,7 +129,13 @@ async fn lower_case_statuses_with_a_fraction_complete_through_a_redirect() {
     let id = create(&relay, &key, "a paper plane").await;
     poll_until(WAIT, || async {
         let v = relay
-            .call_as(&key, Method::GET, &format!("/v1/videos/{id}"), Body::Empty, &[])
+            .call_as(
+                &key,
+                Method::GET,
+                &format!("/v1/videos/{id}"),
+                Body::Empty,
+                &[],
+            )
             .await
             .json();
         (v["progress"] == 45).then_some(())
@@ -139,11 +155,15 @@ async fn lower_case_statuses_with_a_fraction_complete_through_a_redirect() {
     assert!(
         downloads
             .iter()
-            .any(|(host, path, keyed)| *host == fake.files && path.starts_with("/files/") && !keyed),
+            .any(|(host, path, keyed)| *host == fake.files
+                && path.starts_with("/files/")
+                && !keyed),
         "{downloads:?}"
     );
     assert!(
-        !downloads.iter().any(|(host, _, keyed)| *host == fake.files && *keyed),
+        !downloads
+            .iter()
+            .any(|(host, _, keyed)| *host == fake.files && *keyed),
         "the key went to the file host: {downloads:?}"
     );
 }
@@ -163,10 +183,21 @@ async fn a_url_in_the_record_is_fetched_when_content_is_not_served() {
         json!({"code": "success", "data": {"task_id": "{id}", "status": "SUCCESS",
                "progress": "100%", "result_url": "{files}/files/{id}.mp4"}}),
     ];
-    for (n, record) in records.into_iter().enumerate() {
+    // The last again, its /content answering a JSON error inside a 200.
+    let contents = [
+        Content::Missing,
+        Content::Missing,
+        Content::Missing,
+        Content::ErrorInOk,
+    ];
+    let records = records.iter().chain(records.last()).cloned();
+    for (n, (record, content)) in records.zip(contents).enumerate() {
         fake.script(Script::new(
-            vec![json!({"id": "{id}", "status": "in_progress", "progress": 10}), record],
-            Content::Missing,
+            vec![
+                json!({"id": "{id}", "status": "in_progress", "progress": 10}),
+                record,
+            ],
+            content,
         ));
         let id = create(&relay, &key, &format!("a record's url {n}")).await;
         completed_and_settled(&relay, &key, &key_id, &id, &fake).await;
@@ -218,7 +249,10 @@ async fn a_url_in_the_record_goes_through_the_address_guard() {
     let authority = fake.files.trim_start_matches("http://");
     let trusting = format!(
         "[security]\nallow_private_urls = false\n{}",
-        config(&channel(&fake, &format!("trusted_hosts = [\"{authority}\"]\n")))
+        config(&channel(
+            &fake,
+            &format!("trusted_hosts = [\"{authority}\"]\n")
+        ))
     );
     let relay = Relay::start(&trusting).await;
     let (key_id, key) = relay.new_key("trusting", Some(1000)).await;
@@ -232,7 +266,9 @@ async fn failures_in_every_shape_are_refunded_once_in_the_relays_own_words() {
     let fake = FakeRelay::start().await;
     let relay = Relay::start(&config(&channel(&fake, ""))).await;
     let (key_id, key) = relay.new_key("behind", Some(1000)).await;
-    let secret = "boom at secret-host-7.internal";
+    // The relay behind's words, its own key among them (as a careless one echoes it).
+    let secret = format!("boom at secret-host-7.internal with {KEY}");
+    let secret = secret.as_str();
     let cases = [
         (
             json!({"id": "{id}", "status": "failed", "error": secret}),
@@ -272,7 +308,10 @@ async fn failures_in_every_shape_are_refunded_once_in_the_relays_own_words() {
     ];
     for (n, (record, code, message)) in cases.into_iter().enumerate() {
         fake.script(Script::new(
-            vec![json!({"id": "{id}", "status": "in_progress", "progress": "30%"}), record],
+            vec![
+                json!({"id": "{id}", "status": "in_progress", "progress": "30%"}),
+                record,
+            ],
             Content::Bytes,
         ));
         let id = create(&relay, &key, &format!("failing {n}")).await;
@@ -300,12 +339,12 @@ async fn an_unknown_word_fails_the_task_only_after_the_configured_polls() {
     let relay = Relay::start(&config(&channel(&fake, ""))).await;
     let (key_id, key) = relay.new_key("behind", Some(1000)).await;
     // new-api's own UNKNOWN, and a word no one knows.
-    for word in ["UNKNOWN", "RENDERING"] {
+    for (n, word) in ["UNKNOWN", "RENDERING"].into_iter().enumerate() {
         fake.script(Script::new(
             vec![json!({"id": "{id}", "status": word, "progress": 20})],
             Content::Bytes,
         ));
-        let id = create(&relay, &key, &format!("never known {word}")).await;
+        let id = create(&relay, &key, &format!("never known {n}")).await;
         let done = relay.wait_video_as(&key, &id, WAIT).await;
         assert_eq!(done["status"], "failed", "{done}");
         assert_eq!(done["error"]["code"], "upstream_error", "{done}");
@@ -396,7 +435,14 @@ async fn config_check_refuses_a_status_word_of_unknown_meaning() {
         err.contains("channels.behind: status_words.\"BROKEN\": unknown meaning \"borked\""),
         "{err}"
     );
-    assert!(err.contains("running, completed, failed, cancelled, expired"), "{err}");
+    assert!(
+        err.contains("running, completed, failed, cancelled, expired"),
+        "{err}"
+    );
     let out = check(text(r#""RENDERING" = "running", "DONE_OK" = "completed""#)).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -205,10 +205,7 @@ fn from_vendor(
         );
     };
     let word = status_word(status);
-    let meaning = words
-        .get(&word)
-        .copied()
-        .or_else(|| builtin_meaning(&word));
+    let meaning = words.get(&word).copied().or_else(|| builtin_meaning(&word));
     let outcome = match meaning {
         Some(StatusMeaning::Running) => PollOutcome::Running {
             progress: progress_of(video.get("progress")).unwrap_or(0).min(99),
@@ -228,7 +225,9 @@ fn from_vendor(
                 .filter(|url| *url != format!("{base}/content"));
             return (PollOutcome::Succeeded(files), named);
         }
-        Some(ended @ (StatusMeaning::Failed | StatusMeaning::Cancelled | StatusMeaning::Expired)) => {
+        Some(
+            ended @ (StatusMeaning::Failed | StatusMeaning::Cancelled | StatusMeaning::Expired),
+        ) => {
             let said = error_words(video);
             let detail = said.join(": ");
             if says_moderation(&said) {
@@ -252,7 +251,10 @@ fn from_vendor(
         }
         None => {
             let shown: String = status.chars().take(64).collect();
-            PollOutcome::Unknown(format!("channel {name}: unknown status {shown:?}"))
+            PollOutcome::Unknown(format!(
+                "channel {name}: unknown status {}",
+                remote.log_text(format!("{shown:?}").as_bytes())
+            ))
         }
     };
     (outcome, None)
@@ -545,6 +547,11 @@ mod tests {
             PollOutcome::Unknown(_)
         ));
         assert!(matches!(read(json!({"id":"v1"})), PollOutcome::Unknown(_)));
+        // An unknown word is logged redacted: the channel's key never goes along.
+        let PollOutcome::Unknown(reason) = read(json!({"id":"v1","status":"echo test-key"})) else {
+            panic!("not unknown")
+        };
+        assert!(!reason.contains("test-key"), "{reason}");
         assert!(matches!(
             read(json!({"id":"v1","status":7})),
             PollOutcome::Unknown(_)
@@ -664,8 +671,14 @@ mod tests {
             read(json!({"status": "running", "progress": "lots"})),
             running(0)
         );
-        assert_eq!(read(json!({"status": "running", "progress": "100%"})), running(99));
-        assert_eq!(read(json!({"status": "QUEUED", "progress": "45%"})), running(45));
+        assert_eq!(
+            read(json!({"status": "running", "progress": "100%"})),
+            running(99)
+        );
+        assert_eq!(
+            read(json!({"status": "QUEUED", "progress": "45%"})),
+            running(45)
+        );
     }
 
     /// Errors as an OpenAI error object, a plain string or new-api's `fail_reason`: the
@@ -769,6 +782,9 @@ mod tests {
             assert_eq!(named(answer.clone()), None, "{answer}");
         }
         // Only a success names one.
-        assert_eq!(named(json!({"status": "running", "video_url": "https://x/a.mp4"})), None);
+        assert_eq!(
+            named(json!({"status": "running", "video_url": "https://x/a.mp4"})),
+            None
+        );
     }
 }

@@ -154,7 +154,10 @@ pub fn status_words(
                 names.join(", ")
             ));
         };
-        if out.insert(key, parsed).is_some_and(|before| before != parsed) {
+        if out
+            .insert(key, parsed)
+            .is_some_and(|before| before != parsed)
+        {
             return Err(format!(
                 "status_words.{word:?}: the word is given twice (case aside) with different meanings"
             ));

@@ -269,11 +269,21 @@ fn status_words_are_for_relays_behind_and_name_a_known_meaning() {
     );
     // Meanings are the configuration's words, exactly.
     let err = channel("openai-videos", r#""DONE" = "Completed""#).unwrap_err();
-    assert!(err.contains("status_words.\"DONE\": unknown meaning"), "{err}");
-    let err = channel("openai-videos", r#""done" = "completed", "DONE" = "failed""#).unwrap_err();
+    assert!(
+        err.contains("status_words.\"DONE\": unknown meaning"),
+        "{err}"
+    );
+    let err = channel(
+        "openai-videos",
+        r#""done" = "completed", "DONE" = "failed""#,
+    )
+    .unwrap_err();
     assert!(err.contains("given twice"), "{err}");
     let err = channel("openai-videos", r#"" " = "completed""#).unwrap_err();
-    assert!(err.contains("channels.u: status_words: a word is empty"), "{err}");
+    assert!(
+        err.contains("channels.u: status_words: a word is empty"),
+        "{err}"
+    );
     let err = channel("ark", r#""DONE" = "completed""#).unwrap_err();
     assert!(
         err.contains("channels.u: status_words applies to openai-videos channels only"),
@@ -285,7 +295,10 @@ fn status_words_are_for_relays_behind_and_name_a_known_meaning() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("channels.s: status_words applies to openai-videos"), "{err}");
+    assert!(
+        err.contains("channels.s: status_words applies to openai-videos"),
+        "{err}"
+    );
 }
 
 #[test]
