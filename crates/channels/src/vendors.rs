@@ -31,7 +31,9 @@ pub mod vertex_veo;
 pub mod wan;
 pub mod xai;
 
-pub use seam::{CallbackSettings, KindSettings, Need, Registration, Vendor, VendorSettings};
+pub use seam::{
+    CallbackSettings, KindSettings, Need, Registration, StatusMeaning, Vendor, VendorSettings,
+};
 
 use std::collections::BTreeMap;
 

@@ -320,6 +320,22 @@ impl Config {
                 }
                 _ => {}
             }
+            if !channel.status_words.is_empty() {
+                if !channel.kind.vendor().is_some_and(|r| r.status_words) {
+                    let kinds: Vec<&str> = ::channels::vendors::REGISTRY
+                        .iter()
+                        .filter(|r| r.status_words)
+                        .map(|r| r.kind)
+                        .collect();
+                    return Err(format!(
+                        "channels.{}: status_words applies to {} channels only",
+                        channel.name,
+                        kinds.join(" and ")
+                    ));
+                }
+                ::channels::vendors::seam::status_words(&channel.status_words)
+                    .map_err(|e| format!("channels.{}: {e}", channel.name))?;
+            }
             if let Some(rate) = channel.max_calls_per_sec {
                 if matches!(
                     channel.kind,

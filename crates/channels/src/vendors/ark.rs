@@ -33,6 +33,7 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: "",
     needs: &[],
     callbacks: true,
+    status_words: false,
     models: Vec::new,
     build: |s, _| Ok(Box::new(Ark::new(s.remote, s.blobs, s.callback))),
 };

@@ -35,6 +35,7 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: DEFAULT_BASE_URL,
     needs: &[Need::AccessKey, Need::SecretKey],
     callbacks: true,
+    status_words: false,
     models: catalog,
     build: |s, _| Kling::new(s).map(|k| Box::new(k) as Box<dyn Vendor>),
 };

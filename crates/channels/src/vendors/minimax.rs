@@ -35,6 +35,7 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: DEFAULT_BASE_URL,
     needs: &[Need::ApiKey],
     callbacks: true,
+    status_words: false,
     models: catalog,
     build: |s, _| Ok(Box::new(Minimax::new(s))),
 };

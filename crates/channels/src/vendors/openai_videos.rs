@@ -1,19 +1,31 @@
 //! `openai-videos`: an upstream speaking OpenAI-style `/v1/videos` (PROTOCOLS.md §1), another
 //! relay or reseller of this kind (the OpenAI Videos API itself shut down in 2026). Create is
 //! multipart, as the official SDK sends it (the first frame as the `input_reference` file
-//! part); the result is `GET /v1/videos/{id}/content`; the video's `seconds` and `size` are
-//! what the upstream made. It has no built-in models: it makes what its upstream makes.
+//! part); the video's `seconds` and `size` are what the upstream made. It has no built-in
+//! models: it makes what its upstream makes.
+//!
+//! Relays behind the relay speak the shape loosely, and [`from_vendor`] reads them all: status
+//! words of OpenAI, of the common Go relay (new-api's upper-case task statuses) and their
+//! synonyms, case aside, and the operator's own (`status_words`); `progress` as a number
+//! (percent, or a fraction strictly between 0 and 1) or a string (`"45%"`, `"45"`); errors as
+//! an `error` object, a plain string, or new-api's `fail_reason`; the record alone or inside
+//! new-api's `{"code", "data"}` envelope. The result is `GET /v1/videos/{id}/content` (bytes,
+//! or a redirect followed); a URL the record names (`video_url`, `url`, `result_url`,
+//! `metadata.url`) is fetched when that fails.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
 use serde::Deserialize;
+use serde_json::Value;
 use store::BlobStore;
 
+use crate::http::client::{UpstreamError, UpstreamResponse};
 use crate::vendors::common::{Remote, RemoteSettings, path_part};
-use crate::vendors::seam::{Registration, Vendor};
+use crate::vendors::seam::{Registration, StatusMeaning, Vendor, status_word};
 use crate::video::job::{
     ChannelCheck, PollOutcome, ResultFiles, ResultSource, StoredReference, SubmitOutcome,
     VendorUsage, VideoJob,
@@ -25,74 +37,244 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: "",
     needs: &[],
     callbacks: false,
+    status_words: true,
     models: Vec::new,
-    build: |s, _| Ok(Box::new(OpenaiVideos::new(s.remote, s.blobs))),
+    build: |s, _| {
+        Ok(Box::new(OpenaiVideos::new(
+            s.remote,
+            s.blobs,
+            s.kind.status_words,
+        )))
+    },
 };
 
 pub struct OpenaiVideos {
     remote: Remote,
+    /// The operator's status words (lower case), read before the built-in ones.
+    words: BTreeMap<String, StatusMeaning>,
+    /// A finished task's `/content` URL -> the URL its record named, fetched when `/content`
+    /// does not serve the video; taken by the download.
+    fallbacks: Mutex<HashMap<String, String>>,
 }
 
-/// The Video object, as far as the relay reads it.
+/// The submission's answer, as far as the relay reads it: the video's id (new-api also
+/// writes it as `task_id`).
 #[derive(Debug, Deserialize)]
-struct Video {
+struct Created {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    progress: Option<f64>,
-    /// A string (`"8"`) in OpenAI's shape; relays of this kind may send a number.
-    #[serde(default)]
-    seconds: Option<serde_json::Value>,
-    /// `1280x720`.
-    #[serde(default)]
-    size: Option<String>,
-    #[serde(default)]
-    error: Option<serde_json::Value>,
+    task_id: Option<String>,
 }
 
-/// A poll's answer as the task's outcome; `base` is the video's URL on the upstream.
-fn from_vendor(remote: &Remote, video: Video, base: &str) -> PollOutcome {
-    let name = remote.name();
-    let progress = video.progress.unwrap_or(0.0).clamp(0.0, 99.0) as u8;
-    match video.status.as_deref().unwrap_or_default() {
-        "queued" | "in_progress" | "processing" | "running" => PollOutcome::Running {
-            progress,
-            next_poll: None,
-        },
-        "completed" | "succeeded" => PollOutcome::Succeeded(ResultFiles {
-            video: ResultSource::Url(format!("{base}/content")),
-            thumbnail: Some(ResultSource::Url(format!(
-                "{base}/content?variant=thumbnail"
-            ))),
-            last_frame: None,
-            spritesheet: None,
-            usage: usage(&video),
-        }),
-        status @ ("failed" | "cancelled" | "expired") => {
-            let detail = video.error.map(|e| e.to_string()).unwrap_or_default();
-            remote.upstream_failed(status, &detail)
+/// The built-in reading of a status word (already trimmed and lower case): OpenAI's words,
+/// their common synonyms, and new-api's task statuses (`NOT_START`, `SUBMITTED`, `QUEUED`,
+/// `IN_PROGRESS`, `SUCCESS`, `FAILURE`; its `UNKNOWN` is no reading: the relay behind does not
+/// know either).
+pub fn builtin_meaning(word: &str) -> Option<StatusMeaning> {
+    Some(match word {
+        "queued" | "pending" | "in_progress" | "processing" | "running" | "not_start"
+        | "submitted" => StatusMeaning::Running,
+        "completed" | "succeeded" | "success" => StatusMeaning::Completed,
+        "failed" | "failure" => StatusMeaning::Failed,
+        "cancelled" | "canceled" => StatusMeaning::Cancelled,
+        "expired" => StatusMeaning::Expired,
+        _ => return None,
+    })
+}
+
+/// A task's progress, 0 to 100, as a relay behind writes it: a number is percent, except one
+/// strictly between 0 and 1, a fraction (`0.45` is 45 %); a string is the same number, or
+/// percent whatever its size when it ends with `%` (`"45%"`, `"0.5%"`). Absent or unreadable
+/// (another type, no number, negative): `None`, never a failure.
+pub fn progress_of(value: Option<&Value>) -> Option<u8> {
+    let fraction_or_percent = |x: f64| if x > 0.0 && x < 1.0 { x * 100.0 } else { x };
+    let percent = match value? {
+        Value::Number(n) => n.as_f64().map(fraction_or_percent),
+        Value::String(s) => {
+            let s = s.trim();
+            match s.strip_suffix('%') {
+                Some(p) => p.trim().parse::<f64>().ok(),
+                None => s.parse::<f64>().ok().map(fraction_or_percent),
+            }
         }
-        other => PollOutcome::Unknown(format!("channel {name}: unknown status {other:?}")),
+        _ => None,
+    }?;
+    (percent.is_finite() && percent >= 0.0).then(|| percent.min(100.0) as u8)
+}
+
+/// The record a poll answered: the video object itself, or new-api's task envelope
+/// (`{"code": "success", "data": {...}}`) around it.
+fn record(answer: &Value) -> &Value {
+    match answer.get("data") {
+        Some(data) if answer.get("status").is_none() && data.get("status").is_some() => data,
+        _ => answer,
     }
 }
 
+/// A member that is a non-empty string.
+fn text<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// What the record says went wrong, in the upstream's words (for the log only): `error` as an
+/// object (`message`, `code`, `type`) or a plain string, and new-api's `fail_reason`.
+fn error_words(video: &Value) -> Vec<String> {
+    let mut words = Vec::new();
+    match video.get("error") {
+        Some(Value::String(s)) if !s.trim().is_empty() => words.push(s.trim().to_owned()),
+        Some(error @ Value::Object(_)) => {
+            for key in ["code", "type", "message"] {
+                match error.get(key) {
+                    Some(Value::String(s)) if !s.trim().is_empty() => {
+                        words.push(s.trim().to_owned())
+                    }
+                    Some(Value::Number(n)) => words.push(n.to_string()),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(reason) = text(video, "fail_reason") {
+        words.push(reason.to_owned());
+    }
+    words
+}
+
+/// Whether the upstream's words say its content rules refused the task.
+fn says_moderation(words: &[String]) -> bool {
+    words.iter().any(|w| {
+        let w = w.to_ascii_lowercase().replace(['_', '-'], " ");
+        [
+            "moderation",
+            "content policy",
+            "policy violation",
+            "safety",
+            "sensitive",
+            "prohibited",
+            "nsfw",
+            "inappropriate",
+        ]
+        .iter()
+        .any(|needle| w.contains(needle))
+    })
+}
+
+/// The URL of the result the record names, if any: `video_url`, `url`, `result_url` (new-api's
+/// task record) or `metadata.url` (new-api's video object); a path is taken on the channel's
+/// own origin. Anything that is no http(s) URL (a `data:` URI) is left alone.
+fn record_url(video: &Value, base_url: &str) -> Option<String> {
+    let named = ["video_url", "url", "result_url"]
+        .iter()
+        .find_map(|key| text(video, key))
+        .or_else(|| video.get("metadata").and_then(|m| text(m, "url")))?;
+    if named.starts_with("http://") || named.starts_with("https://") {
+        return Some(named.to_owned());
+    }
+    if named.starts_with('/') && !named.starts_with("//") {
+        let uri = base_url.parse::<http::Uri>().ok()?;
+        return Some(format!(
+            "{}://{}{named}",
+            uri.scheme_str()?,
+            uri.authority()?
+        ));
+    }
+    None
+}
+
+/// A poll's answer as the task's outcome (`words`: the operator's, read first), and for a
+/// success the URL its record names when it is not `/content` itself; `base` is the video's
+/// URL on the upstream.
+fn from_vendor(
+    remote: &Remote,
+    words: &BTreeMap<String, StatusMeaning>,
+    answer: &Value,
+    base: &str,
+) -> (PollOutcome, Option<String>) {
+    let name = remote.name();
+    let video = record(answer);
+    let Some(status) = video.get("status").and_then(Value::as_str) else {
+        return (
+            PollOutcome::Unknown(format!("channel {name}: a poll answer without a status")),
+            None,
+        );
+    };
+    let word = status_word(status);
+    let meaning = words.get(&word).copied().or_else(|| builtin_meaning(&word));
+    let outcome = match meaning {
+        Some(StatusMeaning::Running) => PollOutcome::Running {
+            progress: progress_of(video.get("progress")).unwrap_or(0).min(99),
+            next_poll: None,
+        },
+        Some(StatusMeaning::Completed) => {
+            let files = ResultFiles {
+                video: ResultSource::Url(format!("{base}/content")),
+                thumbnail: Some(ResultSource::Url(format!(
+                    "{base}/content?variant=thumbnail"
+                ))),
+                last_frame: None,
+                spritesheet: None,
+                usage: usage(video),
+            };
+            let named = record_url(video, &remote.settings.base_url)
+                .filter(|url| *url != format!("{base}/content"));
+            return (PollOutcome::Succeeded(files), named);
+        }
+        Some(
+            ended @ (StatusMeaning::Failed | StatusMeaning::Cancelled | StatusMeaning::Expired),
+        ) => {
+            let said = error_words(video);
+            let detail = said.join(": ");
+            if says_moderation(&said) {
+                tracing::warn!(
+                    channel = name,
+                    detail = remote.log_text(detail.as_bytes()),
+                    "the upstream refused a task's content"
+                );
+                PollOutcome::Failed {
+                    code: "moderation_blocked".into(),
+                    message: "the upstream refused the content".into(),
+                }
+            } else {
+                let status = match ended {
+                    StatusMeaning::Cancelled => "cancelled",
+                    StatusMeaning::Expired => "expired",
+                    _ => "failed",
+                };
+                remote.upstream_failed(status, &detail)
+            }
+        }
+        None => {
+            let shown: String = status.chars().take(64).collect();
+            PollOutcome::Unknown(format!(
+                "channel {name}: unknown status {}",
+                remote.log_text(format!("{shown:?}").as_bytes())
+            ))
+        }
+    };
+    (outcome, None)
+}
+
 /// The `seconds` and `size` a finished video reports.
-fn usage(video: &Video) -> VendorUsage {
-    let seconds = match &video.seconds {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => match s.trim().parse::<f64>() {
+fn usage(video: &Value) -> VendorUsage {
+    let seconds = match video.get("seconds") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => match s.trim().parse::<f64>() {
             Ok(s) if s.is_finite() && s >= 0.0 => Some(s),
             _ => return VendorUsage::Unreadable(format!("seconds {s:?}")),
         },
-        Some(serde_json::Value::Number(n)) => match n.as_f64() {
+        Some(Value::Number(n)) => match n.as_f64() {
             Some(s) if s >= 0.0 => Some(s),
             _ => return VendorUsage::Unreadable(format!("seconds {n}")),
         },
         Some(other) => return VendorUsage::Unreadable(format!("seconds {other}")),
     };
-    let resolution = video.size.as_deref().and_then(|size| {
+    let resolution = text(video, "size").and_then(|size| {
         let (w, h) = size.split_once('x')?;
         let short = w.trim().parse::<u32>().ok()?.min(h.trim().parse().ok()?);
         Some(format!("{short}p"))
@@ -106,12 +288,32 @@ fn usage(video: &Video) -> VendorUsage {
     }
 }
 
+/// Whether a result download's answer is no video: not a success, or JSON (a relay behind
+/// that answers `/content` with an error inside a `200`).
+fn serves_no_video(res: &UpstreamResponse) -> bool {
+    let json = res
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.to_ascii_lowercase().contains("json"));
+    !res.status.is_success() || json
+}
+
+/// Finished tasks whose record's URL is kept for their download at most.
+const MAX_FALLBACKS: usize = 4096;
+
 const BOUNDARY: &str = "video-relay-7f3a9c1e5b2d4a60";
 
 impl OpenaiVideos {
-    pub fn new(settings: RemoteSettings, blobs: Arc<dyn BlobStore>) -> OpenaiVideos {
+    pub fn new(
+        settings: RemoteSettings,
+        blobs: Arc<dyn BlobStore>,
+        words: BTreeMap<String, StatusMeaning>,
+    ) -> OpenaiVideos {
         OpenaiVideos {
             remote: Remote::new(settings, blobs),
+            words,
+            fallbacks: Mutex::default(),
         }
     }
 
@@ -196,8 +398,11 @@ impl Vendor for OpenaiVideos {
             Ok(body) => body,
             Err(outcome) => return outcome,
         };
-        match serde_json::from_slice::<Video>(&body) {
-            Ok(Video { id: Some(id), .. }) if !id.is_empty() && id.len() <= 256 => {
+        let created = serde_json::from_slice::<Created>(&body)
+            .ok()
+            .and_then(|c| c.id.filter(|id| !id.is_empty()).or(c.task_id));
+        match created {
+            Some(id) if !id.is_empty() && id.len() <= 256 => {
                 SubmitOutcome::Accepted { upstream_id: id }
             }
             _ => self.remote.without_id(&body),
@@ -206,9 +411,55 @@ impl Vendor for OpenaiVideos {
 
     async fn poll(&self, _job: &VideoJob, upstream_id: &str) -> PollOutcome {
         let base = self.video_url(upstream_id);
-        match self.remote.poll_json::<Video>(&base).await {
-            Ok(video) => from_vendor(&self.remote, video, &base),
-            Err(outcome) => outcome,
+        let answer = match self.remote.poll_json::<Value>(&base).await {
+            Ok(answer) => answer,
+            Err(outcome) => return outcome,
+        };
+        let (outcome, named) = from_vendor(&self.remote, &self.words, &answer, &base);
+        if let Some(named) = named
+            && let Ok(mut fallbacks) = self.fallbacks.lock()
+        {
+            // Entries whose download never came (a relay stopped between the two) are
+            // forgotten in bulk rather than kept without bound; the next poll names them again.
+            if fallbacks.len() >= MAX_FALLBACKS {
+                fallbacks.clear();
+            }
+            fallbacks.insert(format!("{base}/content"), named);
+        }
+        outcome
+    }
+
+    /// `/content` first (the key goes along; a redirect is followed without it); when it
+    /// serves no video and the record named a URL, that URL, through the address guard unless
+    /// it is on the channel's own origin or a trusted host. When both fail, `/content`'s answer
+    /// stands (the other's failure is logged).
+    async fn download(&self, url: &str) -> Result<UpstreamResponse, UpstreamError> {
+        let named = self
+            .fallbacks
+            .lock()
+            .ok()
+            .and_then(|mut fallbacks| fallbacks.remove(url));
+        let first = self.remote.download(url).await;
+        let Some(named) = named else {
+            return first;
+        };
+        if first.as_ref().is_ok_and(|res| !serves_no_video(res)) {
+            return first;
+        }
+        match self.remote.download(&named).await {
+            Ok(res) if !serves_no_video(&res) => Ok(res),
+            other => {
+                let why = match other {
+                    Ok(res) => format!("answered {}", res.status),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(
+                    channel = self.remote.name(),
+                    error = self.remote.log_text(why.as_bytes()),
+                    "the result URL the upstream's record named served no video either"
+                );
+                first
+            }
         }
     }
 
@@ -226,28 +477,47 @@ impl Vendor for OpenaiVideos {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    fn read(json: &str) -> PollOutcome {
-        let video: Video = serde_json::from_str(json).unwrap();
+    const BASE: &str = "http://up/v1/videos/v1";
+
+    fn read_with(words: &[(&str, StatusMeaning)], answer: Value) -> (PollOutcome, Option<String>) {
+        let words = words.iter().map(|(w, m)| ((*w).to_owned(), *m)).collect();
         from_vendor(
             &crate::vendors::common::test_remote("c"),
-            video,
-            "http://up/v1/videos/v1",
+            &words,
+            &answer,
+            BASE,
         )
+    }
+
+    fn read(answer: Value) -> PollOutcome {
+        read_with(&[], answer).0
+    }
+
+    fn running(progress: u8) -> PollOutcome {
+        PollOutcome::Running {
+            progress,
+            next_poll: None,
+        }
+    }
+
+    fn failed(code: &str, message: &str) -> PollOutcome {
+        PollOutcome::Failed {
+            code: code.into(),
+            message: message.into(),
+        }
     }
 
     /// The Video object of PROTOCOLS.md §1.
     #[test]
     fn a_video_object_reads_as_an_outcome() {
         assert_eq!(
-            read(r#"{"id":"v1","object":"video","status":"in_progress","progress":42}"#),
-            PollOutcome::Running {
-                progress: 42,
-                next_poll: None
-            }
+            read(json!({"id":"v1","object":"video","status":"in_progress","progress":42})),
+            running(42)
         );
         let PollOutcome::Succeeded(files) = read(
-            r#"{"id":"v1","object":"video","status":"completed","progress":100,"seconds":"8","size":"1280x720"}"#,
+            json!({"id":"v1","object":"video","status":"completed","progress":100,"seconds":"8","size":"1280x720"}),
         ) else {
             panic!("not a success")
         };
@@ -262,23 +532,259 @@ mod tests {
                 resolution: Some("720p".into())
             }
         );
-        let PollOutcome::Succeeded(files) = read(r#"{"id":"v1","status":"completed"}"#) else {
+        let PollOutcome::Succeeded(files) = read(json!({"id":"v1","status":"completed"})) else {
             panic!("not a success")
         };
         assert_eq!(files.usage, VendorUsage::NotReported);
         let PollOutcome::Succeeded(files) =
-            read(r#"{"id":"v1","status":"completed","seconds":"eight"}"#)
+            read(json!({"id":"v1","status":"completed","seconds":"eight"}))
         else {
             panic!("not a success")
         };
         assert!(matches!(files.usage, VendorUsage::Unreadable(_)));
         assert!(matches!(
-            read(r#"{"id":"v1","status":"failed","error":{"code":"x","message":"y"}}"#),
-            PollOutcome::Failed { .. }
-        ));
-        assert!(matches!(
-            read(r#"{"id":"v1","status":"mystery"}"#),
+            read(json!({"id":"v1","status":"mystery"})),
             PollOutcome::Unknown(_)
         ));
+        assert!(matches!(read(json!({"id":"v1"})), PollOutcome::Unknown(_)));
+        // An unknown word is logged redacted: the channel's key never goes along.
+        let PollOutcome::Unknown(reason) = read(json!({"id":"v1","status":"echo test-key"})) else {
+            panic!("not unknown")
+        };
+        assert!(!reason.contains("test-key"), "{reason}");
+        assert!(matches!(
+            read(json!({"id":"v1","status":7})),
+            PollOutcome::Unknown(_)
+        ));
+    }
+
+    /// Every word a relay behind may speak, in any case, and what it means.
+    #[test]
+    fn status_words_of_relays_behind_are_read_case_aside() {
+        let check = |word: &str, expected: Option<StatusMeaning>| {
+            assert_eq!(builtin_meaning(&status_word(word)), expected, "{word}");
+        };
+        for word in [
+            "queued",
+            "pending",
+            "in_progress",
+            "processing",
+            "running",
+            "NOT_START",
+            "SUBMITTED",
+            "QUEUED",
+            "IN_PROGRESS",
+            " Processing ",
+        ] {
+            check(word, Some(StatusMeaning::Running));
+        }
+        for word in ["completed", "succeeded", "success", "SUCCESS", "Completed"] {
+            check(word, Some(StatusMeaning::Completed));
+        }
+        for word in ["failed", "failure", "FAILURE", "Failed"] {
+            check(word, Some(StatusMeaning::Failed));
+        }
+        for word in ["cancelled", "canceled", "CANCELED"] {
+            check(word, Some(StatusMeaning::Cancelled));
+        }
+        check("EXPIRED", Some(StatusMeaning::Expired));
+        // new-api's UNKNOWN (and its video object's `unknown`) says the relay behind does not
+        // know either: no reading, so the bounded unknown-status polls apply.
+        for word in ["UNKNOWN", "unknown", "", "done", "in progress"] {
+            check(word, None);
+        }
+        assert_eq!(read(json!({"status": "IN_PROGRESS"})), running(0));
+        assert!(matches!(
+            read(json!({"status": "SUCCESS"})),
+            PollOutcome::Succeeded(_)
+        ));
+        assert_eq!(
+            read(json!({"status": "Canceled"})),
+            failed("upstream_error", "the upstream cancelled the task")
+        );
+        assert_eq!(
+            read(json!({"status": "expired"})),
+            failed(
+                "upstream_error",
+                "the upstream task expired before it finished"
+            )
+        );
+    }
+
+    /// The operator's words win over the built-in ones; unknown ones stay unknown.
+    #[test]
+    fn the_operators_status_words_are_read_first() {
+        let words = [
+            ("rendering", StatusMeaning::Running),
+            ("done_ok", StatusMeaning::Completed),
+            ("broken", StatusMeaning::Failed),
+            ("completed", StatusMeaning::Running),
+        ];
+        let read = |status: &str| read_with(&words, json!({"status": status, "progress": 10})).0;
+        assert_eq!(read("RENDERING"), running(10));
+        assert!(matches!(read("DONE_OK"), PollOutcome::Succeeded(_)));
+        assert_eq!(
+            read("Broken"),
+            failed("upstream_error", "the upstream failed the task")
+        );
+        assert_eq!(read("completed"), running(10));
+        assert!(matches!(read("GLITTERING"), PollOutcome::Unknown(_)));
+    }
+
+    #[test]
+    fn progress_is_read_as_a_number_a_fraction_or_a_string() {
+        let check = |value: Value, expected: Option<u8>| {
+            assert_eq!(progress_of(Some(&value)), expected, "{value}");
+        };
+        check(json!(45), Some(45));
+        check(json!(45.7), Some(45));
+        check(json!(0), Some(0));
+        check(json!(1), Some(1));
+        check(json!(100), Some(100));
+        check(json!(250), Some(100));
+        check(json!(0.45), Some(45));
+        check(json!(0.999), Some(99));
+        check(json!("45%"), Some(45));
+        check(json!(" 45 % "), Some(45));
+        check(json!("45"), Some(45));
+        check(json!("0.45"), Some(45));
+        check(json!("0.5%"), Some(0));
+        check(json!("100%"), Some(100));
+        for unreadable in [
+            json!(-3),
+            json!("-3%"),
+            json!("almost"),
+            json!(""),
+            json!("%"),
+            json!(null),
+            json!(true),
+            json!([45]),
+            json!({"value": 45}),
+            json!("NaN"),
+            json!("inf"),
+        ] {
+            check(unreadable, None);
+        }
+        assert_eq!(progress_of(None), None);
+        // Unreadable progress never fails a poll, and a running task never shows 100.
+        assert_eq!(
+            read(json!({"status": "running", "progress": "lots"})),
+            running(0)
+        );
+        assert_eq!(
+            read(json!({"status": "running", "progress": "100%"})),
+            running(99)
+        );
+        assert_eq!(
+            read(json!({"status": "QUEUED", "progress": "45%"})),
+            running(45)
+        );
+    }
+
+    /// Errors as an OpenAI error object, a plain string or new-api's `fail_reason`: the
+    /// client sees the relay's own code and words, never the upstream's.
+    #[test]
+    fn errors_in_every_shape_become_the_relays_own() {
+        for answer in [
+            json!({"status": "failed", "error": {"code": "internal", "message": "secret-host boom"}}),
+            json!({"status": "failed", "error": "secret-host boom"}),
+            json!({"status": "FAILURE", "fail_reason": "secret-host boom"}),
+            json!({"status": "failed", "error": {"code": 500}}),
+            json!({"status": "failed", "error": null}),
+            json!({"status": "failed"}),
+        ] {
+            assert_eq!(
+                read(answer.clone()),
+                failed("upstream_error", "the upstream failed the task"),
+                "{answer}"
+            );
+        }
+        for answer in [
+            json!({"status": "failed", "error": {"code": "moderation_blocked", "message": "secret x"}}),
+            json!({"status": "failed", "error": {"code": "content_policy_violation", "message": "x"}}),
+            json!({"status": "failed", "error": "Your request was rejected by the safety system"}),
+            json!({"status": "FAILURE", "fail_reason": "prompt violates our content policy"}),
+            json!({"status": "failed", "error": {"type": "moderation", "message": "x"}}),
+        ] {
+            assert_eq!(
+                read(answer.clone()),
+                failed("moderation_blocked", "the upstream refused the content"),
+                "{answer}"
+            );
+        }
+    }
+
+    /// new-api's task record (its envelope, upper-case status, progress as a string,
+    /// `fail_reason`, `result_url`) and its video object (`metadata.url`).
+    #[test]
+    fn new_apis_shapes_are_read() {
+        assert_eq!(
+            read(json!({"code": "success", "message": "", "data": {
+                "task_id": "task_1", "status": "IN_PROGRESS", "progress": "45%",
+                "fail_reason": ""}})),
+            running(45)
+        );
+        let (outcome, named) = read_with(
+            &[],
+            json!({"code": "success", "data": {"task_id": "task_1", "status": "SUCCESS",
+                "progress": "100%", "result_url": "https://cdn.example/v.mp4?sig=1"}}),
+        );
+        assert!(matches!(outcome, PollOutcome::Succeeded(_)));
+        assert_eq!(named.as_deref(), Some("https://cdn.example/v.mp4?sig=1"));
+        assert_eq!(
+            read(json!({"code": "success", "data": {"status": "FAILURE",
+                "fail_reason": "upstream said no"}})),
+            failed("upstream_error", "the upstream failed the task")
+        );
+        // An envelope without a status inside is no record.
+        assert!(matches!(
+            read(json!({"code": "success", "data": null})),
+            PollOutcome::Unknown(_)
+        ));
+        let (_, named) = read_with(
+            &[],
+            json!({"id": "task_1", "object": "video", "status": "completed", "progress": 100,
+                "metadata": {"url": "https://files.example/task_1.mp4"}}),
+        );
+        assert_eq!(named.as_deref(), Some("https://files.example/task_1.mp4"));
+    }
+
+    #[test]
+    fn the_records_result_url_is_read_from_its_fields() {
+        let named = |answer: Value| read_with(&[], answer).1;
+        let done = |key: &str, url: &str| {
+            let mut v = json!({"status": "completed"});
+            v[key] = json!(url);
+            v
+        };
+        for key in ["video_url", "url", "result_url"] {
+            assert_eq!(
+                named(done(key, "https://cdn.example/a.mp4")).as_deref(),
+                Some("https://cdn.example/a.mp4"),
+                "{key}"
+            );
+        }
+        // A path is on the channel's own origin.
+        assert_eq!(
+            named(done("video_url", "/files/a.mp4")).as_deref(),
+            Some("http://127.0.0.1:9/files/a.mp4")
+        );
+        // No URL, a data: URI, a scheme-relative path, or the /content URL itself: nothing
+        // else to try.
+        for answer in [
+            json!({"status": "completed"}),
+            done("video_url", "data:video/mp4;base64,AAAA"),
+            done("video_url", "//elsewhere.example/a.mp4"),
+            done("video_url", "ftp://files.example/a.mp4"),
+            done("video_url", "http://up/v1/videos/v1/content"),
+            done("video_url", ""),
+        ] {
+            assert_eq!(named(answer.clone()), None, "{answer}");
+        }
+        // Only a success names one.
+        assert_eq!(
+            named(json!({"status": "running", "video_url": "https://x/a.mp4"})),
+            None
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The seam every vendor stands behind: the [`Vendor`] trait, what a kind needs from the
-//! configuration ([`Need`], [`KindSettings`], [`CallbackSettings`]), what it is built from
-//! ([`VendorSettings`]) and its [`Registration`].
+//! configuration ([`Need`], [`KindSettings`], [`CallbackSettings`], the operator's own status
+//! words [`StatusMeaning`]), what it is built from ([`VendorSettings`]) and its
+//! [`Registration`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -89,6 +90,80 @@ pub struct KindSettings {
     pub storage_uri: Option<String>,
     /// The Cloud Storage JSON API's base, when not Google's own (a proxy or a fake).
     pub storage_base_url: Option<String>,
+    /// Status words the operator taught the channel (config `status_words`), lower case, with
+    /// what each means; they win over the kind's own reading of a word.
+    pub status_words: BTreeMap<String, StatusMeaning>,
+}
+
+/// What an upstream's word for a task's status means, as an operator names it in a channel's
+/// `status_words`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusMeaning {
+    /// Still going (queued or running).
+    Running,
+    /// Finished with a video.
+    Completed,
+    /// Ended without one.
+    Failed,
+    /// Cancelled by the upstream.
+    Cancelled,
+    /// Expired before it finished.
+    Expired,
+}
+
+impl StatusMeaning {
+    /// Every meaning, by the name the configuration gives it.
+    pub const ALL: [(&'static str, StatusMeaning); 5] = [
+        ("running", StatusMeaning::Running),
+        ("completed", StatusMeaning::Completed),
+        ("failed", StatusMeaning::Failed),
+        ("cancelled", StatusMeaning::Cancelled),
+        ("expired", StatusMeaning::Expired),
+    ];
+
+    /// The meaning named `name` (exactly, lower case).
+    pub fn parse(name: &str) -> Option<StatusMeaning> {
+        StatusMeaning::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, m)| *m)
+    }
+}
+
+/// An upstream's status word as it is compared: trimmed, ASCII lower case.
+pub fn status_word(word: &str) -> String {
+    word.trim().to_ascii_lowercase()
+}
+
+/// A channel's `status_words` (word -> meaning) read: the words compared as
+/// [`status_word`] makes them; an empty word, an unknown meaning, or two spellings of one word
+/// with different meanings is refused, naming the word.
+pub fn status_words(
+    words: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, StatusMeaning>, String> {
+    let mut out = BTreeMap::new();
+    for (word, meaning) in words {
+        let key = status_word(word);
+        if key.is_empty() {
+            return Err("status_words: a word is empty".into());
+        }
+        let Some(parsed) = StatusMeaning::parse(meaning) else {
+            let names: Vec<&str> = StatusMeaning::ALL.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "status_words.{word:?}: unknown meaning {meaning:?}, expected one of {}",
+                names.join(", ")
+            ));
+        };
+        if out
+            .insert(key, parsed)
+            .is_some_and(|before| before != parsed)
+        {
+            return Err(format!(
+                "status_words.{word:?}: the word is given twice (case aside) with different meanings"
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Where and how a channel asks its vendor to call back: a callback URL on the relay
@@ -126,6 +201,8 @@ pub struct Registration {
     pub needs: &'static [Need],
     /// Whether the kind takes a `callback_secret`.
     pub callbacks: bool,
+    /// Whether the kind reads the operator's `status_words`.
+    pub status_words: bool,
     /// Its built-in model catalog: the vendor models it documents and what each can do.
     pub models: fn() -> Vec<(&'static str, ModelCaps)>,
     /// Builds a channel of the kind, given its model catalog (the built-in one with the

@@ -42,6 +42,7 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: "https://generativelanguage.googleapis.com",
     needs: &[Need::ApiKey],
     callbacks: false,
+    status_words: false,
     models,
     build: |s, _| {
         let remote = Remote::new(s.remote, s.blobs).with_key_header(KeyHeader::Named(KEY_HEADER));

@@ -50,6 +50,7 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: DEFAULT_BASE_URL,
     needs: &[Need::CredentialsFile, Need::Project, Need::Location],
     callbacks: false,
+    status_words: false,
     models,
     build: |s, catalog| VertexVeo::new(s, catalog).map(|v| Box::new(v) as Box<dyn Vendor>),
 };

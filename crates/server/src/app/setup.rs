@@ -137,6 +137,8 @@ pub fn vendor_channel(
         location: c.location.clone(),
         storage_uri: c.storage_uri.clone(),
         storage_base_url: c.storage_base_url.clone(),
+        status_words: channels::vendors::seam::status_words(&c.status_words)
+            .map_err(|e| anyhow::anyhow!("channel {}: {e}", c.name))?,
     };
     let settings = channels::VendorSettings {
         remote,

@@ -152,6 +152,10 @@ pub struct ChannelConfig {
     /// with a secret, submissions carry a `callback_url` on the relay (`POST
     /// /callbacks/<kind>/{channel}`), and the upstream's callbacks wake the task's poll.
     pub callback_secret: Option<String>,
+    /// Kinds that read them (`openai-videos`): the upstream's own status words and what each
+    /// means (`running`, `completed`, `failed`, `cancelled`, `expired`), matched case aside,
+    /// before the kind's built-in words.
+    pub status_words: BTreeMap<String, String>,
     /// Remote channels: a PEM file of CA certificates trusted beside `[upstream] roots`.
     pub ca_file: Option<String>,
     /// Remote channels: the HTTP proxy of every upstream call (`http://[user:pass@]host:port`),

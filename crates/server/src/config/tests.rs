@@ -245,6 +245,63 @@ fn a_callback_secret_is_for_ark_channels_and_long_enough() {
 }
 
 #[test]
+fn status_words_are_for_relays_behind_and_name_a_known_meaning() {
+    let channel = |kind: &str, words: &str| {
+        Config::from_toml(
+            Some(&format!(
+                "[[channels]]\nname = \"u\"\nkind = \"{kind}\"\nbase_url = \"http://h\"\nmodels = [\"model_h3\"]\nstatus_words = {{ {words} }}\n"
+            )),
+            "t.toml",
+        )
+        .map_err(|e| e.to_string())
+    };
+    let ok = channel(
+        "openai-videos",
+        r#""RENDERING" = "running", "DONE_OK" = "completed", "BROKEN" = "failed", "Gone" = "expired", "stopped" = "cancelled""#,
+    )
+    .unwrap();
+    assert_eq!(ok.channels[0].status_words.len(), 5);
+    assert_eq!(ok.channels[0].status_words["DONE_OK"], "completed");
+    let err = channel("openai-videos", r#""BROKEN" = "borked""#).unwrap_err();
+    assert!(
+        err.contains("channels.u: status_words.\"BROKEN\": unknown meaning \"borked\", expected one of running, completed, failed, cancelled, expired"),
+        "{err}"
+    );
+    // Meanings are the configuration's words, exactly.
+    let err = channel("openai-videos", r#""DONE" = "Completed""#).unwrap_err();
+    assert!(
+        err.contains("status_words.\"DONE\": unknown meaning"),
+        "{err}"
+    );
+    let err = channel(
+        "openai-videos",
+        r#""done" = "completed", "DONE" = "failed""#,
+    )
+    .unwrap_err();
+    assert!(err.contains("given twice"), "{err}");
+    let err = channel("openai-videos", r#"" " = "completed""#).unwrap_err();
+    assert!(
+        err.contains("channels.u: status_words: a word is empty"),
+        "{err}"
+    );
+    let err = channel("ark", r#""DONE" = "completed""#).unwrap_err();
+    assert!(
+        err.contains("channels.u: status_words applies to openai-videos channels only"),
+        "{err}"
+    );
+    let err = Config::from_toml(
+        Some("[[channels]]\nname = \"s\"\nkind = \"simulator\"\nstatus_words = { \"DONE\" = \"completed\" }\n"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("channels.s: status_words applies to openai-videos"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_channel_kind_is_one_the_relay_knows() {
     let err = Config::from_toml(
         Some("[[channels]]\nname = \"u\"\nkind = \"sora\"\nmodels = [\"model_h3\"]\n"),
