@@ -2,7 +2,8 @@
 //! each: [`openai_videos`] (another relay or reseller speaking `/v1/videos`), [`ark`]
 //! (Seedance-style content generation tasks), [`veo`] (Google Veo on the Gemini API),
 //! [`vertex_veo`] (Google Veo on Vertex AI), [`kling`] (Kuaishou Kling), [`minimax`] (MiniMax
-//! Hailuo), [`wan`] (Alibaba Wan on DashScope) and [`xai`] (xAI's Grok Imagine video). What
+//! Hailuo), [`wan`] (Alibaba Wan on DashScope), [`xai`] (xAI's Grok Imagine video) and
+//! [`jimeng`] (ByteDance Jimeng on Volcengine's visual API, requests signed HMAC-SHA256). What
 //! every HTTP vendor shares is in [`common`] (settings, the key header, submissions sent again
 //! only when nothing of them can have reached the vendor, classification of answers, upstream
 //! ids in paths, references read from the blob store, result downloads, channel tests) and
@@ -19,6 +20,7 @@
 pub mod ark;
 pub mod common;
 pub mod google_auth;
+pub mod jimeng;
 pub mod kling;
 pub mod media;
 pub mod minimax;
@@ -49,6 +51,7 @@ pub static REGISTRY: &[Registration] = &[
     minimax::REGISTRATION,
     wan::REGISTRATION,
     xai::REGISTRATION,
+    jimeng::REGISTRATION,
 ];
 
 /// The registration of `kind`.

@@ -86,6 +86,9 @@ pub struct KindSettings {
     pub credentials_file: Option<PathBuf>,
     pub project: Option<String>,
     pub location: Option<String>,
+    /// The region and service a request is signed for (`jimeng`; unset: the kind's defaults).
+    pub region: Option<String>,
+    pub service: Option<String>,
     /// Where the vendor writes its results (`gs://bucket/prefix/`), when not inline.
     pub storage_uri: Option<String>,
     /// The Cloud Storage JSON API's base, when not Google's own (a proxy or a fake).

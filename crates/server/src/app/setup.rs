@@ -135,6 +135,8 @@ pub fn vendor_channel(
         credentials_file: c.credentials_file.clone(),
         project: c.project.clone(),
         location: c.location.clone(),
+        region: c.region.clone(),
+        service: c.service.clone(),
         storage_uri: c.storage_uri.clone(),
         storage_base_url: c.storage_base_url.clone(),
         status_words: channels::vendors::seam::status_words(&c.status_words)

@@ -122,6 +122,9 @@ pub struct ChannelConfig {
     /// Cloud project and location (Vertex AI).
     pub project: Option<String>,
     pub location: Option<String>,
+    /// Kinds signing requests for a region and service (`jimeng`): unset, the kind's defaults.
+    pub region: Option<String>,
+    pub service: Option<String>,
     /// Vertex AI: a Cloud Storage location (`gs://bucket/prefix/`) the vendor writes videos
     /// to, read back with the channel's token; unset, videos come inline in the answer.
     pub storage_uri: Option<String>,
@@ -269,6 +272,26 @@ fn check_google_settings(
     Ok(())
 }
 
+/// A channel's `region` and `service` (the scope its requests are signed for): on `jimeng`
+/// channels only, each a short word of letters, digits, `-` and `_`.
+fn check_signing_scope(
+    channel: &ChannelConfig,
+    registration: &channels::vendors::Registration,
+) -> Result<(), String> {
+    use ::channels::vendors::jimeng;
+    let name = &channel.name;
+    for (key, value) in [("region", &channel.region), ("service", &channel.service)] {
+        let Some(value) = value else { continue };
+        if registration.kind != jimeng::REGISTRATION.kind {
+            return Err(format!(
+                "channels.{name}: {key} applies to jimeng channels only"
+            ));
+        }
+        jimeng::check_scope_part(key, value).map_err(|e| format!("channels.{name}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Bounds of a channel's `max_calls_per_sec` (one call in 100 s at the least).
 pub(super) const MIN_CALLS_PER_SEC: f64 = 0.01;
 pub(super) const MAX_CALLS_PER_SEC: f64 = 100_000.0;
@@ -340,6 +363,7 @@ pub(super) fn check_video_channel(
         }
     }
     check_google_settings(channel, registration)?;
+    check_signing_scope(channel, registration)?;
     for model in &channel.models {
         if models.get(model).map(|m| m.kind) == Some(ModelKind::Chat) {
             return Err(format!(
