@@ -12,6 +12,7 @@ use http::Method;
 use serde_json::Value;
 
 use crate::fake_chat::{FakeChat, Switches, UPSTREAM_KEY};
+use crate::fake_jimeng::{self, FakeJimeng};
 use crate::fake_kling::{self, FakeKling};
 use crate::fake_minimax::{self, FakeMinimax};
 use crate::fake_veo::{FakeVeo, VEO_KEY};
@@ -27,7 +28,9 @@ const WRONG: &str = "wrong-upstream-key-never-shown-7731";
 const VEO_KEY_VAR: &str = "CHANNEL_TEST_VEO_KEY";
 
 /// Every secret the channels hold: none may appear in an answer or a line printed.
-const SECRETS: [&str; 9] = [
+const SECRETS: [&str; 11] = [
+    fake_jimeng::ACCESS_KEY,
+    fake_jimeng::SECRET_KEY,
     VEO_KEY,
     fake_kling::ACCESS_KEY,
     fake_kling::SECRET_KEY,
@@ -52,6 +55,7 @@ struct Fakes {
     minimax: FakeMinimax,
     wan: FakeWan,
     xai: FakeXai,
+    jimeng: FakeJimeng,
     video: FakeVideo,
     chat: FakeChat,
     busy_chat: FakeChat,
@@ -72,6 +76,7 @@ impl Fakes {
             minimax: FakeMinimax::start().await,
             wan: FakeWan::start().await,
             xai: FakeXai::start().await,
+            jimeng: FakeJimeng::start().await,
             video: FakeVideo::start().await,
             chat: FakeChat::start(Switches::default()).await,
             busy_chat: FakeChat::start(Switches {
@@ -126,6 +131,15 @@ impl Fakes {
                 self.xai.base
             )
         };
+        let jimeng = |name: &str, secret: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"jimeng\"\nbase_url = \"{}\"\n\
+                 access_key = \"{}\"\nsecret_key = \"{secret}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"jimeng_t2v_v30\" }}\n",
+                self.jimeng.base,
+                fake_jimeng::ACCESS_KEY
+            )
+        };
         let videos = |name: &str, base: &str, key: &str| {
             format!(
                 "[[channels]]\nname = \"{name}\"\nkind = \"openai-videos\"\nbase_url = \"{base}\"\n\
@@ -151,6 +165,8 @@ impl Fakes {
             wan("wan-wrong", WRONG),
             xai("xai", fake_xai::API_KEY),
             xai("xai-wrong", WRONG),
+            jimeng("jimeng", fake_jimeng::SECRET_KEY),
+            jimeng("jimeng-wrong", WRONG),
             videos("videos", &video_base, FAKE_KEY),
             videos("videos-wrong", &video_base, WRONG),
             videos("videos-busy", &video_base, FAKE_KEY),
@@ -191,6 +207,10 @@ const CASES: &[(&str, &str, &str, Option<u16>)] = &[
     ("xai", "xai", "ok", Some(200)),
     // xAI refuses a wrong key with 400 "Incorrect API key provided", naming it.
     ("xai-wrong", "xai", "key_refused", Some(400)),
+    ("jimeng", "jimeng", "ok", Some(200)),
+    // Volcengine's gateway refuses a request signed with the wrong secret key: 401
+    // SignatureDoesNotMatch.
+    ("jimeng-wrong", "jimeng", "key_refused", Some(401)),
     ("videos", "openai-videos", "ok", Some(200)),
     ("videos-wrong", "openai-videos", "key_refused", Some(401)),
     ("videos-busy", "openai-videos", "rate_limited", Some(429)),
@@ -378,6 +398,12 @@ async fn the_cli_prints_one_line_and_exits_by_the_verdict() {
             1,
             "xai-wrong: key refused (HTTP 400 in ",
             " ms): the vendor answered 400 Bad Request: ",
+        ),
+        (
+            "jimeng-wrong",
+            1,
+            "jimeng-wrong: key refused (HTTP 401 in ",
+            " ms): jimeng answered 401 Unauthorized SignatureDoesNotMatch (100010): ",
         ),
         (
             "dead",
