@@ -244,12 +244,13 @@ fn parse_x_date(s: &str) -> Option<u64> {
     u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
 }
 
+/// The gateway's refusal of a signature: its `Code`, `CodeN` and `Message` (HTTP 401).
+type Refusal = (&'static str, i64, &'static str);
+
 /// Checks the request's signature as Volcengine's gateway does; the gateway's refusal if wrong.
-fn check_signature(req: &Request<Bytes>, action: &str) -> Result<(), Response<Full<Bytes>>> {
+fn check_signature(req: &Request<Bytes>) -> Result<(), Refusal> {
     let missing = || {
-        gateway(
-            401,
-            action,
+        (
             "MissingAuthenticationToken",
             100008,
             "The request is missing an authentication token.",
@@ -274,18 +275,14 @@ fn check_signature(req: &Request<Bytes>, action: &str) -> Result<(), Response<Fu
         return Err(missing());
     };
     if *ak != ACCESS_KEY {
-        return Err(gateway(
-            401,
-            action,
+        return Err((
             "InvalidAccessKey",
             100009,
             "The AccessKey ID provided does not exist in our records.",
         ));
     }
     let bad_date = || {
-        gateway(
-            401,
-            action,
+        (
             "InvalidTimestamp",
             100011,
             "The X-Date is not valid or too skewed.",
@@ -297,9 +294,7 @@ fn check_signature(req: &Request<Bytes>, action: &str) -> Result<(), Response<Fu
         return Err(bad_date());
     }
     let mismatch = || {
-        gateway(
-            401,
-            action,
+        (
             "SignatureDoesNotMatch",
             100010,
             "The request signature we calculated does not match the signature you provided. Check your Secret Access Key and signing method. Consult the service documentation for details.",
@@ -390,9 +385,9 @@ fn answer(state: &State, files: &str, req: Request<Bytes>) -> Option<Response<Fu
             "Could not find operation for the given Action and Version.",
         ));
     }
-    if let Err(refusal) = check_signature(&req, &action) {
+    if let Err((code, code_n, message)) = check_signature(&req) {
         state.refused_signatures.fetch_add(1, Ordering::SeqCst);
-        return Some(refusal);
+        return Some(gateway(401, &action, code, code_n, message));
     }
     state.actions.lock().unwrap().push(action.clone());
     if header(&req, "content-type") != Some("application/json") {

@@ -746,3 +746,47 @@ fn a_vertex_channel_needs_a_usable_key_file_a_project_and_a_location() {
         "{err}"
     );
 }
+
+#[test]
+fn a_jimeng_channel_needs_both_keys_and_a_fit_region_and_service() {
+    let channel = |kind: &str, extra: &str| {
+        Config::from_toml(
+            Some(&format!(
+                "[[channels]]\nname = \"j\"\nkind = \"{kind}\"\nmodels = [\"model_h3\"]\n{extra}"
+            )),
+            "t.toml",
+        )
+        .map_err(|e| e.to_string())
+    };
+    let keys = "access_key = \"AK\"\nsecret_key = \"SK\"\n";
+    let err = channel("jimeng", "access_key = \"AK\"\n").unwrap_err();
+    assert!(
+        err.contains("channels.j: kind jimeng needs secret_key (or secret_key_env)"),
+        "{err}"
+    );
+    let err = channel("jimeng", "secret_key = \"SK\"\n").unwrap_err();
+    assert!(
+        err.contains("channels.j: kind jimeng needs access_key (or access_key_env)"),
+        "{err}"
+    );
+    let ok = channel("jimeng", keys).unwrap();
+    assert_eq!(ok.channels[0].region, None);
+    let ok = channel(
+        "jimeng",
+        &format!("{keys}region = \"cn-beijing\"\nservice = \"cv\"\n"),
+    )
+    .unwrap();
+    assert_eq!(ok.channels[0].region.as_deref(), Some("cn-beijing"));
+    let err = channel("jimeng", &format!("{keys}region = \"cn/north\"\n")).unwrap_err();
+    assert!(
+        err.contains("channels.j: region \"cn/north\" must be"),
+        "{err}"
+    );
+    let err = channel("jimeng", &format!("{keys}service = \"\"\n")).unwrap_err();
+    assert!(err.contains("channels.j: service \"\" must be"), "{err}");
+    let err = channel("kling", &format!("{keys}region = \"cn-north-1\"\n")).unwrap_err();
+    assert!(
+        err.contains("channels.j: region applies to jimeng channels only"),
+        "{err}"
+    );
+}
