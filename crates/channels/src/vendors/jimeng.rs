@@ -957,10 +957,15 @@ impl Vendor for Jimeng {
                 };
             }
         };
-        match self.remote.exchange(req).await {
+        let mut check = match self.remote.exchange(req).await {
             Err(e) => transport_check(&e),
             Ok((status, _, body)) => check_answer(status, &body),
+        };
+        // Should the gateway ever echo the access key, an operator still never sees it.
+        if !self.creds.access_key.is_empty() {
+            check.detail = check.detail.replace(self.creds.access_key.as_str(), "***");
         }
+        check
     }
 }
 
