@@ -2,7 +2,7 @@
 //! each: [`openai_videos`] (another relay or reseller speaking `/v1/videos`), [`ark`]
 //! (Seedance-style content generation tasks), [`veo`] (Google Veo on the Gemini API),
 //! [`vertex_veo`] (Google Veo on Vertex AI), [`kling`] (Kuaishou Kling), [`minimax`] (MiniMax
-//! Hailuo) and [`wan`] (Alibaba Wan on DashScope). What every HTTP vendor shares is in
+//! Hailuo), [`wan`] (Alibaba Wan on DashScope) and [`runway`] (Runway's developer API). What every HTTP vendor shares is in
 //! [`common`] (settings, the key header, submissions sent again only when nothing of them can
 //! have reached the vendor, classification of answers, upstream ids in paths, references read
 //! from the blob store, result downloads, channel tests) and [`media`] (references as the
@@ -23,6 +23,7 @@ pub mod media;
 pub mod minimax;
 pub mod openai_videos;
 pub mod redact;
+pub mod runway;
 pub mod seam;
 pub mod spill;
 pub mod veo;
@@ -44,6 +45,7 @@ pub static REGISTRY: &[Registration] = &[
     kling::REGISTRATION,
     minimax::REGISTRATION,
     wan::REGISTRATION,
+    runway::REGISTRATION,
 ];
 
 /// The registration of `kind`.
