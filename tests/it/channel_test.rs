@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::fake_chat::{FakeChat, Switches, UPSTREAM_KEY};
 use crate::fake_kling::{self, FakeKling};
 use crate::fake_minimax::{self, FakeMinimax};
+use crate::fake_runway::{self, FakeRunway};
 use crate::fake_veo::{FakeVeo, VEO_KEY};
 use crate::fake_video::{FAKE_KEY, FakeVideo};
 use crate::fake_wan::{self, FakeWan};
@@ -26,12 +27,13 @@ const WRONG: &str = "wrong-upstream-key-never-shown-7731";
 const VEO_KEY_VAR: &str = "CHANNEL_TEST_VEO_KEY";
 
 /// Every secret the channels hold: none may appear in an answer or a line printed.
-const SECRETS: [&str; 8] = [
+const SECRETS: [&str; 9] = [
     VEO_KEY,
     fake_kling::ACCESS_KEY,
     fake_kling::SECRET_KEY,
     fake_minimax::API_KEY,
     fake_wan::API_KEY,
+    fake_runway::API_KEY,
     FAKE_KEY,
     UPSTREAM_KEY,
     WRONG,
@@ -49,6 +51,7 @@ struct Fakes {
     kling: FakeKling,
     minimax: FakeMinimax,
     wan: FakeWan,
+    runway: FakeRunway,
     video: FakeVideo,
     chat: FakeChat,
     busy_chat: FakeChat,
@@ -68,6 +71,7 @@ impl Fakes {
             kling: FakeKling::start().await,
             minimax: FakeMinimax::start().await,
             wan: FakeWan::start().await,
+            runway: FakeRunway::start().await,
             video: FakeVideo::start().await,
             chat: FakeChat::start(Switches::default()).await,
             busy_chat: FakeChat::start(Switches {
@@ -114,6 +118,14 @@ impl Fakes {
                 self.wan.base
             )
         };
+        let runway = |name: &str, key: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"runway\"\nbase_url = \"{}\"\n\
+                 api_key = \"{key}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"gen4.5\" }}\n",
+                self.runway.base
+            )
+        };
         let videos = |name: &str, base: &str, key: &str| {
             format!(
                 "[[channels]]\nname = \"{name}\"\nkind = \"openai-videos\"\nbase_url = \"{base}\"\n\
@@ -137,6 +149,8 @@ impl Fakes {
             minimax("minimax-wrong", WRONG),
             wan("wan", fake_wan::API_KEY),
             wan("wan-wrong", WRONG),
+            runway("runway", fake_runway::API_KEY),
+            runway("runway-wrong", WRONG),
             videos("videos", &video_base, FAKE_KEY),
             videos("videos-wrong", &video_base, WRONG),
             videos("videos-busy", &video_base, FAKE_KEY),
@@ -174,6 +188,8 @@ const CASES: &[(&str, &str, &str, Option<u16>)] = &[
     ("minimax-wrong", "minimax", "key_refused", Some(200)),
     ("wan", "wan", "ok", Some(200)),
     ("wan-wrong", "wan", "key_refused", Some(401)),
+    ("runway", "runway", "ok", Some(200)),
+    ("runway-wrong", "runway", "key_refused", Some(401)),
     ("videos", "openai-videos", "ok", Some(200)),
     ("videos-wrong", "openai-videos", "key_refused", Some(401)),
     ("videos-busy", "openai-videos", "rate_limited", Some(429)),

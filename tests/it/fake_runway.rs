@@ -6,7 +6,9 @@
 //! non-empty string of at most 1000 characters, `ratio` one of the model's pixel sizes
 //! (`"1280:720"`), `duration` an integer the model makes, `seed` an integer and only where the
 //! model takes one, `promptImage` a URL or `data:image/...` URI, or an array of `{uri,
-//! position}` whose `last` only Veo takes; any other member is refused.
+//! position}` whose `last` only Veo takes; any other member is refused. A video edit
+//! (`gen4_aleph` on `/v1/video_to_video`) needs `promptText` and a `videoUri` (a URL or an MP4
+//! `data:` URI) and takes at most one `{type: "image", uri}` reference and a `seed`.
 //!
 //! A task is PENDING, THROTTLED, RUNNING (a fractional `progress`), then SUCCEEDED after
 //! `run_ms` with a playable MP4 at a signed `output[0]` (403 once `expire_results` is set); a
@@ -135,7 +137,7 @@ fn answer(state: &State, base: &str, req: Request<Bytes>) -> Option<Response<Ful
     }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     Some(match (req.method(), segments.as_slice()) {
-        (&Method::POST, ["v1", "text_to_video" | "image_to_video"]) => {
+        (&Method::POST, ["v1", "text_to_video" | "image_to_video" | "video_to_video"]) => {
             return submit(state, &path, &req);
         }
         (&Method::GET, ["v1", "tasks", id]) => read(state, base, id),
@@ -221,11 +223,57 @@ fn image_ok(v: &Value) -> Result<(), String> {
     }
 }
 
+/// Checks a video edit (`gen4_aleph` on `/v1/video_to_video`) as Runway would.
+fn check_edit(obj: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let bad = |m: &str| Err(format!("Validation of body failed: {m}"));
+    if obj.get("model").and_then(Value::as_str) != Some("gen4_aleph") {
+        return bad("model must be gen4_aleph");
+    }
+    let allowed = ["model", "promptText", "videoUri", "references", "seed"];
+    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(format!("Validation of body failed: unrecognized key {k:?}"));
+    }
+    match obj.get("promptText") {
+        Some(Value::String(t)) if !t.is_empty() && t.encode_utf16().count() <= 1000 => {}
+        _ => return bad("promptText must be a non-empty string up to 1000 characters"),
+    }
+    let video = obj
+        .get("videoUri")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let video_ok = is_url(video)
+        || video
+            .strip_prefix("data:video/mp4;base64,")
+            .and_then(unbase64)
+            .is_some_and(|b| b.len() > 8 && &b[4..8] == b"ftyp");
+    if !video_ok {
+        return bad("videoUri must be a HTTPS URL or a data URI of a video");
+    }
+    if let Some(refs) = obj.get("references") {
+        let Some(refs) = refs.as_array().filter(|r| r.len() <= 1) else {
+            return bad("references must be an array of at most one item");
+        };
+        for r in refs {
+            if r["type"] != "image" || r.as_object().is_some_and(|o| o.len() != 2) {
+                return bad("references items are {type: image, uri}");
+            }
+            image_ok(&r["uri"]).map_err(|e| format!("Validation of body failed: {e}"))?;
+        }
+    }
+    if obj.get("seed").is_some_and(|s| !s.is_u64()) {
+        return bad("seed must be an integer");
+    }
+    Ok(())
+}
+
 /// Checks a submission to `endpoint` as Runway would: the message of its 400 when wrong.
 fn check_body(endpoint: &str, body: &Value) -> Result<(), String> {
     let Some(obj) = body.as_object() else {
         return Err("Validation of body failed: not an object".into());
     };
+    if endpoint == "video_to_video" {
+        return check_edit(obj);
+    }
     let model = body["model"]
         .as_str()
         .ok_or("Validation of body failed: model is required")?;

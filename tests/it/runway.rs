@@ -1,6 +1,7 @@
 //! `runway` channels against [`FakeRunway`]: both formats come back playable from the relay's
 //! own copy and are settled as asked (Runway reports no length); a first frame is
-//! `promptImage`, first and last frames its array on a Veo model; failures, content refusals
+//! `promptImage`, first and last frames its array on a Veo model; gen4_aleph edits a reference
+//! video on `/v1/video_to_video`; failures, content refusals
 //! and an expired output URL are refunded exactly; a 429 fails over to a second channel; a
 //! submission that may have reached Runway is never sent again; a client's cancel reaches
 //! `DELETE /v1/tasks/{id}` with the version header and is refunded once; every call names the
@@ -153,6 +154,43 @@ async fn a_first_frame_is_prompt_image_and_first_and_last_its_array() {
                "ratio": "720:1280", "duration": 6,
                "promptImage": [{"uri": data(&first), "position": "first"},
                                {"uri": data(&last), "position": "last"}]})
+    );
+    all_versioned(&fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen4_aleph_edits_a_reference_video_on_video_to_video() {
+    let fake = FakeRunway::start().await;
+    let map = r#""model_h3" = "gen4.5", "gen2-pro" = "gen4_aleph", "gen2-lite" = "gen4.5""#;
+    let relay = Relay::start(&config(&channel("runway", &fake, 0, API_KEY, map))).await;
+    let (key_id, key) = relay.new_key("runway", Some(10_000)).await;
+    let lib = library(&relay, &key).await;
+    let clip = crate::fake_vendor::playable_mp4();
+    let style = png(8, 8);
+    let video_id = asset(&relay, &key, &lib, "video", &clip).await;
+    let image_id = asset(&relay, &key, &lib, "image", &style).await;
+    let id = second_format(
+        &relay,
+        &key,
+        json!({"model": "gen2-pro", "prompt": "make it snow", "duration": 5,
+               "resolution": "720p", "ratio": "16:9", "seed": 3,
+               "assets": [{"id": video_id, "role": "reference_video"},
+                          {"id": image_id, "role": "reference_image"}]}),
+    )
+    .await;
+    let done = relay.wait_generation_as(&key, &id, WAIT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    playable(&relay, &key, done["video_url"].as_str().expect("video_url")).await;
+    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(40));
+    let (path, sent) = fake.submissions()[0].clone();
+    assert_eq!(path, "/v1/video_to_video");
+    assert_eq!(
+        sent,
+        json!({"model": "gen4_aleph", "promptText": "make it snow",
+               "videoUri": format!("data:video/mp4;base64,{}", crate::harness::base64(&clip)),
+               "references": [{"type": "image",
+                               "uri": format!("data:image/png;base64,{}", crate::harness::base64(&style))}],
+               "seed": 3})
     );
     all_versioned(&fake);
 }

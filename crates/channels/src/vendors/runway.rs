@@ -23,8 +23,8 @@ use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{
-    ChannelCheck, CheckVerdict, PollOutcome, ResultFiles, ResultSource, StoredReference,
-    SubmitOutcome, VendorUsage, VideoJob,
+    ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
+    StoredReference, SubmitOutcome, VendorUsage, VideoJob,
 };
 
 /// The `runway` kind: an API key.
@@ -47,15 +47,22 @@ pub const API_VERSION: &str = "2024-11-06";
 pub const TEXT_PATH: &str = "/v1/text_to_video";
 /// A first frame (and a last one) to video.
 pub const IMAGE_PATH: &str = "/v1/image_to_video";
+/// A video edited by a prompt (and an image reference).
+pub const VIDEO_PATH: &str = "/v1/video_to_video";
 
 /// The error code a content refusal ends a task with.
 pub const REFUSED_CODE: &str = "moderation_blocked";
+
+/// The largest image sent inline: Runway takes a `data:` URI of up to 5 MB, and base64 makes
+/// this many bytes about 4.7 MB.
+const MAX_INLINE_BYTES: u64 = 3_500_000;
 
 /// How long a channel whose credits are spent rests before it is tried again.
 const BALANCE_REST: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The video models Runway documents and what each makes. `gen4_turbo` makes video from an
 /// image only: its one tier is image-only, so a text-only request never goes to it.
+/// `gen4_aleph` edits a video: its size and length follow that video, so it names neither.
 pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
     let list = |v: &[&str]| v.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
     let veo = || ModelCaps {
@@ -91,6 +98,15 @@ pub fn catalog() -> Vec<(&'static str, ModelCaps)> {
         ),
         ("veo3.1", veo()),
         ("veo3.1_fast", veo()),
+        (
+            "gen4_aleph",
+            ModelCaps {
+                first_frame: false,
+                reference_images: 1,
+                reference_videos: 1,
+                ..ModelCaps::default()
+            },
+        ),
     ]
 }
 
@@ -103,27 +119,29 @@ pub struct ModelWire {
     pub last_frame: bool,
     /// Whether it takes `seed`.
     pub seed: bool,
+    /// Whether it edits a video (`/v1/video_to_video`, `videoUri`) instead.
+    pub video: bool,
 }
 
 /// The models the relay knows the fields of; another model is sent as `gen4.5` is (text or
 /// first frame, with a seed).
 pub fn wire_of(model: &str) -> ModelWire {
+    let generate = |text, last_frame, seed| ModelWire {
+        text,
+        last_frame,
+        seed,
+        video: false,
+    };
     match model {
-        "gen4_turbo" => ModelWire {
+        "gen4_turbo" => generate(false, false, true),
+        "gen4_aleph" => ModelWire {
             text: false,
             last_frame: false,
             seed: true,
+            video: true,
         },
-        m if m.starts_with("veo") => ModelWire {
-            text: true,
-            last_frame: true,
-            seed: false,
-        },
-        _ => ModelWire {
-            text: true,
-            last_frame: false,
-            seed: true,
-        },
+        m if m.starts_with("veo") => generate(true, true, false),
+        _ => generate(true, false, true),
     }
 }
 
@@ -184,21 +202,69 @@ pub struct RunwayRequest {
     pub seed: Option<i64>,
 }
 
-/// The frames of a job, each already a URL or a `data:` URI.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frames {
-    pub first: Option<String>,
-    pub last: Option<String>,
+/// An image reference of `/v1/video_to_video`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ImageReference {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub uri: String,
 }
 
-/// The path and body for `job`, its frames already encoded. Refuses what the model has no
+/// The body of a video edit (`/v1/video_to_video`): the output follows the input video's
+/// size and length.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VideoEditRequest {
+    pub model: String,
+    pub prompt_text: String,
+    pub video_uri: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<ImageReference>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+}
+
+/// A submission's body: a generation, or a video edit.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum RunwayBody {
+    Generate(RunwayRequest),
+    Edit(VideoEditRequest),
+}
+
+/// The media of a job, each already a URL or a `data:` URI.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inputs {
+    pub first: Option<String>,
+    pub last: Option<String>,
+    /// Reference images.
+    pub images: Vec<String>,
+    /// Reference videos (stored ones, then the request's `reference_video` URL).
+    pub videos: Vec<String>,
+    /// Whether an audio track came (stored or by URL).
+    pub audio: bool,
+}
+
+/// The path and body for `job`, its media already encoded. Refuses what the model has no
 /// field for rather than dropping it; a seed goes only to the models that take one.
-pub fn to_vendor(job: &VideoJob, frames: Frames) -> Result<(&'static str, RunwayRequest), String> {
+pub fn to_vendor(job: &VideoJob, inputs: Inputs) -> Result<(&'static str, RunwayBody), String> {
     let wire = wire_of(&job.model);
+    if inputs.audio {
+        return Err(format!("{} takes no audio track", job.model));
+    }
+    if wire.video {
+        return edit(job, wire, inputs).map(|body| (VIDEO_PATH, RunwayBody::Edit(body)));
+    }
+    if !inputs.images.is_empty() || !inputs.videos.is_empty() {
+        return Err(format!(
+            "{} takes no reference images or videos (gen4_aleph edits a video)",
+            job.model
+        ));
+    }
     let tier = tier_of(job);
     let ratio = pixels_for(&tier, &job.ratio)
         .ok_or_else(|| format!("runway has no {tier} size for ratio {}", job.ratio))?;
-    let prompt_image = match (frames.first, frames.last) {
+    let prompt_image = match (inputs.first, inputs.last) {
         (None, Some(_)) => return Err("runway needs a first frame with a last frame".into()),
         (Some(_), Some(_)) if !wire.last_frame => {
             return Err(format!("{} takes no last frame", job.model));
@@ -219,12 +285,6 @@ pub fn to_vendor(job: &VideoJob, frames: Frames) -> Result<(&'static str, Runway
         }
         (None, None) => None,
     };
-    if job.reference_video.is_some() || job.audio_url.is_some() {
-        return Err(format!(
-            "{} takes no reference video or audio track here",
-            job.model
-        ));
-    }
     let path = if prompt_image.is_some() {
         IMAGE_PATH
     } else {
@@ -232,15 +292,43 @@ pub fn to_vendor(job: &VideoJob, frames: Frames) -> Result<(&'static str, Runway
     };
     Ok((
         path,
-        RunwayRequest {
+        RunwayBody::Generate(RunwayRequest {
             model: job.model.clone(),
             prompt_image,
             prompt_text: job.prompt.clone(),
             ratio: ratio.to_owned(),
             duration: job.duration_secs,
             seed: job.seed.filter(|_| wire.seed),
-        },
+        }),
     ))
+}
+
+/// A video edit: one video, at most one reference image, no frames.
+fn edit(job: &VideoJob, wire: ModelWire, inputs: Inputs) -> Result<VideoEditRequest, String> {
+    if inputs.first.is_some() || inputs.last.is_some() {
+        return Err(format!("{} takes no first or last frame", job.model));
+    }
+    let mut videos = inputs.videos.into_iter();
+    let (Some(video), None) = (videos.next(), videos.next()) else {
+        return Err(format!("{} edits exactly one video", job.model));
+    };
+    if inputs.images.len() > 1 {
+        return Err(format!("{} takes at most one reference image", job.model));
+    }
+    Ok(VideoEditRequest {
+        model: job.model.clone(),
+        prompt_text: job.prompt.clone(),
+        video_uri: video,
+        references: inputs
+            .images
+            .into_iter()
+            .map(|uri| ImageReference {
+                kind: "image".into(),
+                uri,
+            })
+            .collect(),
+        seed: job.seed.filter(|_| wire.seed),
+    })
 }
 
 /// An error answer: `{"error": "..."}` (a validation error may carry more members).
@@ -498,8 +586,10 @@ pub struct Runway {
 
 impl Runway {
     pub fn new(settings: VendorSettings) -> Runway {
+        let mut remote = settings.remote;
+        remote.max_inline_bytes = remote.max_inline_bytes.min(MAX_INLINE_BYTES);
         Runway {
-            remote: Remote::new(settings.remote, settings.blobs),
+            remote: Remote::new(remote, settings.blobs),
         }
     }
 
@@ -510,8 +600,15 @@ impl Runway {
             .header("x-runway-version", API_VERSION)
     }
 
-    async fn frames(&self, job: &VideoJob) -> Result<Frames, String> {
-        let mut out = Frames::default();
+    async fn inputs(
+        &self,
+        job: &VideoJob,
+        references: &[StoredReference],
+    ) -> Result<Inputs, String> {
+        let mut out = Inputs {
+            audio: job.audio_url.is_some(),
+            ..Inputs::default()
+        };
         for (blob, url, slot) in [
             (&job.first_frame, &job.first_frame_url, &mut out.first),
             (&job.last_frame, &job.last_frame_url, &mut out.last),
@@ -522,6 +619,16 @@ impl Runway {
                 );
             }
         }
+        for r in references {
+            let sent =
+                media::reference(&self.remote, &r.blob, r.url.as_deref(), media::data_uri).await?;
+            match r.role {
+                ReferenceRole::Image => out.images.push(sent),
+                ReferenceRole::Video => out.videos.push(sent),
+                ReferenceRole::Audio => out.audio = true,
+            }
+        }
+        out.videos.extend(job.reference_video.clone());
         Ok(out)
     }
 }
@@ -535,14 +642,11 @@ impl Vendor for Runway {
     async fn submit(&self, job: &VideoJob, references: &[StoredReference]) -> SubmitOutcome {
         let name = self.remote.name();
         let fatal = |e: String| SubmitOutcome::Fatal(format!("channel {name}: {e}"));
-        if !references.is_empty() {
-            return fatal("runway takes no reference images, videos or audio here".into());
-        }
-        let frames = match self.frames(job).await {
-            Ok(frames) => frames,
+        let inputs = match self.inputs(job, references).await {
+            Ok(inputs) => inputs,
             Err(e) => return fatal(e),
         };
-        let (path, body) = match to_vendor(job, frames).and_then(|(path, body)| {
+        let (path, body) = match to_vendor(job, inputs).and_then(|(path, body)| {
             serde_json::to_vec(&body)
                 .map(|b| (path, b))
                 .map_err(|e| e.to_string())
@@ -644,13 +748,13 @@ mod tests {
         }
     }
 
-    fn body(request: &RunwayRequest) -> Value {
+    fn body(request: &RunwayBody) -> Value {
         serde_json::to_value(request).unwrap()
     }
 
     #[test]
     fn text_to_video_names_its_ratio_in_pixels() {
-        let (path, request) = to_vendor(&job("gen4.5"), Frames::default()).unwrap();
+        let (path, request) = to_vendor(&job("gen4.5"), Inputs::default()).unwrap();
         assert_eq!(path, TEXT_PATH);
         assert_eq!(
             body(&request),
@@ -662,7 +766,7 @@ mod tests {
         veo.resolution = Some("1080p".into());
         veo.ratio = "9:16".into();
         veo.duration_secs = 8;
-        let (path, request) = to_vendor(&veo, Frames::default()).unwrap();
+        let (path, request) = to_vendor(&veo, Inputs::default()).unwrap();
         assert_eq!(path, TEXT_PATH);
         assert_eq!(
             body(&request),
@@ -673,7 +777,7 @@ mod tests {
         let mut odd = job("veo3.1");
         odd.resolution = Some("1080p".into());
         odd.ratio = "1:1".into();
-        assert!(to_vendor(&odd, Frames::default()).is_err());
+        assert!(to_vendor(&odd, Inputs::default()).is_err());
         assert_eq!(pixels_for("720p", "21:9"), Some("1584:672"));
     }
 
@@ -683,17 +787,18 @@ mod tests {
         let last = "https://example.com/last.png".to_owned();
         let (path, request) = to_vendor(
             &job("gen4_turbo"),
-            Frames {
+            Inputs {
                 first: Some(first.clone()),
-                last: None,
+                ..Inputs::default()
             },
         )
         .unwrap();
         assert_eq!(path, IMAGE_PATH);
         assert_eq!(body(&request)["promptImage"], json!(first));
-        let both = Frames {
+        let both = Inputs {
             first: Some(first.clone()),
             last: Some(last.clone()),
+            ..Inputs::default()
         };
         let (path, request) = to_vendor(&job("veo3.1_fast"), both.clone()).unwrap();
         assert_eq!(path, IMAGE_PATH);
@@ -704,13 +809,46 @@ mod tests {
         let err = to_vendor(&job("gen4_turbo"), both.clone()).unwrap_err();
         assert!(err.contains("no last frame"), "{err}");
         assert!(to_vendor(&job("gen4.5"), both).is_err());
-        let err = to_vendor(&job("gen4_turbo"), Frames::default()).unwrap_err();
+        let err = to_vendor(&job("gen4_turbo"), Inputs::default()).unwrap_err();
         assert!(err.contains("image only"), "{err}");
-        let lonely = Frames {
-            first: None,
+        let lonely = Inputs {
             last: Some(last),
+            ..Inputs::default()
         };
         assert!(to_vendor(&job("veo3.1"), lonely).is_err());
+    }
+
+    #[test]
+    fn gen4_aleph_edits_one_video_with_an_image_reference() {
+        let inputs = Inputs {
+            images: vec!["https://example.com/style.png".into()],
+            videos: vec!["https://example.com/clip.mp4".into()],
+            ..Inputs::default()
+        };
+        let (path, request) = to_vendor(&job("gen4_aleph"), inputs.clone()).unwrap();
+        assert_eq!(path, VIDEO_PATH);
+        assert_eq!(
+            body(&request),
+            json!({"model": "gen4_aleph", "promptText": "A cute bunny hopping in a meadow",
+                   "videoUri": "https://example.com/clip.mp4",
+                   "references": [{"type": "image", "uri": "https://example.com/style.png"}],
+                   "seed": 42})
+        );
+        // No video, two videos, a frame: refused before anything is sent.
+        assert!(to_vendor(&job("gen4_aleph"), Inputs::default()).is_err());
+        let mut two = inputs.clone();
+        two.videos.push("https://example.com/b.mp4".into());
+        assert!(to_vendor(&job("gen4_aleph"), two).is_err());
+        let mut framed = inputs.clone();
+        framed.first = Some("https://example.com/f.png".into());
+        assert!(to_vendor(&job("gen4_aleph"), framed).is_err());
+        // References to a generating model, or audio anywhere: refused too.
+        assert!(to_vendor(&job("gen4.5"), inputs).is_err());
+        let audio = Inputs {
+            audio: true,
+            ..Inputs::default()
+        };
+        assert!(to_vendor(&job("veo3.1"), audio).is_err());
     }
 
     #[test]
