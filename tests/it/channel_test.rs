@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::fake_chat::{FakeChat, Switches, UPSTREAM_KEY};
 use crate::fake_kling::{self, FakeKling};
 use crate::fake_minimax::{self, FakeMinimax};
+use crate::fake_runway::{self, FakeRunway};
 use crate::fake_veo::{FakeVeo, VEO_KEY};
 use crate::fake_video::{FAKE_KEY, FakeVideo};
 use crate::fake_wan::{self, FakeWan};
@@ -27,13 +28,14 @@ const WRONG: &str = "wrong-upstream-key-never-shown-7731";
 const VEO_KEY_VAR: &str = "CHANNEL_TEST_VEO_KEY";
 
 /// Every secret the channels hold: none may appear in an answer or a line printed.
-const SECRETS: [&str; 9] = [
+const SECRETS: [&str; 10] = [
     VEO_KEY,
     fake_kling::ACCESS_KEY,
     fake_kling::SECRET_KEY,
     fake_minimax::API_KEY,
     fake_wan::API_KEY,
     fake_xai::API_KEY,
+    fake_runway::API_KEY,
     FAKE_KEY,
     UPSTREAM_KEY,
     WRONG,
@@ -52,6 +54,7 @@ struct Fakes {
     minimax: FakeMinimax,
     wan: FakeWan,
     xai: FakeXai,
+    runway: FakeRunway,
     video: FakeVideo,
     chat: FakeChat,
     busy_chat: FakeChat,
@@ -72,6 +75,7 @@ impl Fakes {
             minimax: FakeMinimax::start().await,
             wan: FakeWan::start().await,
             xai: FakeXai::start().await,
+            runway: FakeRunway::start().await,
             video: FakeVideo::start().await,
             chat: FakeChat::start(Switches::default()).await,
             busy_chat: FakeChat::start(Switches {
@@ -126,6 +130,14 @@ impl Fakes {
                 self.xai.base
             )
         };
+        let runway = |name: &str, key: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"runway\"\nbase_url = \"{}\"\n\
+                 api_key = \"{key}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"gen4.5\" }}\n",
+                self.runway.base
+            )
+        };
         let videos = |name: &str, base: &str, key: &str| {
             format!(
                 "[[channels]]\nname = \"{name}\"\nkind = \"openai-videos\"\nbase_url = \"{base}\"\n\
@@ -151,6 +163,8 @@ impl Fakes {
             wan("wan-wrong", WRONG),
             xai("xai", fake_xai::API_KEY),
             xai("xai-wrong", WRONG),
+            runway("runway", fake_runway::API_KEY),
+            runway("runway-wrong", WRONG),
             videos("videos", &video_base, FAKE_KEY),
             videos("videos-wrong", &video_base, WRONG),
             videos("videos-busy", &video_base, FAKE_KEY),
@@ -191,6 +205,8 @@ const CASES: &[(&str, &str, &str, Option<u16>)] = &[
     ("xai", "xai", "ok", Some(200)),
     // xAI refuses a wrong key with 400 "Incorrect API key provided", naming it.
     ("xai-wrong", "xai", "key_refused", Some(400)),
+    ("runway", "runway", "ok", Some(200)),
+    ("runway-wrong", "runway", "key_refused", Some(401)),
     ("videos", "openai-videos", "ok", Some(200)),
     ("videos-wrong", "openai-videos", "key_refused", Some(401)),
     ("videos-busy", "openai-videos", "rate_limited", Some(429)),
