@@ -36,6 +36,7 @@ pub const REGISTRATION: Registration = Registration {
     default_base_url: DEFAULT_BASE_URL,
     needs: &[Need::ApiKey],
     callbacks: false,
+    status_words: false,
     models: catalog,
     build: |s, _| Ok(Box::new(Xai::new(s))),
 };
