@@ -16,6 +16,7 @@ use crate::fake_kling::{self, FakeKling};
 use crate::fake_minimax::{self, FakeMinimax};
 use crate::fake_veo::{FakeVeo, VEO_KEY};
 use crate::fake_video::{FAKE_KEY, FakeVideo};
+use crate::fake_vidu::{self, FakeVidu};
 use crate::fake_wan::{self, FakeWan};
 use crate::fake_xai::{self, FakeXai};
 use crate::harness::{ADMIN_TOKEN, Body, Relay};
@@ -27,13 +28,14 @@ const WRONG: &str = "wrong-upstream-key-never-shown-7731";
 const VEO_KEY_VAR: &str = "CHANNEL_TEST_VEO_KEY";
 
 /// Every secret the channels hold: none may appear in an answer or a line printed.
-const SECRETS: [&str; 9] = [
+const SECRETS: [&str; 10] = [
     VEO_KEY,
     fake_kling::ACCESS_KEY,
     fake_kling::SECRET_KEY,
     fake_minimax::API_KEY,
     fake_wan::API_KEY,
     fake_xai::API_KEY,
+    fake_vidu::API_KEY,
     FAKE_KEY,
     UPSTREAM_KEY,
     WRONG,
@@ -52,6 +54,7 @@ struct Fakes {
     minimax: FakeMinimax,
     wan: FakeWan,
     xai: FakeXai,
+    vidu: FakeVidu,
     video: FakeVideo,
     chat: FakeChat,
     busy_chat: FakeChat,
@@ -72,6 +75,7 @@ impl Fakes {
             minimax: FakeMinimax::start().await,
             wan: FakeWan::start().await,
             xai: FakeXai::start().await,
+            vidu: FakeVidu::start().await,
             video: FakeVideo::start().await,
             chat: FakeChat::start(Switches::default()).await,
             busy_chat: FakeChat::start(Switches {
@@ -126,6 +130,14 @@ impl Fakes {
                 self.xai.base
             )
         };
+        let vidu = |name: &str, key: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"vidu\"\nbase_url = \"{}\"\n\
+                 api_key = \"{key}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"viduq3-pro\" }}\n",
+                self.vidu.base
+            )
+        };
         let videos = |name: &str, base: &str, key: &str| {
             format!(
                 "[[channels]]\nname = \"{name}\"\nkind = \"openai-videos\"\nbase_url = \"{base}\"\n\
@@ -151,6 +163,8 @@ impl Fakes {
             wan("wan-wrong", WRONG),
             xai("xai", fake_xai::API_KEY),
             xai("xai-wrong", WRONG),
+            vidu("vidu", fake_vidu::API_KEY),
+            vidu("vidu-wrong", WRONG),
             videos("videos", &video_base, FAKE_KEY),
             videos("videos-wrong", &video_base, WRONG),
             videos("videos-busy", &video_base, FAKE_KEY),
@@ -191,6 +205,9 @@ const CASES: &[(&str, &str, &str, Option<u16>)] = &[
     ("xai", "xai", "ok", Some(200)),
     // xAI refuses a wrong key with 400 "Incorrect API key provided", naming it.
     ("xai-wrong", "xai", "key_refused", Some(400)),
+    ("vidu", "vidu", "ok", Some(200)),
+    // Vidu refuses a wrong key with 401 Unauthorized.
+    ("vidu-wrong", "vidu", "key_refused", Some(401)),
     ("videos", "openai-videos", "ok", Some(200)),
     ("videos-wrong", "openai-videos", "key_refused", Some(401)),
     ("videos-busy", "openai-videos", "rate_limited", Some(429)),
