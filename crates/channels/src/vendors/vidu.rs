@@ -533,24 +533,43 @@ pub fn from_vendor(task: &ViduTask) -> TaskState {
     }
 }
 
+/// Why a poll's answer says nothing of its task's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollError {
+    /// The task is gone (`404 TaskNotFound`).
+    Gone,
+    Transient(String),
+    Unreadable(String),
+}
+
+impl PollError {
+    pub fn outcome(self) -> PollOutcome {
+        match self {
+            PollError::Gone => PollOutcome::Failed {
+                code: "upstream_error".into(),
+                message: "the upstream no longer knows the task".into(),
+            },
+            PollError::Transient(reason) => PollOutcome::Transient(reason),
+            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
+        }
+    }
+}
+
 /// A poll's answer as the task's state: `200` with the task; `404` gone; any other status
 /// polled again.
-pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskState, PollOutcome> {
+pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskState, PollError> {
     if status == StatusCode::NOT_FOUND {
-        return Err(PollOutcome::Failed {
-            code: "upstream_error".into(),
-            message: "the upstream no longer knows the task".into(),
-        });
+        return Err(PollError::Gone);
     }
     if !status.is_success() {
-        return Err(PollOutcome::Transient(format!(
+        return Err(PollError::Transient(format!(
             "channel {name}: vidu poll answered {status}: {}",
             snippet(body)
         )));
     }
     match serde_json::from_slice::<ViduTask>(body) {
         Ok(task) if task.state.is_some() => Ok(from_vendor(&task)),
-        _ => Err(PollOutcome::Unknown(format!(
+        _ => Err(PollError::Unreadable(format!(
             "channel {name}: unreadable vidu poll answer: {}",
             snippet(body)
         ))),
@@ -725,7 +744,7 @@ impl Vendor for Vidu {
             Err(e) => PollOutcome::Transient(format!("channel {name}: {e}")),
             Ok((status, _, body)) => match poll_answer(name, status, &body) {
                 Ok(state) => outcome(name, state),
-                Err(outcome) => outcome,
+                Err(e) => e.outcome(),
             },
         }
     }
@@ -1003,15 +1022,15 @@ mod tests {
             poll(r#"{"state":"paused"}"#),
             Ok(TaskState::Unknown("paused".into()))
         );
-        assert!(matches!(
+        assert_eq!(
             poll_answer("x", StatusCode::NOT_FOUND, b"{}"),
-            Err(PollOutcome::Failed { .. })
-        ));
+            Err(PollError::Gone)
+        );
         assert!(matches!(
             poll_answer("x", StatusCode::TOO_MANY_REQUESTS, b"{}"),
-            Err(PollOutcome::Transient(_))
+            Err(PollError::Transient(_))
         ));
-        assert!(matches!(poll("[]"), Err(PollOutcome::Unknown(_))));
+        assert!(matches!(poll("[]"), Err(PollError::Unreadable(_))));
         assert_eq!(
             outcome("x", TaskState::Refused("AuditSubmitIllegal".into())),
             PollOutcome::Failed {
