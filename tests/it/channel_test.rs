@@ -17,6 +17,7 @@ use crate::fake_minimax::{self, FakeMinimax};
 use crate::fake_runway::{self, FakeRunway};
 use crate::fake_veo::{FakeVeo, VEO_KEY};
 use crate::fake_video::{FAKE_KEY, FakeVideo};
+use crate::fake_vidu::{self, FakeVidu};
 use crate::fake_wan::{self, FakeWan};
 use crate::fake_xai::{self, FakeXai};
 use crate::harness::{ADMIN_TOKEN, Body, Relay};
@@ -28,7 +29,7 @@ const WRONG: &str = "wrong-upstream-key-never-shown-7731";
 const VEO_KEY_VAR: &str = "CHANNEL_TEST_VEO_KEY";
 
 /// Every secret the channels hold: none may appear in an answer or a line printed.
-const SECRETS: [&str; 10] = [
+const SECRETS: [&str; 11] = [
     VEO_KEY,
     fake_kling::ACCESS_KEY,
     fake_kling::SECRET_KEY,
@@ -36,6 +37,7 @@ const SECRETS: [&str; 10] = [
     fake_wan::API_KEY,
     fake_xai::API_KEY,
     fake_runway::API_KEY,
+    fake_vidu::API_KEY,
     FAKE_KEY,
     UPSTREAM_KEY,
     WRONG,
@@ -55,6 +57,7 @@ struct Fakes {
     wan: FakeWan,
     xai: FakeXai,
     runway: FakeRunway,
+    vidu: FakeVidu,
     video: FakeVideo,
     chat: FakeChat,
     busy_chat: FakeChat,
@@ -76,6 +79,7 @@ impl Fakes {
             wan: FakeWan::start().await,
             xai: FakeXai::start().await,
             runway: FakeRunway::start().await,
+            vidu: FakeVidu::start().await,
             video: FakeVideo::start().await,
             chat: FakeChat::start(Switches::default()).await,
             busy_chat: FakeChat::start(Switches {
@@ -138,6 +142,14 @@ impl Fakes {
                 self.runway.base
             )
         };
+        let vidu = |name: &str, key: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"vidu\"\nbase_url = \"{}\"\n\
+                 api_key = \"{key}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"viduq3-pro\" }}\n",
+                self.vidu.base
+            )
+        };
         let videos = |name: &str, base: &str, key: &str| {
             format!(
                 "[[channels]]\nname = \"{name}\"\nkind = \"openai-videos\"\nbase_url = \"{base}\"\n\
@@ -165,6 +177,8 @@ impl Fakes {
             xai("xai-wrong", WRONG),
             runway("runway", fake_runway::API_KEY),
             runway("runway-wrong", WRONG),
+            vidu("vidu", fake_vidu::API_KEY),
+            vidu("vidu-wrong", WRONG),
             videos("videos", &video_base, FAKE_KEY),
             videos("videos-wrong", &video_base, WRONG),
             videos("videos-busy", &video_base, FAKE_KEY),
@@ -207,6 +221,9 @@ const CASES: &[(&str, &str, &str, Option<u16>)] = &[
     ("xai-wrong", "xai", "key_refused", Some(400)),
     ("runway", "runway", "ok", Some(200)),
     ("runway-wrong", "runway", "key_refused", Some(401)),
+    ("vidu", "vidu", "ok", Some(200)),
+    // Vidu refuses a wrong key with 401 Unauthorized.
+    ("vidu-wrong", "vidu", "key_refused", Some(401)),
     ("videos", "openai-videos", "ok", Some(200)),
     ("videos-wrong", "openai-videos", "key_refused", Some(401)),
     ("videos-busy", "openai-videos", "rate_limited", Some(429)),

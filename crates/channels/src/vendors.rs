@@ -3,13 +3,13 @@
 //! (Seedance-style content generation tasks), [`veo`] (Google Veo on the Gemini API),
 //! [`vertex_veo`] (Google Veo on Vertex AI), [`kling`] (Kuaishou Kling), [`minimax`] (MiniMax
 //! Hailuo), [`wan`] (Alibaba Wan on DashScope), [`xai`] (xAI's Grok Imagine video) and
-//! [`runway`] (Runway's developer API). What every HTTP vendor shares is in [`common`]
-//! (settings, the key header, submissions sent again only when nothing of them can have reached
-//! the vendor, classification of answers, upstream ids in paths, references read from the blob
-//! store, result downloads, channel tests) and [`media`] (references as the vendors take
-//! them); [`redact`] makes upstream bodies fit for a log (chat upstreams use it too);
-//! [`google_auth`] turns a Google service account's key into access tokens; [`spill`] reads an
-//! answer that carries a video as base64 without holding the video.
+//! [`runway`] (Runway's developer API) and [`vidu`] (Shengshu's Vidu). What every HTTP vendor
+//! shares is in [`common`] (settings, the key header, submissions sent again only when nothing
+//! of them can have reached the vendor, classification of answers, upstream ids in paths,
+//! references read from the blob store, result downloads, channel tests) and [`media`]
+//! (references as the vendors take them); [`redact`] makes upstream bodies fit for a log (chat
+//! upstreams use it too); [`google_auth`] turns a Google service account's key into access
+//! tokens; [`spill`] reads an answer that carries a video as base64 without holding the video.
 //!
 //! Adding a vendor is one new module implementing [`Vendor`] (its wire as plain serde structs,
 //! pure `to_vendor` / `from_vendor` functions tested with the vendor's documented examples),
@@ -29,6 +29,7 @@ pub mod seam;
 pub mod spill;
 pub mod veo;
 pub mod vertex_veo;
+pub mod vidu;
 pub mod wan;
 pub mod xai;
 
@@ -51,6 +52,7 @@ pub static REGISTRY: &[Registration] = &[
     wan::REGISTRATION,
     xai::REGISTRATION,
     runway::REGISTRATION,
+    vidu::REGISTRATION,
 ];
 
 /// The registration of `kind`.
