@@ -15,8 +15,10 @@ use crate::fake_chat::{FakeChat, Switches, UPSTREAM_KEY};
 use crate::fake_jimeng::{self, FakeJimeng};
 use crate::fake_kling::{self, FakeKling};
 use crate::fake_minimax::{self, FakeMinimax};
+use crate::fake_runway::{self, FakeRunway};
 use crate::fake_veo::{FakeVeo, VEO_KEY};
 use crate::fake_video::{FAKE_KEY, FakeVideo};
+use crate::fake_vidu::{self, FakeVidu};
 use crate::fake_wan::{self, FakeWan};
 use crate::fake_xai::{self, FakeXai};
 use crate::harness::{ADMIN_TOKEN, Body, Relay};
@@ -28,7 +30,7 @@ const WRONG: &str = "wrong-upstream-key-never-shown-7731";
 const VEO_KEY_VAR: &str = "CHANNEL_TEST_VEO_KEY";
 
 /// Every secret the channels hold: none may appear in an answer or a line printed.
-const SECRETS: [&str; 11] = [
+const SECRETS: [&str; 13] = [
     fake_jimeng::ACCESS_KEY,
     fake_jimeng::SECRET_KEY,
     VEO_KEY,
@@ -37,6 +39,8 @@ const SECRETS: [&str; 11] = [
     fake_minimax::API_KEY,
     fake_wan::API_KEY,
     fake_xai::API_KEY,
+    fake_runway::API_KEY,
+    fake_vidu::API_KEY,
     FAKE_KEY,
     UPSTREAM_KEY,
     WRONG,
@@ -55,6 +59,8 @@ struct Fakes {
     minimax: FakeMinimax,
     wan: FakeWan,
     xai: FakeXai,
+    runway: FakeRunway,
+    vidu: FakeVidu,
     jimeng: FakeJimeng,
     video: FakeVideo,
     chat: FakeChat,
@@ -76,6 +82,8 @@ impl Fakes {
             minimax: FakeMinimax::start().await,
             wan: FakeWan::start().await,
             xai: FakeXai::start().await,
+            runway: FakeRunway::start().await,
+            vidu: FakeVidu::start().await,
             jimeng: FakeJimeng::start().await,
             video: FakeVideo::start().await,
             chat: FakeChat::start(Switches::default()).await,
@@ -131,6 +139,22 @@ impl Fakes {
                 self.xai.base
             )
         };
+        let runway = |name: &str, key: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"runway\"\nbase_url = \"{}\"\n\
+                 api_key = \"{key}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"gen4.5\" }}\n",
+                self.runway.base
+            )
+        };
+        let vidu = |name: &str, key: &str| {
+            format!(
+                "[[channels]]\nname = \"{name}\"\nkind = \"vidu\"\nbase_url = \"{}\"\n\
+                 api_key = \"{key}\"\nmodels = [\"model_h3\"]\n\
+                 model_map = {{ \"model_h3\" = \"viduq3-pro\" }}\n",
+                self.vidu.base
+            )
+        };
         let jimeng = |name: &str, secret: &str| {
             format!(
                 "[[channels]]\nname = \"{name}\"\nkind = \"jimeng\"\nbase_url = \"{}\"\n\
@@ -165,6 +189,10 @@ impl Fakes {
             wan("wan-wrong", WRONG),
             xai("xai", fake_xai::API_KEY),
             xai("xai-wrong", WRONG),
+            runway("runway", fake_runway::API_KEY),
+            runway("runway-wrong", WRONG),
+            vidu("vidu", fake_vidu::API_KEY),
+            vidu("vidu-wrong", WRONG),
             jimeng("jimeng", fake_jimeng::SECRET_KEY),
             jimeng("jimeng-wrong", WRONG),
             videos("videos", &video_base, FAKE_KEY),
@@ -207,6 +235,11 @@ const CASES: &[(&str, &str, &str, Option<u16>)] = &[
     ("xai", "xai", "ok", Some(200)),
     // xAI refuses a wrong key with 400 "Incorrect API key provided", naming it.
     ("xai-wrong", "xai", "key_refused", Some(400)),
+    ("runway", "runway", "ok", Some(200)),
+    ("runway-wrong", "runway", "key_refused", Some(401)),
+    ("vidu", "vidu", "ok", Some(200)),
+    // Vidu refuses a wrong key with 401 Unauthorized.
+    ("vidu-wrong", "vidu", "key_refused", Some(401)),
     ("jimeng", "jimeng", "ok", Some(200)),
     // Volcengine's gateway refuses a request signed with the wrong secret key: 401
     // SignatureDoesNotMatch.

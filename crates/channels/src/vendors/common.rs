@@ -69,6 +69,8 @@ pub enum KeyHeader {
     Bearer,
     /// `<name>: <key>` (`x-goog-api-key`).
     Named(&'static str),
+    /// `Authorization: Token <key>` (Vidu).
+    Token,
 }
 
 /// The pieces every HTTP video vendor holds.
@@ -157,6 +159,7 @@ impl Remote {
             req = match self.key_header {
                 KeyHeader::Bearer => req.header("authorization", format!("Bearer {key}")),
                 KeyHeader::Named(name) => req.header(name, key.as_str()),
+                KeyHeader::Token => req.header("authorization", format!("Token {key}")),
             };
         }
         req
