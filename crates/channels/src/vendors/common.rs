@@ -179,6 +179,32 @@ impl Remote {
         Ok((status, headers, body))
     }
 
+    /// [`Remote::check_request`] for vendors whose own reading (`read`: status and body)
+    /// writes the whole check, detail included; a transport failure by [`transport_check`].
+    pub async fn check_with(
+        &self,
+        req: Result<Request<Bytes>, http::Error>,
+        read: impl FnOnce(StatusCode, &[u8]) -> ChannelCheck,
+    ) -> ChannelCheck {
+        match self.exchange(req).await {
+            Err(e) => transport_check(&e),
+            Ok((status, _, body)) => read(status, &body),
+        }
+    }
+
+    /// [`Remote::check_get`] for vendors whose own reading (`read`) writes the whole check,
+    /// detail included.
+    pub async fn check_get_with(
+        &self,
+        path: &str,
+        read: impl FnOnce(StatusCode, &[u8]) -> ChannelCheck,
+    ) -> ChannelCheck {
+        let req = self
+            .request(Method::GET, &self.url(path), true)
+            .body(Bytes::new());
+        self.check_with(req, read).await
+    }
+
     /// Sends a submission and reads its answer: the body of a success, else what became of
     /// the submission. Nothing sent (no connection, a request that cannot be built): `Retry`.
     /// A failure after a byte may have left (the upstream closed after reading it, no answer

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{Remote, path_part, refusal, snippet, transport_check};
+use crate::vendors::common::{Remote, path_part, refusal, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -714,10 +714,7 @@ impl Vendor for Runway {
         let req = self
             .call(Method::GET, "/v1/organization")
             .body(Bytes::new());
-        match self.remote.exchange(req).await {
-            Err(e) => transport_check(&e),
-            Ok((status, _, body)) => check_answer(status, &body),
-        }
+        self.remote.check_with(req, check_answer).await
     }
 }
 

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check;
-use crate::vendors::common::{KeyHeader, Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::common::{KeyHeader, Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -774,15 +774,11 @@ impl Vendor for Vidu {
 
     /// `GET /ent/v2/credits`: the account's remaining credits, free, generating nothing.
     async fn check(&self) -> ChannelCheck {
-        let url = self.remote.url(CREDITS_PATH);
-        let req = self
-            .remote
-            .request(Method::GET, &url, true)
-            .body(Bytes::new());
-        match self.remote.exchange(req).await {
-            Err(e) => transport_check(&e),
-            Ok((status, _, body)) => check_answer(status, &body, |b| self.remote.log_text(b)),
-        }
+        self.remote
+            .check_get_with(CREDITS_PATH, |status, body| {
+                check_answer(status, body, |b| self.remote.log_text(b))
+            })
+            .await
     }
 }
 

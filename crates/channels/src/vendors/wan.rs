@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::common::{Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -916,17 +916,12 @@ impl Vendor for Wan {
     /// A query of a task id that never existed: `200 UNKNOWN` with a good key, `401
     /// InvalidApiKey` with a bad one (or one of another region).
     async fn check(&self) -> ChannelCheck {
-        let url = self
-            .remote
-            .url("/api/v1/tasks/00000000-0000-0000-0000-000000000000");
-        let req = self
-            .remote
-            .request(Method::GET, &url, true)
-            .body(Bytes::new());
-        match self.remote.exchange(req).await {
-            Err(e) => transport_check(&e),
-            Ok((status, _, body)) => check_answer(status, &body),
-        }
+        self.remote
+            .check_get_with(
+                "/api/v1/tasks/00000000-0000-0000-0000-000000000000",
+                check_answer,
+            )
+            .await
     }
 }
 

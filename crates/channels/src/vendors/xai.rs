@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check;
-use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::common::{Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -663,15 +663,11 @@ impl Vendor for Xai {
 
     /// `GET /v1/api-key`: the key's own record, free, generating nothing.
     async fn check(&self) -> ChannelCheck {
-        let url = self.remote.url(KEY_INFO_PATH);
-        let req = self
-            .remote
-            .request(Method::GET, &url, true)
-            .body(Bytes::new());
-        match self.remote.exchange(req).await {
-            Err(e) => transport_check(&e),
-            Ok((status, _, body)) => check_answer(status, &body, |b| self.remote.log_text(b)),
-        }
+        self.remote
+            .check_get_with(KEY_INFO_PATH, |status, body| {
+                check_answer(status, body, |b| self.remote.log_text(b))
+            })
+            .await
     }
 }
 
