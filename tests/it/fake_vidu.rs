@@ -20,6 +20,14 @@
 //! task is made) and closes the connection unanswered, `no_id_submissions` takes them and
 //! answers `200 {}`. `expire_results` makes the file host answer `403` as an expired link. `GET
 //! /ent/v2/credits` answers the account's remaining credits.
+//!
+//! A submission may carry `callback_url` (an http(s) URL); [`FakeVidu::call_back`] posts the
+//! task to it as Vidu does, its body the query's, signed as Vidu documents: `Date`,
+//! `x-request-nonce`, `X-HMAC-SIGNED-HEADERS: Date;x-request-nonce`, `X-HMAC-ALGORITHM:
+//! hmac-sha256`, `X-HMAC-ACCESS-KEY: vidu` and `X-HMAC-SIGNATURE`, the base64 HMAC-SHA256
+//! under the key of the method, the URL's path and query, `vidu`, the date and each signed
+//! header as `Name:value`, each followed by a newline (this fake's own implementation). The
+//! relay's polls are kept with the task's age (`query_ages`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -51,6 +59,8 @@ pub struct State {
     pub calls: Mutex<Vec<(String, String)>>,
     pub file_requests: AtomicU32,
     pub file_requests_with_key: AtomicU32,
+    /// The task's age at each of the relay's polls, by task id.
+    polls: Mutex<HashMap<String, Vec<Duration>>>,
     tasks: Mutex<HashMap<String, Job>>,
     next_id: AtomicU64,
 }
@@ -61,6 +71,9 @@ struct Job {
     prompt: String,
     duration: u64,
     cancelled: bool,
+    callback_url: Option<String>,
+    /// Ended by the test, whatever `run_ms` says.
+    done: bool,
 }
 
 pub struct FakeVidu {
@@ -106,6 +119,75 @@ impl FakeVidu {
         self.state.calls.lock().unwrap().clone()
     }
 
+    /// The id Vidu gave the relay's task: the one whose `callback_url` names it.
+    pub fn task_of(&self, relay_task: &str) -> Option<String> {
+        let needle = format!("task={relay_task}&");
+        self.state
+            .tasks
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, job)| {
+                job.callback_url
+                    .as_deref()
+                    .is_some_and(|u| u.contains(&needle))
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    /// The ages at which Vidu's task `id` was polled, oldest first.
+    pub fn query_ages(&self, id: &str) -> Vec<Duration> {
+        self.state
+            .polls
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Ends Vidu's task `id` with success now.
+    pub fn finish(&self, id: &str) {
+        if let Some(job) = self.state.tasks.lock().unwrap().get_mut(id) {
+            job.done = true;
+        }
+    }
+
+    /// Posts Vidu's task `id` to its `callback_url`, signed under `key` at `date` (an HTTP
+    /// date); the receiver's status and body.
+    pub async fn call_back(&self, id: &str, key: &str, date: &str) -> (u16, Value) {
+        let url = self.state.tasks.lock().unwrap()[id]
+            .callback_url
+            .clone()
+            .expect("a callback_url");
+        let body = task_body(&self.state, &self.files_base, id).to_string();
+        let nonce = format!("{:032x}", rand::random::<u128>());
+        let signature = sign(&url, key, date, &nonce);
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
+        let req = Request::post(url.as_str())
+            .header("content-type", "application/json")
+            .header("date", date)
+            .header("x-request-nonce", &nonce)
+            .header("x-hmac-signed-headers", "Date;x-request-nonce")
+            .header("x-hmac-signature", signature)
+            .header("x-hmac-algorithm", "hmac-sha256")
+            .header("x-hmac-access-key", "vidu")
+            .body(Full::new(Bytes::from(body)))
+            .expect("a request");
+        let res = client.request(req).await.expect("the relay answers");
+        let status = res.status().as_u16();
+        let bytes = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .expect("the answer's body")
+            .to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
     pub fn fail_next(&self, status: u16, reason: &'static str, message: &'static str) {
         self.state
             .next_errors
@@ -113,6 +195,20 @@ impl FakeVidu {
             .unwrap()
             .push_back((status, reason, message));
     }
+}
+
+/// Vidu's callback signature of a `POST` to `url` at `date` with `nonce`, under `key`.
+fn sign(url: &str, key: &str, date: &str, nonce: &str) -> String {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.find('/').map_or("/", |at| &rest[at..]);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let text =
+        format!("POST\n{path}\n{query}\nvidu\n{date}\nDate:{date}\nx-request-nonce:{nonce}\n");
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("a key");
+    mac.update(text.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
 }
 
 /// Vidu's error body.
@@ -236,6 +332,7 @@ fn check_body(endpoint: &str, body: &Value) -> Result<Job, (u16, &'static str, S
         "seed",
         "resolution",
         "aspect_ratio",
+        "callback_url",
     ];
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err((400, "FieldUnwanted", format!("unwanted field: {k}")));
@@ -293,6 +390,11 @@ fn check_body(endpoint: &str, body: &Value) -> Result<Job, (u16, &'static str, S
         }
         _ => {}
     }
+    let callback_url = match body.get("callback_url") {
+        None => None,
+        Some(Value::String(u)) if is_url(u) => Some(u.clone()),
+        Some(_) => return Err(invalid("invalid field: callback_url".into())),
+    };
     let images = body.get("images").map(|v| v.as_array().cloned());
     let count = match (endpoint, &images) {
         ("text2video", None) => 0,
@@ -332,6 +434,8 @@ fn check_body(endpoint: &str, body: &Value) -> Result<Job, (u16, &'static str, S
         prompt,
         duration,
         cancelled: false,
+        callback_url,
+        done: false,
     })
 }
 
@@ -375,32 +479,47 @@ fn submit(state: &State, endpoint: &str, req: &Request<Bytes>) -> Option<Respons
 }
 
 fn poll(state: &State, files: &str, id: &str) -> Response<Full<Bytes>> {
-    let Some(job) = state.tasks.lock().unwrap().get(id).cloned() else {
+    let Some(started) = state.tasks.lock().unwrap().get(id).map(|j| j.started) else {
         return error(404, "TaskNotFound", "task not found");
     };
+    state
+        .polls
+        .lock()
+        .unwrap()
+        .entry(id.to_owned())
+        .or_default()
+        .push(started.elapsed());
+    fake_vendor::json(200, &task_body(state, files, id))
+}
+
+/// The task `id` as the query (and a callback) gives it.
+fn task_body(state: &State, files: &str, id: &str) -> Value {
+    let job = state.tasks.lock().unwrap()[id].clone();
     let failed = |code: &str| {
         json!({"id": id, "state": "failed", "err_code": code, "credits": 0, "payload": "",
                "creations": []})
     };
     if job.cancelled {
-        return fake_vendor::json(200, &failed("UserCancelled"));
+        return failed("UserCancelled");
     }
     let run = Duration::from_millis(state.run_ms.load(Ordering::SeqCst));
     let elapsed = job.started.elapsed();
     let running = |s: &str| json!({"id": id, "state": s, "err_code": "", "credits": 0, "payload": "", "creations": []});
-    if job.prompt.contains("[hold]") {
-        return fake_vendor::json(200, &running("processing"));
+    if !job.done {
+        if job.prompt.contains("[hold]") {
+            return running("processing");
+        }
+        if elapsed < run / 3 {
+            return running("created");
+        }
+        if elapsed < run * 2 / 3 {
+            return running("queueing");
+        }
+        if elapsed < run {
+            return running("processing");
+        }
     }
-    if elapsed < run / 3 {
-        return fake_vendor::json(200, &running("created"));
-    }
-    if elapsed < run * 2 / 3 {
-        return fake_vendor::json(200, &running("queueing"));
-    }
-    if elapsed < run {
-        return fake_vendor::json(200, &running("processing"));
-    }
-    let body = if job.prompt.contains("[fail]") {
+    if job.prompt.contains("[fail]") {
         failed("InternalServiceFailure")
     } else if job.prompt.contains("[refuse]") {
         failed("CreationPolicyViolation")
@@ -410,8 +529,7 @@ fn poll(state: &State, files: &str, id: &str) -> Response<Full<Bytes>> {
                "creations": [{"id": format!("c{id}"),
                               "url": format!("{files}/vidu/{id}.mp4"),
                               "cover_url": format!("{files}/vidu/{id}.jpeg")}]})
-    };
-    fake_vendor::json(200, &body)
+    }
 }
 
 fn cancel(state: &State, id: &str, req: &Request<Bytes>) -> Response<Full<Bytes>> {

@@ -4,9 +4,12 @@
 //! reference images to `reference2video`; failed and refused tasks and an expired result link
 //! are refunded exactly; a rate limit, spent credits or a refused key fails over; a submission
 //! that may have reached Vidu is never sent again; a client's cancel reaches Vidu and is
-//! refunded once; the channel test reads the credits; no key shows in any answer or record.
+//! refunded once; the channel test reads the credits; no key shows in any answer or record;
+//! Vidu's callback, signed under the key, brings the poll forward, and one not so signed is
+//! refused.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
 
 use http::Method;
 use serde_json::{Value, json};
@@ -14,8 +17,8 @@ use serde_json::{Value, json};
 use crate::fake_vidu::{API_KEY, FakeVidu};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
-    refunded, second_format, settled,
+    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
+    library, playable, poll_schedule, refunded, second_format, settled,
 };
 
 /// The key of the channels set up to be refused.
@@ -421,4 +424,97 @@ async fn the_channel_test_reads_the_credits() {
             .iter()
             .any(|(m, p)| m == "GET" && p == "/ent/v2/credits")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vidu_callback_signed_under_the_key_brings_the_poll_forward_and_no_other_does() {
+    let fake = FakeVidu::start().await;
+    // The task runs until the test ends it.
+    fake.state.run_ms.store(600_000, Ordering::SeqCst);
+    let with_secret = format!(
+        "{}callback_secret = \"vidu-callback-secret-for-tests-7\"\n",
+        channel("vidu", &fake, 0, API_KEY)
+    );
+    let relay = Relay::start(&callback_config(50, &with_secret)).await;
+    let key = relay.key.clone();
+    let id = first_format(
+        &relay,
+        &key,
+        json!({"model": "model_h3", "prompt": "woken by Vidu", "seconds": "5", "size": "1280x720"}),
+    )
+    .await;
+
+    // Vidu was handed the relay's callback URL for this task.
+    let sent = poll_until(WAIT, || async { fake.submissions().first().cloned() })
+        .await
+        .expect("the submission");
+    let url = sent.1["callback_url"].as_str().expect("callback_url");
+    let prefix = format!("{}/callbacks/vidu/vidu?task={id}&token=", relay.base);
+    assert!(url.starts_with(&prefix), "{url}");
+    let vidu_id = fake.task_of(&id).expect("the task at Vidu");
+
+    // Once the task is 1.8 s old, its next regular poll is at least 0.9 s away.
+    let old = Duration::from_millis(1_800);
+    let last = poll_until(WAIT, || async {
+        fake.query_ages(&vidu_id)
+            .last()
+            .copied()
+            .filter(|age| *age >= old)
+    })
+    .await
+    .expect("polled when 1.8 s old");
+    fake.finish(&vidu_id);
+
+    // Callbacks not signed by Vidu under this channel's key are refused and write nothing.
+    let before = poll_schedule(&relay, &id).await;
+    let now = httpdate::fmt_http_date(SystemTime::now());
+    let (status, body) = fake.call_back(&vidu_id, WRONG, &now).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(
+        body["error"]["detail"], "the callback is not signed by the vendor",
+        "{body}"
+    );
+    let stale = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(16 * 60));
+    let (status, _) = fake.call_back(&vidu_id, API_KEY, &stale).await;
+    assert_eq!(status, 401);
+    // Unsigned, with the relay's own token right: refused too.
+    let path = url[relay.base.len()..].to_owned();
+    let payload = json!({"id": vidu_id, "state": "success"});
+    let res = relay
+        .send(Method::POST, &path, Body::Json(payload.clone()), &[])
+        .await;
+    assert_eq!(res.status, 401, "{}", res.text());
+    // Signed, but the relay's token is not this task's.
+    let forged = path.replace("&token=", "&token=0");
+    let res = relay
+        .send(Method::POST, &forged, Body::Json(payload), &[])
+        .await;
+    assert_eq!(res.status, 401, "{}", res.text());
+    assert_eq!(poll_schedule(&relay, &id).await, before);
+    let res = relay.send(Method::GET, &path, Body::Empty, &[]).await;
+    assert_eq!(res.status, 405);
+
+    // Vidu's own callback brings the poll forward: the task completes well before its next
+    // regular poll would have come.
+    let now = httpdate::fmt_http_date(SystemTime::now());
+    let (status, body) = fake.call_back(&vidu_id, API_KEY, &now).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"received": true, "polled": true}));
+    let done = poll_until(Duration::from_millis(700), || async {
+        let v = relay.get(&format!("/v1/videos/{id}")).await.json();
+        (v["status"] == "completed").then_some(v)
+    })
+    .await;
+    assert!(done.is_some(), "the callback did not move the task on");
+    let ages = fake.query_ages(&vidu_id);
+    let next = ages.iter().find(|age| **age > last).expect("a poll after");
+    assert!(
+        *next - last < last / 3,
+        "polled at {next:?} of age, after {last:?}: not brought forward"
+    );
+    // Once the task has ended, a callback is answered and brings nothing forward.
+    let now = httpdate::fmt_http_date(SystemTime::now());
+    let (status, body) = fake.call_back(&vidu_id, API_KEY, &now).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["polled"], false, "{body}");
 }

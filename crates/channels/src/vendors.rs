@@ -36,7 +36,8 @@ pub mod wan;
 pub mod xai;
 
 pub use seam::{
-    CallbackSettings, KindSettings, Need, Registration, StatusMeaning, Vendor, VendorSettings,
+    CallbackSettings, InboundCallback, KindSettings, Need, Registration, StatusMeaning, Vendor,
+    VendorSettings,
 };
 
 use std::collections::BTreeMap;

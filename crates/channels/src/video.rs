@@ -129,6 +129,15 @@ impl VideoChannel {
         }
     }
 
+    /// Whether a callback the relay's token let in is also signed as the channel's vendor
+    /// signs ([`Vendor::verify_callback`]); the simulator takes no callbacks.
+    pub fn verify_callback(&self, callback: &vendors::InboundCallback<'_>) -> Result<(), String> {
+        match self {
+            VideoChannel::Simulator(_) => Err("the simulator takes no callbacks".into()),
+            VideoChannel::Vendor(v) => v.vendor.verify_callback(callback),
+        }
+    }
+
     /// The channel's moderation verdict on a finished task: `true` rejects. `reject` is the
     /// task's own `x-relay-sim: reject` directive (honoured by the simulator only).
     pub fn moderation_rejects(&self, prompt: &str, reject: bool) -> bool {

@@ -218,6 +218,9 @@ async fn dispatch(
         Route::MinimaxCallback(channel) => {
             crate::vendor_callbacks::minimax::receive(app, channel, query, body).await
         }
+        Route::ViduCallback(channel) => {
+            crate::vendor_callbacks::vidu::receive(app, channel, query, headers, body).await
+        }
         // Messages endpoints authenticate (x-api-key too) and answer in the vendor's shape.
         Route::Messages
         | Route::CountTokens

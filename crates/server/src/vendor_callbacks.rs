@@ -6,3 +6,4 @@ pub mod ark;
 pub mod common;
 pub mod kling;
 pub mod minimax;
+pub mod vidu;

@@ -43,6 +43,22 @@ pub trait Vendor: Send + Sync {
     /// The cheapest authenticated call the vendor offers, generating nothing: reachable and
     /// key accepted, or why not.
     async fn check(&self) -> ChannelCheck;
+
+    /// Whether a callback about task `callback.task_id`, already let in by the relay's own
+    /// token in its URL, also carries the vendor's signature (default: the vendor signs
+    /// nothing, and the token is all). `Err` says why not, for the log.
+    fn verify_callback(&self, callback: &InboundCallback<'_>) -> Result<(), String> {
+        let _ = callback;
+        Ok(())
+    }
+}
+
+/// A callback as the relay received it, for a vendor that signs its callbacks.
+pub struct InboundCallback<'a> {
+    /// The relay's task the callback's URL names (its token matched).
+    pub task_id: &'a str,
+    pub method: &'a http::Method,
+    pub headers: &'a http::HeaderMap,
 }
 
 /// A setting a kind needs beyond the shared ones, by its configuration key.

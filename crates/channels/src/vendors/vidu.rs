@@ -14,6 +14,11 @@
 //! (and a task failed with `CreationPolicyViolation`). `POST /ent/v2/tasks/{id}/cancel` stops a
 //! task (`{}`); a cancelled task then reads `failed` (`UserCancelled`). The channel test reads
 //! `GET /ent/v2/credits`, the account's remaining credits.
+//!
+//! With a `callback_secret`, a submission carries `callback_url` (the relay's
+//! `/callbacks/vidu/<channel>?task=..&token=..`); Vidu posts the task there when its state
+//! changes, signed under the API key ([`callback_signing_string`]), and
+//! [`Vendor::verify_callback`] checks that signature beside the relay's own token.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -22,21 +27,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check;
+use crate::vendors::ark::callback_token;
 use crate::vendors::common::{KeyHeader, Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
-use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
+use crate::vendors::seam::{
+    CallbackSettings, InboundCallback, Need, Registration, Vendor, VendorSettings,
+};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{
     ChannelCheck, CheckVerdict, PollOutcome, ReferenceRole, ResultFiles, ResultSource,
     StoredReference, SubmitOutcome, VendorUsage, VideoJob,
 };
 
-/// The `vidu` kind: a Vidu API key.
+/// The `vidu` kind: a Vidu API key; it takes a `callback_secret`.
 pub const REGISTRATION: Registration = Registration {
     kind: "vidu",
     default_base_url: DEFAULT_BASE_URL,
     needs: &[Need::ApiKey],
-    callbacks: false,
+    callbacks: true,
     status_words: false,
     models: catalog,
     build: |s, _| Ok(Box::new(Vidu::new(s))),
@@ -228,6 +236,9 @@ pub struct ViduRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aspect_ratio: Option<String>,
     pub resolution: String,
+    /// Where Vidu posts the task when its state changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 /// The images of a job, each already a URL or a `data:` URI.
@@ -346,6 +357,7 @@ pub fn to_vendor(
             seed: job.seed.filter(|s| *s >= 0),
             aspect_ratio,
             resolution: tier,
+            callback_url: None,
         },
     ))
 }
@@ -641,16 +653,129 @@ pub fn check_answer(
     check::answered(verdict, status, &log(body))
 }
 
+/// The access key Vidu signs its callbacks as: always `vidu`.
+pub const CALLBACK_ACCESS_KEY: &str = "vidu";
+
+/// The algorithm Vidu names in `X-HMAC-ALGORITHM`.
+pub const CALLBACK_ALGORITHM: &str = "hmac-sha256";
+
+/// How far a signed callback's `Date` may be from the relay's clock.
+pub const CALLBACK_DATE_SKEW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The string Vidu signs for a callback: the method, the callback URL's path and query, the
+/// access key `vidu`, the `Date` header, then each signed header as `Name:value` and a newline,
+/// in the order `X-HMAC-SIGNED-HEADERS` gives them.
+pub fn callback_signing_string(
+    method: &str,
+    path: &str,
+    query: &str,
+    date: &str,
+    signed_headers: &[(&str, &str)],
+) -> String {
+    let path = if path.is_empty() { "/" } else { path };
+    let mut out = format!("{method}\n{path}\n{query}\n{CALLBACK_ACCESS_KEY}\n{date}\n");
+    for (name, value) in signed_headers {
+        out.push_str(name);
+        out.push(':');
+        out.push_str(value);
+        out.push('\n');
+    }
+    out
+}
+
+/// Checks a callback's `X-HMAC-*` headers against the callback URL the relay handed Vidu
+/// (`callback_url`) and the channel's API key, `now` being the relay's clock.
+pub fn verify_callback_signature(
+    callback_url: &str,
+    method: &http::Method,
+    headers: &http::HeaderMap,
+    key: &str,
+    now: std::time::SystemTime,
+) -> Result<(), String> {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    let header = |name: &str| -> Result<&str, String> {
+        headers
+            .get(name)
+            .ok_or_else(|| format!("no {name} header"))?
+            .to_str()
+            .map_err(|_| format!("the {name} header is not text"))
+    };
+    let algorithm = header("x-hmac-algorithm")?;
+    if !algorithm.eq_ignore_ascii_case(CALLBACK_ALGORITHM) {
+        return Err(format!(
+            "X-HMAC-ALGORITHM is {algorithm:?}, not {CALLBACK_ALGORITHM}"
+        ));
+    }
+    let access_key = header("x-hmac-access-key")?;
+    if access_key != CALLBACK_ACCESS_KEY {
+        return Err(format!(
+            "X-HMAC-ACCESS-KEY is {access_key:?}, not {CALLBACK_ACCESS_KEY}"
+        ));
+    }
+    let date = header("date")?;
+    let sent =
+        httpdate::parse_http_date(date).map_err(|_| format!("Date {date:?} is not a date"))?;
+    let skew = now.duration_since(sent).unwrap_or_else(|e| e.duration());
+    if skew > CALLBACK_DATE_SKEW {
+        return Err(format!(
+            "Date {date:?} is more than 15 minutes from the relay's clock"
+        ));
+    }
+    let names = header("x-hmac-signed-headers")?;
+    let mut signed = Vec::new();
+    for name in names.split(';').map(str::trim).filter(|n| !n.is_empty()) {
+        signed.push((name, header(name)?));
+    }
+    let signature = base64::engine::general_purpose::STANDARD
+        .decode(header("x-hmac-signature")?.trim())
+        .map_err(|_| "X-HMAC-SIGNATURE is not base64".to_owned())?;
+    let (path, query) = url_path_and_query(callback_url);
+    let text = callback_signing_string(method.as_str(), path, query, date, &signed);
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+    mac.update(text.as_bytes());
+    mac.verify_slice(&signature)
+        .map_err(|_| "the signature does not match".to_owned())
+}
+
+/// The path (`/` when empty) and query (empty when none) of an absolute URL.
+fn url_path_and_query(url: &str) -> (&str, &str) {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = after_scheme
+        .find(['/', '?'])
+        .map_or("", |at| &after_scheme[at..]);
+    let rest = rest.split('#').next().unwrap_or_default();
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    (if path.is_empty() { "/" } else { path }, query)
+}
+
 /// A `vidu` channel.
 pub struct Vidu {
     remote: Remote,
+    callback: Option<CallbackSettings>,
 }
 
 impl Vidu {
     pub fn new(settings: VendorSettings) -> Vidu {
         Vidu {
             remote: Remote::new(settings.remote, settings.blobs).with_key_header(KeyHeader::Token),
+            callback: settings.callback,
         }
+    }
+
+    /// The `callback_url` of `task_id`, when the channel has a callback secret and the relay
+    /// knows its public address: `<public base>/callbacks/vidu/<channel>?task=..&token=..`.
+    pub fn callback_url(&self, task_id: &str) -> Option<String> {
+        let callback = self.callback.as_ref()?;
+        let base = callback.public_base.get()?.trim_end_matches('/');
+        let name = self.remote.name();
+        let token = callback_token(&callback.secret, name, task_id);
+        Some(format!(
+            "{base}/callbacks/vidu/{}?task={}&token={token}",
+            path_part(name),
+            path_part(task_id)
+        ))
     }
 
     async fn inputs(
@@ -703,7 +828,12 @@ impl Vendor for Vidu {
             Ok(inputs) => inputs,
             Err(e) => return fatal(e),
         };
+        let callback_url = self.callback_url(&job.task_id);
         let (endpoint, body) = match to_vendor(job, inputs, references).and_then(|(e, body)| {
+            let body = ViduRequest {
+                callback_url,
+                ..body
+            };
             serde_json::to_vec(&body)
                 .map(|b| (e, b))
                 .map_err(|e| e.to_string())
@@ -779,6 +909,27 @@ impl Vendor for Vidu {
                 check_answer(status, body, |b| self.remote.log_text(b))
             })
             .await
+    }
+
+    /// Vidu signs each callback under the API key, over the callback URL the relay handed it
+    /// for this task ([`verify_callback_signature`]).
+    fn verify_callback(&self, callback: &InboundCallback<'_>) -> Result<(), String> {
+        let url = self
+            .callback_url(callback.task_id)
+            .ok_or("the channel hands Vidu no callback URL")?;
+        let key = self
+            .remote
+            .settings
+            .api_key
+            .as_deref()
+            .ok_or("the channel has no API key")?;
+        verify_callback_signature(
+            &url,
+            callback.method,
+            callback.headers,
+            key,
+            std::time::SystemTime::now(),
+        )
     }
 }
 
@@ -1078,5 +1229,107 @@ mod tests {
         assert_eq!(v2.durations, [4, 8]);
         assert_eq!(v2.image_only_resolutions, v2.resolutions);
         assert_eq!(v2.durations_by_resolution["1080p"], [4]);
+    }
+
+    /// Vidu's own example: `POST` to `http://127.0.0.1:8080/vidu/callback?name=james&age=36`
+    /// on Tue, 06 May 2025 12:09:42 GMT with the nonce `123e4567-...`, signed headers
+    /// `Date;x-request-nonce`; the string ends with a newline.
+    #[test]
+    fn the_callback_signing_string_is_vidus_documented_example() {
+        let date = "Tue, 06 May 2025 12:09:42 GMT";
+        let (path, query) =
+            url_path_and_query("http://127.0.0.1:8080/vidu/callback?name=james&age=36");
+        let text = callback_signing_string(
+            "POST",
+            path,
+            query,
+            date,
+            &[
+                ("Date", date),
+                ("x-request-nonce", "123e4567-e89b-12d3-a456-426614174000"),
+            ],
+        );
+        assert_eq!(
+            text,
+            "POST\n/vidu/callback\nname=james&age=36\nvidu\nTue, 06 May 2025 12:09:42 GMT\n\
+             Date:Tue, 06 May 2025 12:09:42 GMT\n\
+             x-request-nonce:123e4567-e89b-12d3-a456-426614174000\n"
+        );
+        assert_eq!(url_path_and_query("https://relay.example"), ("/", ""));
+        assert_eq!(url_path_and_query("https://r.example/a/b#x"), ("/a/b", ""));
+    }
+
+    /// Headers as Vidu sends them for `url`, signed under `key` at `date`.
+    fn signed(url: &str, key: &str, date: &str) -> http::HeaderMap {
+        use base64::Engine as _;
+        use hmac::Mac as _;
+        let nonce = "5f0c1d2e-0000-4000-8000-000000000001";
+        let (path, query) = url_path_and_query(url);
+        let text = callback_signing_string(
+            "POST",
+            path,
+            query,
+            date,
+            &[("Date", date), ("x-request-nonce", nonce)],
+        );
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
+        mac.update(text.as_bytes());
+        let signature =
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in [
+            ("date", date),
+            ("x-request-nonce", nonce),
+            ("x-hmac-signed-headers", "Date;x-request-nonce"),
+            ("x-hmac-signature", signature.as_str()),
+            ("x-hmac-algorithm", "hmac-sha256"),
+            ("x-hmac-access-key", "vidu"),
+        ] {
+            headers.insert(name, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn a_callback_is_let_in_only_when_signed_under_the_key_over_its_url_and_fresh() {
+        let url = "https://relay.example/base/callbacks/vidu/v?task=video_1&token=ab12";
+        let date = "Tue, 06 May 2025 12:09:42 GMT";
+        let at = httpdate::parse_http_date(date).unwrap();
+        let post = http::Method::POST;
+        let check = |headers: &http::HeaderMap, url: &str, now| {
+            verify_callback_signature(url, &post, headers, "vda_key", now)
+        };
+        let good = signed(url, "vda_key", date);
+        assert_eq!(check(&good, url, at), Ok(()));
+        // Within the skew either way; not beyond it.
+        let skew = CALLBACK_DATE_SKEW;
+        assert_eq!(check(&good, url, at + skew), Ok(()));
+        assert_eq!(check(&good, url, at - skew), Ok(()));
+        let late = check(&good, url, at + skew + std::time::Duration::from_secs(1));
+        assert!(late.unwrap_err().contains("15 minutes"));
+        // Another key, another task's URL, another method: refused.
+        let other_key = signed(url, "another_key", date);
+        assert!(check(&other_key, url, at).is_err());
+        let other_task = url.replace("video_1", "video_2");
+        assert!(check(&good, &other_task, at).is_err());
+        assert!(verify_callback_signature(url, &http::Method::PUT, &good, "vda_key", at).is_err());
+        // A signed header changed after signing, or left out.
+        let mut nonce = good.clone();
+        nonce.insert("x-request-nonce", "another".parse().unwrap());
+        assert!(check(&nonce, url, at).is_err());
+        for name in [
+            "x-hmac-signature",
+            "x-hmac-algorithm",
+            "x-hmac-access-key",
+            "date",
+        ] {
+            let mut without = good.clone();
+            without.remove(name);
+            let e = check(&without, url, at).unwrap_err();
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        let mut md5 = good.clone();
+        md5.insert("x-hmac-algorithm", "hmac-md5".parse().unwrap());
+        assert!(check(&md5, url, at).is_err());
     }
 }

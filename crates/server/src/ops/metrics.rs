@@ -77,7 +77,7 @@ fn latencies() -> Histogram {
 
 /// Every route's label: its method and path template (`router::routes::Route::slot` is its
 /// place here), then the label of requests no route takes.
-pub const ROUTES: [&str; 60] = [
+pub const ROUTES: [&str; 61] = [
     "GET /healthz",
     "GET /readyz",
     "GET /openapi.yaml",
@@ -137,6 +137,7 @@ pub const ROUTES: [&str; 60] = [
     "POST /admin/channels/{name}/test",
     "POST /callbacks/kling/{channel}",
     "POST /callbacks/minimax/{channel}",
+    "POST /callbacks/vidu/{channel}",
     "unmatched",
 ];
 

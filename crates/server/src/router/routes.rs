@@ -26,6 +26,8 @@ pub(super) enum Route<'a> {
     KlingCallback(&'a str),
     /// `POST /callbacks/minimax/{channel}`, likewise.
     MinimaxCallback(&'a str),
+    /// `POST /callbacks/vidu/{channel}`, by its token and Vidu's signature.
+    ViduCallback(&'a str),
     CreateVideo,
     ListVideos,
     GetVideo(&'a str),
@@ -153,6 +155,8 @@ pub(super) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Mis
         ["callbacks", "kling", _] => Err(Miss::Method("POST")),
         ["callbacks", "minimax", channel] if m == Method::POST => Ok(MinimaxCallback(channel)),
         ["callbacks", "minimax", _] => Err(Miss::Method("POST")),
+        ["callbacks", "vidu", channel] if m == Method::POST => Ok(ViduCallback(channel)),
+        ["callbacks", "vidu", _] => Err(Miss::Method("POST")),
         ["files", _, ..] => Err(Miss::Method("GET")),
         ["healthz"] if m == Method::GET => Ok(Healthz),
         ["healthz"] => Err(Miss::Method("GET")),
@@ -321,6 +325,7 @@ impl<'a> Route<'a> {
             TestChannel(_) => 56,
             KlingCallback(_) => 57,
             MinimaxCallback(_) => 58,
+            ViduCallback(_) => 59,
         }
     }
 
@@ -338,6 +343,7 @@ impl<'a> Route<'a> {
             | ArkCallback(p)
             | KlingCallback(p)
             | MinimaxCallback(p)
+            | ViduCallback(p)
             | GetVideo(p)
             | DeleteVideo(p)
             | VideoContent(p)
@@ -581,6 +587,6 @@ mod tests {
         }
         // Every variant of `Route` is reached by some entry: a new variant needs its label in
         // `metrics::ROUTES` (and a path in docs/openapi.yaml), and this count goes up with it.
-        assert_eq!(kinds.len(), 59, "route_table misses a route");
+        assert_eq!(kinds.len(), 60, "route_table misses a route");
     }
 }
