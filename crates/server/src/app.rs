@@ -19,9 +19,10 @@ use tokio::sync::Notify;
 
 use crate::config::{BlobBackend, BlobsConfig, Config, DEFAULT_S3_REGION, StoreBackend};
 use crate::ground::auth::{KeyCache, admin_token_weakness, generate_secret, hash_secret};
+use crate::ground::auth_throttle::AuthThrottle;
 use crate::ground::chat_ledger::{ChargeQueue, Reservations};
 use crate::ground::cluster::Cluster;
-use crate::ground::limits::{AuthThrottle, Limiter};
+use crate::ground::limits::Limiter;
 use crate::ground::signed::{self, Signer};
 use crate::ops::metrics::Metrics;
 

@@ -21,8 +21,9 @@ use crate::formats::tasks;
 use crate::formats::videos::Videos;
 use crate::formats::{assets, batches, characters, generations, video_models, videos};
 use crate::ground::auth::{authenticate, authenticate_admin, presented_secret};
+use crate::ground::auth_throttle::{Credential, Source};
 use crate::ground::http::{Answer, error, ok};
-use crate::ground::limits::{Class, Credential, Limited, Source};
+use crate::ground::limits::{Class, Limited};
 use crate::ops::{admin, channel_test, webhooks};
 
 #[cfg(test)]
@@ -86,7 +87,7 @@ struct Origin {
 
 impl Origin {
     /// Refuses a request whose client address or credential prefix has no tries left (see
-    /// `limits::AuthThrottle`), before its credential is checked; `credential` is read only
+    /// `auth_throttle::AuthThrottle`), before its credential is checked; `credential` is read only
     /// while some source is out of tries.
     fn throttle<'h>(
         self,
