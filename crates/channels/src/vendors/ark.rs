@@ -340,23 +340,12 @@ mod tests {
     fn job(first: Option<&str>, last: Option<&str>) -> VideoJob {
         VideoJob {
             task_id: "gen_1".into(),
-            model: "seedance-pro".into(),
-            prompt: "a heron".into(),
-            width: 1280,
-            height: 720,
-            ratio: "16:9".into(),
-            resolution: Some("720p".into()),
             duration_secs: 5,
             first_frame: first.map(str::to_owned),
             last_frame: last.map(str::to_owned),
-            first_frame_url: None,
-            last_frame_url: None,
-            audio_url: None,
-            reference_video: None,
-            reference_video_audio: false,
             return_last_frame: true,
             seed: Some(9),
-            sim: Default::default(),
+            ..VideoJob::test("seedance-pro", "a heron")
         }
     }
 

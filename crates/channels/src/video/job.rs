@@ -42,6 +42,34 @@ pub struct VideoJob {
     pub sim: SimDirectives,
 }
 
+#[cfg(test)]
+impl VideoJob {
+    /// A job for the vendors' unit tests: task `video_1`, `model` and `prompt`, 1280x720 at
+    /// 16:9 and 720p, 8 s, no seed, no references; each test sets what it reads beside these.
+    pub fn test(model: &str, prompt: &str) -> VideoJob {
+        VideoJob {
+            task_id: "video_1".into(),
+            model: model.into(),
+            prompt: prompt.into(),
+            width: 1280,
+            height: 720,
+            ratio: "16:9".into(),
+            resolution: Some("720p".into()),
+            duration_secs: 8,
+            first_frame: None,
+            last_frame: None,
+            first_frame_url: None,
+            last_frame_url: None,
+            audio_url: None,
+            reference_video: None,
+            reference_video_audio: false,
+            return_last_frame: false,
+            seed: None,
+            sim: SimDirectives::default(),
+        }
+    }
+}
+
 /// What a stored reference is to the upstream (the second format's asset roles beyond the
 /// first and last frames, which [`VideoJob`] carries itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -80,24 +80,8 @@ fn dates_hosts_and_queries_are_as_signed() {
 
 fn job(model: &str) -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: model.into(),
-        prompt: "千军万马".into(),
-        width: 1280,
-        height: 720,
-        ratio: "16:9".into(),
-        resolution: Some("720p".into()),
         duration_secs: 5,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
-        seed: None,
-        sim: Default::default(),
+        ..VideoJob::test(model, "千军万马")
     }
 }
 

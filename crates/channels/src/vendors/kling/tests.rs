@@ -3,24 +3,10 @@ use serde_json::{Value, json};
 
 fn job() -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: "kling-v2-6".into(),
-        prompt: "A cute little rabbit wearing glasses".into(),
-        width: 1280,
-        height: 720,
         ratio: "1:1".into(),
         resolution: Some("1080p".into()),
         duration_secs: 5,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
-        seed: None,
-        sim: Default::default(),
+        ..VideoJob::test("kling-v2-6", "A cute little rabbit wearing glasses")
     }
 }
 

@@ -3,24 +3,14 @@ use serde_json::{Value, json};
 
 fn job() -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: "MiniMax-Hailuo-2.3".into(),
-        prompt: "A stylish woman walks down a Tokyo street".into(),
         width: 1920,
         height: 1080,
-        ratio: "16:9".into(),
         resolution: Some("1080p".into()),
         duration_secs: 6,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
-        seed: None,
-        sim: Default::default(),
+        ..VideoJob::test(
+            "MiniMax-Hailuo-2.3",
+            "A stylish woman walks down a Tokyo street",
+        )
     }
 }
 

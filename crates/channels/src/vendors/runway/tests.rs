@@ -3,24 +3,10 @@ use serde_json::{Value, json};
 
 fn job(model: &str) -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: model.into(),
-        prompt: "A cute bunny hopping in a meadow".into(),
-        width: 1280,
-        height: 720,
-        ratio: "16:9".into(),
         resolution: None,
         duration_secs: 5,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
         seed: Some(42),
-        sim: Default::default(),
+        ..VideoJob::test(model, "A cute bunny hopping in a meadow")
     }
 }
 

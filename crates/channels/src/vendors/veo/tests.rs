@@ -3,24 +3,11 @@ use serde_json::{Value, json};
 
 fn job() -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: "veo-3.1-generate-preview".into(),
-        prompt: "A close up of two people staring at a cryptic drawing on a wall, torchlight flickering.".into(),
-        width: 1280,
-        height: 720,
-        ratio: "16:9".into(),
-        resolution: Some("720p".into()),
-        duration_secs: 8,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
         seed: Some(42),
-        sim: Default::default(),
+        ..VideoJob::test(
+            "veo-3.1-generate-preview",
+            "A close up of two people staring at a cryptic drawing on a wall, torchlight flickering.",
+        )
     }
 }
 

@@ -2,26 +2,7 @@ use super::*;
 use serde_json::json;
 
 fn job() -> VideoJob {
-    VideoJob {
-        task_id: "video_1".into(),
-        model: "veo-3.0-generate-001".into(),
-        prompt: "a cat reading a book".into(),
-        width: 1280,
-        height: 720,
-        ratio: "16:9".into(),
-        resolution: Some("720p".into()),
-        duration_secs: 8,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
-        seed: None,
-        sim: Default::default(),
-    }
+    VideoJob::test("veo-3.0-generate-001", "a cat reading a book")
 }
 
 fn wire(request: &PredictLongRunningRequest) -> Value {

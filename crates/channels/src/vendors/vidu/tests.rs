@@ -3,24 +3,8 @@ use serde_json::json;
 
 fn job(model: &str) -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: model.into(),
-        prompt: "A cat playing with a ball of yarn".into(),
-        width: 1280,
-        height: 720,
-        ratio: "16:9".into(),
-        resolution: Some("720p".into()),
-        duration_secs: 8,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
         seed: Some(7),
-        sim: Default::default(),
+        ..VideoJob::test(model, "A cat playing with a ball of yarn")
     }
 }
 

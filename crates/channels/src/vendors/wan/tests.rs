@@ -3,24 +3,12 @@ use serde_json::{Value, json};
 
 fn job(model: &str) -> VideoJob {
     VideoJob {
-        task_id: "video_1".into(),
-        model: model.into(),
-        prompt: "A kitten running in the moonlight".into(),
         width: 832,
         height: 480,
-        ratio: "16:9".into(),
         resolution: Some("480p".into()),
         duration_secs: 10,
-        first_frame: None,
-        last_frame: None,
-        first_frame_url: None,
-        last_frame_url: None,
-        audio_url: None,
-        reference_video: None,
-        reference_video_audio: false,
-        return_last_frame: false,
         seed: Some(12345),
-        sim: Default::default(),
+        ..VideoJob::test(model, "A kitten running in the moonlight")
     }
 }
 
