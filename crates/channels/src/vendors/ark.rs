@@ -5,8 +5,9 @@
 //!
 //! With a callback secret, each submission carries a `callback_url` on the relay,
 //! `<public base>/callbacks/ark/<channel>?task=<relay task id>&token=<token>`, the token an
-//! HMAC of channel and task under the secret ([`callback_token`]): the upstream's callback
-//! then names its task and proves it came through this submission. A finished task's
+//! HMAC of channel and task under the secret
+//! ([`callback_token`](crate::vendors::seam::callback_token)): the upstream's callback then
+//! names its task and proves it came through this submission. A finished task's
 //! `duration` and `resolution` are what the upstream made.
 
 use std::sync::Arc;
@@ -45,20 +46,6 @@ pub struct Ark {
 
 /// Where and how an `ark` channel asks its upstream to call back.
 pub type ArkCallback = CallbackSettings;
-
-/// The token of `task_id`'s callback on `channel`: the unpadded base64url HMAC-SHA256, keyed
-/// with `secret`, of `<channel>\n<task id>`.
-pub fn callback_token(secret: &str, channel: &str, task_id: &str) -> String {
-    use hmac::Mac as _;
-    // An HMAC takes a key of any length: this cannot fail.
-    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()) else {
-        return String::new();
-    };
-    mac.update(channel.as_bytes());
-    mac.update(b"\n");
-    mac.update(task_id.as_bytes());
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
-}
 
 #[derive(Debug, Deserialize)]
 struct Created {
@@ -106,14 +93,7 @@ impl Ark {
     /// knows its public address.
     pub fn callback_url(&self, task_id: &str) -> Option<String> {
         let callback = self.callback.as_ref()?;
-        let base = callback.public_base.get()?.trim_end_matches('/');
-        let name = self.remote.name();
-        let token = callback_token(&callback.secret, name, task_id);
-        Some(format!(
-            "{base}/callbacks/ark/{}?task={}&token={token}",
-            path_part(name),
-            path_part(task_id)
-        ))
+        callback.url("ark", self.remote.name(), task_id)
     }
 
     /// A stored reference as a content item of `kind` (`image_url`, `video_url`,
@@ -336,6 +316,7 @@ mod tests {
 
     use super::*;
     use crate::http::client::UpstreamTimeouts;
+    use crate::vendors::seam::callback_token;
 
     fn job(first: Option<&str>, last: Option<&str>) -> VideoJob {
         VideoJob {

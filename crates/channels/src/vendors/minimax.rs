@@ -19,7 +19,6 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::ark::callback_token;
 use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
 use crate::vendors::media;
 use crate::vendors::seam::{CallbackSettings, Need, Registration, Vendor, VendorSettings};
@@ -566,14 +565,7 @@ impl Minimax {
     /// when the channel has a callback secret and the relay knows its public address.
     pub fn callback_url(&self, task_id: &str) -> Option<String> {
         let callback = self.callback.as_ref()?;
-        let base = callback.public_base.get()?.trim_end_matches('/');
-        let name = self.remote.name();
-        let token = callback_token(&callback.secret, name, task_id);
-        Some(format!(
-            "{base}/callbacks/minimax/{}?task={}&token={token}",
-            path_part(name),
-            path_part(task_id)
-        ))
+        callback.url("minimax", self.remote.name(), task_id)
     }
 
     async fn images(

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use store::BlobStore;
 
 use crate::http::client::{UpstreamError, UpstreamResponse};
-use crate::vendors::common::{Remote, RemoteSettings};
+use crate::vendors::common::{Remote, RemoteSettings, path_part};
 use crate::video::caps::ModelCaps;
 use crate::video::job::{ChannelCheck, PollOutcome, StoredReference, SubmitOutcome, VideoJob};
 
@@ -194,6 +194,36 @@ pub struct CallbackSettings {
     /// The relay's public base URL, known once the relay is bound; no callback URL is sent
     /// before.
     pub public_base: Arc<OnceLock<String>>,
+}
+
+impl CallbackSettings {
+    /// The `callback_url` of the relay's task `task_id` on `channel`, a channel of `kind`,
+    /// once the relay knows its public base:
+    /// `<public base>/callbacks/<kind>/<channel>?task=..&token=..` ([`callback_token`]).
+    pub fn url(&self, kind: &str, channel: &str, task_id: &str) -> Option<String> {
+        let base = self.public_base.get()?.trim_end_matches('/');
+        let token = callback_token(&self.secret, channel, task_id);
+        Some(format!(
+            "{base}/callbacks/{kind}/{}?task={}&token={token}",
+            path_part(channel),
+            path_part(task_id)
+        ))
+    }
+}
+
+/// The token of `task_id`'s callback on `channel`: the unpadded base64url HMAC-SHA256, keyed
+/// with `secret`, of `<channel>\n<task id>`.
+pub fn callback_token(secret: &str, channel: &str, task_id: &str) -> String {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    // An HMAC takes a key of any length: this cannot fail.
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()) else {
+        return String::new();
+    };
+    mac.update(channel.as_bytes());
+    mac.update(b"\n");
+    mac.update(task_id.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
 /// What a vendor's constructor gets.

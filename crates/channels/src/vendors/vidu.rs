@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check;
-use crate::vendors::ark::callback_token;
 use crate::vendors::common::{KeyHeader, Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{
@@ -768,14 +767,7 @@ impl Vidu {
     /// knows its public address: `<public base>/callbacks/vidu/<channel>?task=..&token=..`.
     pub fn callback_url(&self, task_id: &str) -> Option<String> {
         let callback = self.callback.as_ref()?;
-        let base = callback.public_base.get()?.trim_end_matches('/');
-        let name = self.remote.name();
-        let token = callback_token(&callback.secret, name, task_id);
-        Some(format!(
-            "{base}/callbacks/vidu/{}?task={}&token={token}",
-            path_part(name),
-            path_part(task_id)
-        ))
+        callback.url("vidu", self.remote.name(), task_id)
     }
 
     async fn inputs(

@@ -62,7 +62,7 @@ pub fn authorise<'a>(
     };
     let task_id = query_param(query, "task").ok_or_else(unauthorized)?;
     let token = query_param(query, "token").ok_or_else(unauthorized)?;
-    let expected = channels::vendors::ark::callback_token(secret, channel, &task_id);
+    let expected = channels::vendors::seam::callback_token(secret, channel, &task_id);
     if !bool::from(expected.as_bytes().ct_eq(token.as_bytes())) {
         return Err(unauthorized());
     }
