@@ -618,10 +618,13 @@ fn measure(
     let Some(out) = out else {
         bail!("bench-streams ({status}) printed no result");
     };
-    let ours = (own1 - own0) + (self1 - self0);
-    let foreign = (machine1.busy - machine0.busy).saturating_sub(ours);
+    let ours = own1.saturating_sub(own0) + self1.saturating_sub(self0);
+    let foreign = machine1
+        .busy
+        .saturating_sub(machine0.busy)
+        .saturating_sub(ours);
     Ok(Measured {
-        cpu_us_per_event: (server1 - server0) as f64 / TICKS_PER_SEC * 1e6
+        cpu_us_per_event: server1.saturating_sub(server0) as f64 / TICKS_PER_SEC * 1e6
             / out.events.max(1) as f64,
         foreign_pct: foreign as f64 / TICKS_PER_SEC / secs * 100.0,
         out,
@@ -678,12 +681,12 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
                 RAMP_SECS,
                 DELTAS,
                 Counts {
-                    h2: after.h2 - before.h2,
-                    h1: after.h1 - before.h1,
+                    h2: after.h2.saturating_sub(before.h2),
+                    h1: after.h1.saturating_sub(before.h1),
                     ..Counts::default()
                 }
                 .protocol(),
-                after.handshakes - before.handshakes,
+                after.handshakes.saturating_sub(before.handshakes),
                 thousands(o.complete as f64),
                 thousands(o.in_order as f64),
                 o.refused,
