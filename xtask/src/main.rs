@@ -52,8 +52,9 @@ const USAGE: &str = "usage: cargo xtask ci [--no-sdk] [--quick] | cargo xtask sd
   bench         the relay against a bare proxy and the direct path, its memory while videos
                 are downloaded, its poller with 10,000 tasks in flight, reads and start-up over
                 1M stored tasks; writes BENCHMARKS.md. `bench --only SECTION` runs one part
-                (messages, rss, submissions, polling, downloads, poller, stored); its servers
-                and load generator run as `bench-party` and `bench-load` from a release build
+                (messages, rss, submissions, polling, downloads, poller, stored, tls,
+                streams10k); its servers and load generators run as `bench-party`,
+                `bench-load` and `bench-streams` from a release build
   fuzz          `fuzz [--secs N] [TARGET ...]`: build the cargo-fuzz targets in fuzz/ and run
                 each for N seconds (default 60); stops at the first crash and prints its input
                 and the command that replays it (installs cargo-fuzz when missing)
@@ -101,6 +102,7 @@ fn main() -> ExitCode {
         // The bench's parties and load generator, each in a process of its own.
         Some("bench-party") => bench::party::run(&args[1..]),
         Some("bench-load") => bench::loadgen::run(&args[1..]),
+        Some("bench-streams") => bench::open_streams::run_generator(&args[1..]),
         Some("conformance") if args[1..].iter().any(|a| a == "--start" || a == "--vendor") => {
             conformance::ci::run_args(&args[1..])
         }

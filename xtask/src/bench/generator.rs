@@ -17,6 +17,8 @@ use super::loadgen::{Outcome, parse_result};
 pub enum Gen {
     Wrk,
     Ours,
+    /// `wrk` over TLS (`https://`): the direct path to a TLS upstream.
+    WrkTls,
 }
 
 impl Gen {
@@ -24,6 +26,7 @@ impl Gen {
         match self {
             Gen::Wrk => "wrk",
             Gen::Ours => "ours",
+            Gen::WrkTls => "wrk (TLS)",
         }
     }
 }
@@ -118,7 +121,12 @@ impl Generators {
     /// The command that runs `load` with `generator`.
     pub fn command(&self, generator: Gen, load: &Load) -> anyhow::Result<Command> {
         Ok(match generator {
-            Gen::Wrk => {
+            Gen::Wrk | Gen::WrkTls => {
+                let scheme = if generator == Gen::WrkTls {
+                    "https"
+                } else {
+                    "http"
+                };
                 let script = self.file("lua", &wrk_script(load))?;
                 let mut cmd = Command::new(&self.wrk);
                 cmd.arg("-t1")
@@ -126,7 +134,7 @@ impl Generators {
                     .arg(format!("-d{}s", load.secs))
                     .args(["--timeout", "10s", "--latency", "-s"])
                     .arg(script)
-                    .arg(format!("http://{}{}", load.addr, load.path));
+                    .arg(format!("{scheme}://{}{}", load.addr, load.path));
                 cmd
             }
             Gen::Ours => {

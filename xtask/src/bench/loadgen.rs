@@ -99,7 +99,7 @@ fn spec(args: &[String]) -> anyhow::Result<Spec> {
 }
 
 /// One HTTP/1.1 request as it goes on the wire.
-fn request_bytes(method: &str, path: &str, headers: &[String], body: &[u8]) -> Vec<u8> {
+pub(super) fn request_bytes(method: &str, path: &str, headers: &[String], body: &[u8]) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: bench\r\n");
     for h in headers {
         head.push_str(h);
@@ -271,7 +271,7 @@ pub fn mix(n: u64) -> u64 {
 
 /// How far an answer has come in.
 #[derive(Debug, PartialEq)]
-enum Parsed {
+pub(super) enum Parsed {
     /// Not whole yet; whether any of the body is in.
     More { body_started: bool },
     /// Whole: its status and its length in bytes, head included.
@@ -285,7 +285,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Reads `buf` as one HTTP/1.1 answer from its first byte.
-fn parse(buf: &[u8]) -> Parsed {
+pub(super) fn parse(buf: &[u8]) -> Parsed {
     let Some(head_len) = find(buf, b"\r\n\r\n").map(|i| i + 4) else {
         return Parsed::More {
             body_started: false,

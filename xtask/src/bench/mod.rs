@@ -6,19 +6,22 @@
 //! reads and start-up over large stores. It writes BENCHMARKS.md.
 //!
 //! Sections (each can run alone with `--only`, each starts what it needs): `messages`, `rss`,
-//! `submissions`, `polling`, `abuse`, `downloads`, `poller`, `stored`, `postgres`.
+//! `submissions`, `polling`, `abuse`, `downloads`, `poller`, `stored`, `postgres`, `tls`,
+//! `streams10k`.
 mod abuse;
 pub mod generator;
 mod load;
 pub mod loadgen;
 mod measure;
 mod messages;
+pub mod open_streams;
 pub mod party;
 pub mod relays;
 mod report;
 mod shared;
 mod stored;
 mod tasks;
+pub mod tls;
 mod video;
 
 use std::path::Path;
@@ -31,7 +34,7 @@ use self::relays::Ctx;
 use self::report::{Report, render};
 
 /// Every section, in the order a whole run takes them.
-pub const SECTIONS: [&str; 9] = [
+pub const SECTIONS: [&str; 11] = [
     "messages",
     "rss",
     "submissions",
@@ -41,6 +44,8 @@ pub const SECTIONS: [&str; 9] = [
     "poller",
     "stored",
     "postgres",
+    "tls",
+    "streams10k",
 ];
 
 /// Seconds of one measured run.
@@ -54,7 +59,10 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
   with one connection thread), abuse (another key's requests, paced, alone and during a flood of
   made-up-id status polls from a key at the default limits), downloads, poller, stored,
   postgres (durable submissions and polls with the store on PostgreSQL at 127.0.0.1:5432: one
-  relay, then three sharing it)
+  relay, then three sharing it), tls (the messages rows with the fake upstream on HTTPS,
+  trusted by the relay through the channel's ca_file; TLS handshakes per 1,000 requests),
+  streams10k (10,000 slow streams open at once through the relay and the floor: memory per
+  open stream, CPU per event, every stream whole and in order, time to first byte)
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
   as it is. Load comes from wrk (installed with apt-get when missing). `stored` seeds
   target/bench/seed-10k and seed-1m through the store crate on its first run (minutes) and
@@ -146,6 +154,8 @@ fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
             "polling" => tasks::polling(ctx, &mut report)?,
             "abuse" => abuse::run(ctx, &mut report)?,
             "postgres" => shared::run(ctx, &mut report)?,
+            "tls" => tls::run(ctx, &mut report)?,
+            "streams10k" => open_streams::run(ctx, &mut report)?,
             "downloads" => ctx.runtime.block_on(video::downloads(
                 &mut report,
                 &ctx.relay,

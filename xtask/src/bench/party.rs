@@ -10,6 +10,13 @@
 //!   floor of the relay's `/v1/messages`;
 //! - `hello`: a bare hyper server answering a fixed small JSON, the floor of a task read.
 //!
+//! With `--cert FILE --key FILE` the fake messages upstream serves HTTPS (HTTP/2 or HTTP/1.1 by
+//! ALPN) and counts its handshakes into `--stats FILE` ([`super::tls`]); with `--slow N` its
+//! streams send N text deltas, one every `--event-ms` (1000), between their first two events
+//! and their last three ([`super::open_streams`]). With `--ca FILE` the floor calls its
+//! upstream over TLS, trusting that CA. Every party raises its soft open-file limit to the hard
+//! one.
+//!
 //! Each prints its bound port on stdout, then serves until its stdin closes (so that a bench
 //! that dies takes its parties with it) or it is killed.
 //!
@@ -41,11 +48,14 @@ use crate::fake_video::{FakeVideo, Switches};
 
 pub const USAGE: &str =
     "usage: xtask bench-party fake-messages|fake-video|hello|floor --upstream IP:PORT
-        [--port N] [--workers N]
+        [--port N] [--workers N] [--cert FILE --key FILE [--stats FILE]] [--slow N]
+        [--event-ms MS] [--ca FILE]
 
   A server of cargo xtask bench in a process of its own: prints its port, serves on
   127.0.0.1 until stdin closes. --port 0 (the default) takes a free port; --workers 1 (the
-  default) runs it on one thread.";
+  default) runs it on one thread. --cert/--key: fake-messages serves HTTPS (h2 or HTTP/1.1 by
+  ALPN), its handshakes and requests counted into --stats. --slow N: its streams send N deltas,
+  one every --event-ms. --ca: the floor's upstream is HTTPS, signed by this CA.";
 
 /// The fake upstream's whole answer.
 pub const MESSAGE: &str = r#"{"id":"msg_bench","type":"message","role":"assistant","model":"bench-chat","content":[{"type":"text","text":"Hello from the bench upstream."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#;
@@ -89,9 +99,9 @@ pub fn stream_body() -> String {
         .collect()
 }
 
-type Body = BoxBody<Bytes, hyper::Error>;
+pub(super) type Body = BoxBody<Bytes, hyper::Error>;
 
-fn full(bytes: Bytes, content_type: &'static str) -> Response<Body> {
+pub(super) fn full(bytes: Bytes, content_type: &'static str) -> Response<Body> {
     let mut res = Response::new(Full::new(bytes).map_err(|n| match n {}).boxed());
     res.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -100,7 +110,7 @@ fn full(bytes: Bytes, content_type: &'static str) -> Response<Body> {
     res
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Kind {
     FakeMessages,
     FakeVideo,
@@ -110,6 +120,7 @@ enum Kind {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let (mut kind, mut port, mut workers, mut upstream) = (None, 0u16, 1usize, None);
+    let mut tls = TlsArgs::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || {
@@ -126,6 +137,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                         .context("--upstream: not IP:PORT")?,
                 )
             }
+            "--cert" => tls.cert = Some(value()?.into()),
+            "--key" => tls.key = Some(value()?.into()),
+            "--stats" => tls.stats = Some(value()?.into()),
+            "--ca" => tls.ca = Some(value()?.into()),
+            "--slow" => tls.slow = value()?.parse().context("--slow: not a number")?,
+            "--event-ms" => tls.event_ms = value()?.parse().context("--event-ms: not a number")?,
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -155,6 +172,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             .build(),
     }
     .context("starting tokio")?;
+    // Every party may hold thousands of connections (the open-streams run).
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     runtime.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
@@ -172,6 +191,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 let _fake = FakeVideo::serve(listener, switches);
                 std::future::pending::<()>().await;
             }
+            Kind::FakeMessages if tls.cert.is_some() || tls.slow > 0 => {
+                super::open_streams::serve_fake(listener, &tls).await?
+            }
             Kind::FakeMessages => serve(listener, Arc::new(fake_messages)).await,
             Kind::Hello => {
                 serve(
@@ -182,14 +204,29 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 )
                 .await
             }
+            Kind::Floor(upstream) if tls.ca.is_some() => {
+                let ca = tls.ca.clone().unwrap_or_default();
+                let client = super::tls::floor_client(&ca)?;
+                let base: Arc<str> = format!("https://{upstream}").into();
+                serve(
+                    listener,
+                    Arc::new(move |req: Request<Incoming>| {
+                        proxy(client.clone(), base.clone(), req)
+                    }),
+                )
+                .await
+            }
             Kind::Floor(upstream) => {
+                let base: Arc<str> = format!("http://{upstream}").into();
                 let mut connector = HttpConnector::new();
                 connector.set_nodelay(true);
                 let client: Client<HttpConnector, Incoming> =
                     Client::builder(TokioExecutor::new()).build(connector);
                 serve(
                     listener,
-                    Arc::new(move |req: Request<Incoming>| proxy(client.clone(), upstream, req)),
+                    Arc::new(move |req: Request<Incoming>| {
+                        proxy(client.clone(), base.clone(), req)
+                    }),
                 )
                 .await
             }
@@ -199,7 +236,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Serves HTTP/1.1 on `listener` with `answer`, a task per connection, until the process ends.
-async fn serve<F, Fut>(listener: TcpListener, answer: Arc<F>)
+pub(super) async fn serve<F, Fut>(listener: TcpListener, answer: Arc<F>)
 where
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<Body>> + Send + 'static,
@@ -224,8 +261,20 @@ where
     }
 }
 
+/// The TLS and pacing flags of a party.
+#[derive(Default)]
+pub struct TlsArgs {
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+    pub stats: Option<std::path::PathBuf>,
+    pub ca: Option<std::path::PathBuf>,
+    /// Text deltas of a slow stream (0: the stream goes in one piece).
+    pub slow: u32,
+    pub event_ms: u64,
+}
+
 /// The fake native upstream: the whole message, or the stream when the body asks for one.
-async fn fake_messages(req: Request<Incoming>) -> Response<Body> {
+pub(super) async fn fake_messages(req: Request<Incoming>) -> Response<Body> {
     static STREAM: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
     let body = req
         .into_body()
@@ -241,18 +290,22 @@ async fn fake_messages(req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-/// The floor: the request as it came, to `upstream` over pooled connections.
-async fn proxy(
-    client: Client<HttpConnector, Incoming>,
-    upstream: SocketAddr,
+/// The floor: the request as it came, to `base` (scheme and authority) over pooled
+/// connections.
+async fn proxy<C>(
+    client: Client<C, Incoming>,
+    base: Arc<str>,
     mut req: Request<Incoming>,
-) -> Response<Body> {
+) -> Response<Body>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
     let path = req
         .uri()
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    match format!("http://{upstream}{path}").parse() {
+    match format!("{base}{path}").parse() {
         Ok(uri) => *req.uri_mut() = uri,
         Err(_) => return status(StatusCode::BAD_REQUEST),
     }

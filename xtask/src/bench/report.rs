@@ -20,6 +20,8 @@ pub struct Report {
     memory: Vec<String>,
     /// Rows of the video and stored-task sections: (measurement, result, target, met).
     checks: Vec<(String, String, String, bool)>,
+    /// Sections with a heading of their own: (heading, its lines).
+    sections: Vec<(String, Vec<String>)>,
 }
 
 impl Report {
@@ -45,6 +47,15 @@ impl Report {
     pub fn memory(&mut self, line: String) {
         eprintln!("bench: {line}");
         self.memory.push(line);
+    }
+
+    /// A line under `heading`, a section of the report of its own.
+    pub fn section(&mut self, heading: &str, line: String) {
+        eprintln!("bench: {heading}: {line}");
+        match self.sections.iter_mut().find(|(h, _)| h == heading) {
+            Some((_, lines)) => lines.push(line),
+            None => self.sections.push((heading.to_owned(), vec![line])),
+        }
     }
 
     pub fn check(&mut self, name: &str, value: String, target: &str, met: bool) {
@@ -243,6 +254,13 @@ pub fn render(report: &Report, secs: u64) -> String {
     if !report.memory.is_empty() {
         out.push_str("## Relay memory under a long load\n\n");
         for line in &report.memory {
+            out.push_str(&format!("- {line}\n"));
+        }
+        out.push('\n');
+    }
+    for (heading, lines) in &report.sections {
+        out.push_str(&format!("## {heading}\n\n"));
+        for line in lines {
             out.push_str(&format!("- {line}\n"));
         }
         out.push('\n');
