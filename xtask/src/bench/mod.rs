@@ -6,7 +6,8 @@
 //! reads and start-up over large stores. It writes BENCHMARKS.md.
 //!
 //! Sections (each can run alone with `--only`, each starts what it needs): `messages`, `rss`,
-//! `submissions`, `polling`, `abuse`, `downloads`, `poller`, `stored`, `postgres`.
+//! `submissions`, `polling`, `abuse`, `downloads`, `poller`, `stored`, `postgres`, `peers`
+//! (`--peers` alone: other gateways beside the relay; see `peers`).
 mod abuse;
 pub mod generator;
 mod load;
@@ -14,6 +15,7 @@ pub mod loadgen;
 mod measure;
 mod messages;
 pub mod party;
+mod peers;
 pub mod relays;
 mod report;
 mod shared;
@@ -31,7 +33,7 @@ use self::relays::Ctx;
 use self::report::{Report, render};
 
 /// Every section, in the order a whole run takes them.
-pub const SECTIONS: [&str; 9] = [
+pub const SECTIONS: [&str; 10] = [
     "messages",
     "rss",
     "submissions",
@@ -41,12 +43,13 @@ pub const SECTIONS: [&str; 9] = [
     "poller",
     "stored",
     "postgres",
+    "peers",
 ];
 
 /// Seconds of one measured run.
 const SECS: u64 = 5;
 
-pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
+pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]] [--peers]
 
   sections: messages (whole answers and streams: relay, floor proxy, direct; 32 conns and 1),
   rss (the relay's memory over 60 s of messages), submissions (durable POST /v1/videos),
@@ -54,7 +57,10 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
   with one connection thread), abuse (another key's requests, paced, alone and during a flood of
   made-up-id status polls from a key at the default limits), downloads, poller, stored,
   postgres (durable submissions and polls with the store on PostgreSQL at 127.0.0.1:5432: one
-  relay, then three sharing it)
+  relay, then three sharing it), peers (litellm-rs, the Portkey gateway and the LiteLLM proxy
+  beside the relay and the floor on /v1/messages; installed under target/bench/peers when
+  asked for by name, skipped by a whole run while one is missing)
+  --peers is --only peers.
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
   as it is. Load comes from wrk (installed with apt-get when missing). `stored` seeds
   target/bench/seed-10k and seed-1m through the store crate on its first run (minutes) and
@@ -77,6 +83,7 @@ fn sections(args: &[String]) -> anyhow::Result<Vec<&'static str>> {
                 }
                 only = Some(chosen);
             }
+            "--peers" => only.get_or_insert_with(Vec::new).push("peers"),
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return Ok(Vec::new());
@@ -146,6 +153,8 @@ fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
             "polling" => tasks::polling(ctx, &mut report)?,
             "abuse" => abuse::run(ctx, &mut report)?,
             "postgres" => shared::run(ctx, &mut report)?,
+            // Asked for by name, it installs the peers; a whole run skips them while missing.
+            "peers" => peers::run(ctx, work, &mut report, chosen.len() < SECTIONS.len())?,
             "downloads" => ctx.runtime.block_on(video::downloads(
                 &mut report,
                 &ctx.relay,

@@ -20,6 +20,8 @@ pub struct Report {
     memory: Vec<String>,
     /// Rows of the video and stored-task sections: (measurement, result, target, met).
     checks: Vec<(String, String, String, bool)>,
+    /// Sections of their own: (heading, Markdown body).
+    tables: Vec<(String, String)>,
 }
 
 impl Report {
@@ -45,6 +47,11 @@ impl Report {
     pub fn memory(&mut self, line: String) {
         eprintln!("bench: {line}");
         self.memory.push(line);
+    }
+
+    pub fn table(&mut self, heading: &str, body: String) {
+        eprintln!("bench: {heading}:\n{body}");
+        self.tables.push((heading.to_owned(), body));
     }
 
     pub fn check(&mut self, name: &str, value: String, target: &str, met: bool) {
@@ -191,6 +198,9 @@ pub fn render(report: &Report, secs: u64) -> String {
             out.push_str(&format!("- {line}\n"));
         }
         out.push('\n');
+    }
+    for (heading, body) in &report.tables {
+        out.push_str(&format!("## {heading}\n\n{body}\n"));
     }
     if !report.runs.is_empty() {
         out.push_str(
