@@ -58,9 +58,10 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]] 
   made-up-id status polls from a key at the default limits), downloads, poller, stored,
   postgres (durable submissions and polls with the store on PostgreSQL at 127.0.0.1:5432: one
   relay, then three sharing it), peers (litellm-rs, the Portkey gateway and the LiteLLM proxy
-  beside the relay and the floor on /v1/messages; installed under target/bench/peers when
-  asked for by name, skipped by a whole run while one is missing)
-  --peers is --only peers.
+  beside the relay and the floor on /v1/messages, each one installed under target/bench/peers
+  measured, the others named as skipped)
+  --peers: --only peers, installing the peers that are missing first (litellm-rs builds for
+  many minutes).
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
   as it is. Load comes from wrk (installed with apt-get when missing). `stored` seeds
   target/bench/seed-10k and seed-1m through the store crate on its first run (minutes) and
@@ -129,7 +130,8 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
             .enable_all()
             .build()?,
     };
-    let report = run(&ctx, &target.join("bench"), &chosen)?;
+    let install_peers = args.iter().any(|a| a == "--peers");
+    let report = run(&ctx, &target.join("bench"), &chosen, install_peers)?;
     println!("{report}");
     if whole {
         std::fs::write(root.join("BENCHMARKS.md"), report)?;
@@ -140,7 +142,7 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
+fn run(ctx: &Ctx, work: &Path, chosen: &[&str], install_peers: bool) -> anyhow::Result<String> {
     let mut report = Report::default();
     let mut times: Vec<(&str, f64)> = Vec::new();
     let mut seeding = 0.0;
@@ -153,8 +155,8 @@ fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
             "polling" => tasks::polling(ctx, &mut report)?,
             "abuse" => abuse::run(ctx, &mut report)?,
             "postgres" => shared::run(ctx, &mut report)?,
-            // Asked for by name, it installs the peers; a whole run skips them while missing.
-            "peers" => peers::run(ctx, work, &mut report, chosen.len() < SECTIONS.len())?,
+            // With --peers it installs the peers that are missing; else it skips them.
+            "peers" => peers::run(ctx, work, &mut report, install_peers)?,
             "downloads" => ctx.runtime.block_on(video::downloads(
                 &mut report,
                 &ctx.relay,

@@ -7,8 +7,8 @@
 //! The peers (see [`install`]) live under `target/bench/peers`: litellm-rs built from crates.io
 //! with `cargo install --root`, the Portkey gateway from npm (its `hono` and `@hono/node-server`
 //! held back by npm overrides) run with the machine's `node`, and the LiteLLM proxy in a
-//! virtualenv. Asked for by name, the section installs what is missing; a whole run measures
-//! those installed and names the others as skipped.
+//! virtualenv. With `--peers` the section installs what is missing first; otherwise (a whole
+//! run, `--only peers`) it measures those installed and names the others as skipped.
 
 mod start;
 

@@ -15,9 +15,10 @@ use anyhow::{Context, bail};
 pub const LITELLM_RS: &str = "0.9.0";
 /// `@portkey-ai/gateway` on npm.
 pub const PORTKEY: &str = "1.15.2";
-/// `hono` and `@hono/node-server` under it, held back by npm overrides: the published package
-/// ships no lockfile, and later releases than its own break its streams. `hono` is the release
-/// its `^4.9.7` was written from; `@hono/node-server` the one its repository's lockfile holds.
+/// `hono` and `@hono/node-server` under it, held back by npm overrides: later releases are
+/// known to break its streams, and the published package ships no lockfile. `hono` is the
+/// release its `^4.9.7` was written from; `@hono/node-server` the one of the latest repository
+/// lockfile at hand (1.8.2's; the `^1.3.3` range has not moved since).
 pub const HONO: &str = "4.9.7";
 pub const HONO_NODE_SERVER: &str = "1.13.5";
 /// `litellm[proxy]` on PyPI: the newest whose `proxy` extra installs from PyPI alone (later
