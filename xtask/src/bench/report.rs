@@ -205,10 +205,10 @@ pub fn render(report: &Report, secs: u64) -> String {
     if !report.runs.is_empty() {
         out.push_str(
             "## Runs\n\n\
-             CPU and RSS are the server's under test (the relay, the floor proxy, the fake or the\n\
-             hello server) alone; foreign CPU is what other processes used meanwhile, stolen CPU\n\
-             what the hypervisor took from the machine while it had work, each in percent of one\n\
-             core.\n\n\
+             CPU and RSS are the server's under test (the relay, the floor proxy, the fake, the\n\
+             hello server or a peer gateway) alone; foreign CPU is what other processes used\n\
+             meanwhile, stolen CPU what the hypervisor took from the machine while it had work,\n\
+             each in percent of one core.\n\n\
              | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request | RSS end / peak MiB | foreign CPU | stolen CPU | runs |\n\
              |---|---|---|---|---|---|---|---|---|---|\n",
         );
