@@ -7,7 +7,7 @@
 //!
 //! Sections (each can run alone with `--only`, each starts what it needs): `messages`, `rss`,
 //! `submissions`, `polling`, `abuse`, `downloads`, `poller`, `stored`, `postgres`, `tls`,
-//! `streams10k`.
+//! `streams10k`, `peers` (`--peers` alone: other gateways beside the relay; see `peers`).
 mod abuse;
 pub mod generator;
 mod load;
@@ -16,6 +16,7 @@ mod measure;
 mod messages;
 pub mod open_streams;
 pub mod party;
+mod peers;
 pub mod relays;
 mod report;
 mod shared;
@@ -34,7 +35,7 @@ use self::relays::Ctx;
 use self::report::{Report, render};
 
 /// Every section, in the order a whole run takes them.
-pub const SECTIONS: [&str; 11] = [
+pub const SECTIONS: [&str; 12] = [
     "messages",
     "rss",
     "submissions",
@@ -46,12 +47,13 @@ pub const SECTIONS: [&str; 11] = [
     "postgres",
     "tls",
     "streams10k",
+    "peers",
 ];
 
 /// Seconds of one measured run.
 const SECS: u64 = 5;
 
-pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
+pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]] [--peers]
 
   sections: messages (whole answers and streams: relay, floor proxy, direct; 32 conns and 1),
   rss (the relay's memory over 60 s of messages), submissions (durable POST /v1/videos),
@@ -62,7 +64,12 @@ pub const USAGE: &str = "usage: cargo xtask bench [--only SECTION[,SECTION...]]
   relay, then three sharing it), tls (the messages rows with the fake upstream on HTTPS,
   trusted by the relay through the channel's ca_file; TLS handshakes per 1,000 requests),
   streams10k (10,000 slow streams open at once through the relay and the floor: memory per
-  open stream, CPU per event, every stream whole and in order, time to first byte)
+  open stream, CPU per event, every stream whole and in order, time to first byte),
+  peers (litellm-rs, the Portkey gateway and the LiteLLM proxy
+  beside the relay and the floor on /v1/messages, each one installed under target/bench/peers
+  measured, the others named as skipped)
+  --peers: --only peers, installing the peers that are missing first (litellm-rs builds for
+  many minutes).
   A whole run writes BENCHMARKS.md; with --only the report is printed, BENCHMARKS.md is left
   as it is. Load comes from wrk (installed with apt-get when missing). `stored` seeds
   target/bench/seed-10k and seed-1m through the store crate on its first run (minutes) and
@@ -85,6 +92,7 @@ fn sections(args: &[String]) -> anyhow::Result<Vec<&'static str>> {
                 }
                 only = Some(chosen);
             }
+            "--peers" => only.get_or_insert_with(Vec::new).push("peers"),
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return Ok(Vec::new());
@@ -130,7 +138,8 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
             .enable_all()
             .build()?,
     };
-    let report = run(&ctx, &target.join("bench"), &chosen)?;
+    let install_peers = args.iter().any(|a| a == "--peers");
+    let report = run(&ctx, &target.join("bench"), &chosen, install_peers)?;
     println!("{report}");
     if whole {
         std::fs::write(root.join("BENCHMARKS.md"), report)?;
@@ -141,7 +150,7 @@ pub fn bench(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
+fn run(ctx: &Ctx, work: &Path, chosen: &[&str], install_peers: bool) -> anyhow::Result<String> {
     let mut report = Report::default();
     let mut times: Vec<(&str, f64)> = Vec::new();
     let mut seeding = 0.0;
@@ -156,6 +165,8 @@ fn run(ctx: &Ctx, work: &Path, chosen: &[&str]) -> anyhow::Result<String> {
             "postgres" => shared::run(ctx, &mut report)?,
             "tls" => tls::run(ctx, &mut report)?,
             "streams10k" => open_streams::run(ctx, &mut report)?,
+            // With --peers it installs the peers that are missing; else it skips them.
+            "peers" => peers::run(ctx, work, &mut report, install_peers)?,
             "downloads" => ctx.runtime.block_on(video::downloads(
                 &mut report,
                 &ctx.relay,

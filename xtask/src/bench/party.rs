@@ -282,7 +282,10 @@ pub(super) async fn fake_messages(req: Request<Incoming>) -> Response<Body> {
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    if body.windows(13).any(|w| w == b"\"stream\":true") {
+    // With or without a space after the colon: gateways in front of it re-serialize the body.
+    if body.windows(13).any(|w| w == b"\"stream\":true")
+        || body.windows(14).any(|w| w == b"\"stream\": true")
+    {
         let stream = STREAM.get_or_init(|| Bytes::from(stream_body())).clone();
         full(stream, "text/event-stream")
     } else {

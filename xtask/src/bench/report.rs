@@ -22,6 +22,8 @@ pub struct Report {
     checks: Vec<(String, String, String, bool)>,
     /// Sections with a heading of their own: (heading, its lines).
     sections: Vec<(String, Vec<String>)>,
+    /// Sections of their own: (heading, Markdown body).
+    tables: Vec<(String, String)>,
 }
 
 impl Report {
@@ -56,6 +58,12 @@ impl Report {
             Some((_, lines)) => lines.push(line),
             None => self.sections.push((heading.to_owned(), vec![line])),
         }
+    }
+
+    /// A Markdown body under `heading`, a section of the report of its own.
+    pub fn table(&mut self, heading: &str, body: String) {
+        eprintln!("bench: {heading}:\n{body}");
+        self.tables.push((heading.to_owned(), body));
     }
 
     pub fn check(&mut self, name: &str, value: String, target: &str, met: bool) {
@@ -203,13 +211,16 @@ pub fn render(report: &Report, secs: u64) -> String {
         }
         out.push('\n');
     }
+    for (heading, body) in &report.tables {
+        out.push_str(&format!("## {heading}\n\n{body}\n"));
+    }
     if !report.runs.is_empty() {
         out.push_str(
             "## Runs\n\n\
-             CPU and RSS are the server's under test (the relay, the floor proxy, the fake or the\n\
-             hello server) alone; foreign CPU is what other processes used meanwhile, stolen CPU\n\
-             what the hypervisor took from the machine while it had work, each in percent of one\n\
-             core.\n\n\
+             CPU and RSS are the server's under test (the relay, the floor proxy, the fake, the\n\
+             hello server or a peer gateway) alone; foreign CPU is what other processes used\n\
+             meanwhile, stolen CPU what the hypervisor took from the machine while it had work,\n\
+             each in percent of one core.\n\n\
              | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request | RSS end / peak MiB | foreign CPU | stolen CPU | runs |\n\
              |---|---|---|---|---|---|---|---|---|---|\n",
         );
