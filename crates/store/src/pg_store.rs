@@ -77,6 +77,7 @@ use crate::{
 mod assets;
 mod batches;
 mod characters;
+mod group;
 mod idempotency;
 mod keys;
 mod ledger;
@@ -91,21 +92,46 @@ pub use pool::PgStore;
 
 use txn::{Sql, retry, unix_secs};
 
+impl PgStore {
+    /// A task's creation (with its record's completion), committed with the creations of
+    /// other requests waiting at the same time ([`group`]): returns after its commit.
+    async fn create(
+        &self,
+        task: &Task,
+        ledger: &[LedgerDraft],
+        idem: Option<(IdemTicket, IdemAnswer)>,
+    ) -> Result<(), StoreError> {
+        let (task, row) = tasks::new_task(task)?;
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let creation = group::Creation {
+            task,
+            row,
+            ledger: ledger.to_vec(),
+            idem,
+            at: unix_secs(),
+            done,
+        };
+        let Some(committer) = &self.committer else {
+            return group::single(self, &creation).await;
+        };
+        match committer.send(creation) {
+            Ok(()) => answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Backend(
+                    "create task: the committer stopped before its answer".into(),
+                ))
+            }),
+            // The committer is gone (its runtime stopped): a step of its own.
+            Err(tokio::sync::mpsc::error::SendError(creation)) => {
+                group::single(self, &creation).await
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
-        let (task, row) = tasks::new_task(task)?;
-        let at = unix_secs();
-        let what = format!("create task {}", task.id);
-        let (what, task, row) = (what.as_str(), &task, &row);
-        retry(what, || async move {
-            let mut client = self.client(what).await?;
-            let tx = client.transaction().await.sql(what)?;
-            tasks::insert(&tx, task, row).await?;
-            ledger::apply(&tx, ledger, at).await?;
-            tx.commit().await.sql(what)
-        })
-        .await
+        self.create(task, ledger, None).await
     }
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
@@ -119,19 +145,8 @@ impl Store for PgStore {
         ticket: &IdemTicket,
         answer: &IdemAnswer,
     ) -> Result<(), StoreError> {
-        let (task, row) = tasks::new_task(task)?;
-        let at = unix_secs();
-        let what = format!("create task {}", task.id);
-        let (what, task, row) = (what.as_str(), &task, &row);
-        retry(what, || async move {
-            let mut client = self.client(what).await?;
-            let tx = client.transaction().await.sql(what)?;
-            idempotency::complete(&tx, ticket, answer).await?;
-            tasks::insert(&tx, task, row).await?;
-            ledger::apply(&tx, ledger, at).await?;
-            tx.commit().await.sql(what)
-        })
-        .await
+        self.create(task, ledger, Some((ticket.clone(), answer.clone())))
+            .await
     }
 
     async fn claim_idempotency(
@@ -171,6 +186,9 @@ impl Store for PgStore {
         update: TaskUpdate<'_>,
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError> {
+        if ledger.is_empty() && !to.is_final() {
+            return tasks::transition_alone(self, id, from, to, update).await;
+        }
         let at = unix_secs();
         let what = format!("transition task {id}");
         let what = what.as_str();

@@ -6,6 +6,7 @@ use std::time::Duration;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+use super::group::{self, Committer};
 use super::migrate::migrate;
 use crate::StoreError;
 
@@ -20,6 +21,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct PgStore {
     pub(super) pool: Pool,
+    /// Where task creations go to share a commit ([`super::group`]); `None` in the
+    /// committer's own store, which writes them.
+    pub(super) committer: Option<Committer>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -56,10 +60,15 @@ impl PgStore {
             .max_size(pool_size.max(1))
             .build()
             .map_err(|e| StoreError::Backend(format!("PostgreSQL pool: {e}")))?;
-        let store = PgStore { pool };
+        let store = PgStore {
+            pool,
+            committer: None,
+        };
         let mut client = store.client("connect").await?;
         migrate(&mut client).await?;
-        Ok(store)
+        drop(client);
+        let committer = Some(group::start(store.clone()));
+        Ok(PgStore { committer, ..store })
     }
 
     /// A connection of the pool; `what` names the step in an error.

@@ -27,8 +27,8 @@ const RECORD: &str = "params, record::text";
 
 /// A task as its row holds it: the record without `params` (jsonb) and `params` as written.
 pub(super) struct TaskRow {
-    rest: serde_json::Value,
-    params: String,
+    pub(super) rest: serde_json::Value,
+    pub(super) params: String,
 }
 
 /// A task's row: its record less `params`, which keeps its own text.
@@ -62,13 +62,13 @@ fn read_tasks(rows: &[Row]) -> Result<Vec<Task>, Fault> {
 }
 
 /// The ULID of an id (`prefix_<ULID>`): the creation-time order of ids of every kind.
-fn created(id: &str) -> &str {
+pub(super) fn created(id: &str) -> &str {
     id.rsplit_once('_').map_or(id, |(_, ulid)| ulid)
 }
 
 /// The `due_ms` column: none once final; the end of time for an unfinished task without a
 /// poll time (found by `unfinished_tasks`, never due).
-fn due_ms(task: &Task) -> Option<i64> {
+pub(super) fn due_ms(task: &Task) -> Option<i64> {
     if task.status.is_final() {
         return None;
     }
@@ -213,25 +213,7 @@ pub(super) async fn transition(
         return Err(StoreError::TaskNotFound(id.to_owned()).into());
     };
     let old = read_task(&row)?;
-    if old.status.is_final() || !from.contains(&old.status) {
-        return Err(StoreError::WrongStatus {
-            task_id: id.to_owned(),
-            expected: from.to_vec(),
-            actual: old.status,
-        }
-        .into());
-    }
-    let mut new = old.clone();
-    update(&mut new);
-    // Identity fields key the indexes; an update cannot move a task.
-    new.id.clone_from(&old.id);
-    new.owner.clone_from(&old.owner);
-    new.kind = old.kind;
-    new.status = to;
-    new.progress = new.progress.max(old.progress).min(100);
-    if to.is_final() {
-        new.next_poll_ms = None;
-    }
+    let new = moved(&old, id, from, to, update)?;
     let row = row_of(&new)?;
     txn::execute(
         tx,
@@ -252,6 +234,92 @@ pub(super) async fn transition(
         webhooks::insert(tx, &webhook).await?;
     }
     Ok(new)
+}
+
+/// `old` moved to `to` by `update`, if its status allows.
+fn moved(
+    old: &Task,
+    id: &str,
+    from: &[TaskStatus],
+    to: TaskStatus,
+    update: TaskUpdate<'_>,
+) -> Result<Task, StoreError> {
+    if old.status.is_final() || !from.contains(&old.status) {
+        return Err(StoreError::WrongStatus {
+            task_id: id.to_owned(),
+            expected: from.to_vec(),
+            actual: old.status,
+        });
+    }
+    let mut new = old.clone();
+    update(&mut new);
+    // Identity fields key the indexes; an update cannot move a task.
+    new.id.clone_from(&old.id);
+    new.owner.clone_from(&old.owner);
+    new.kind = old.kind;
+    new.status = to;
+    new.progress = new.progress.max(old.progress).min(100);
+    if to.is_final() {
+        new.next_poll_ms = None;
+    }
+    Ok(new)
+}
+
+/// Times [`transition_alone`] reads its task again after another step changed it between its
+/// read and its write.
+const CAS_ATTEMPTS: usize = 16;
+
+/// [`crate::Store::transition`] of a task to an unfinished status with no ledger entry (a
+/// submission's mark, its acceptance, a poll's reschedule, a claim's renewal): a read, then
+/// one statement that writes the row only if it is still the version read (its `xmin`, the
+/// transaction that wrote it), committed on its own: two round trips and no explicit
+/// transaction, where the locked read takes four. A write that finds the row changed reads
+/// it again (the update closure runs again).
+pub(super) async fn transition_alone(
+    store: &PgStore,
+    id: &str,
+    from: &[TaskStatus],
+    to: TaskStatus,
+    update: TaskUpdate<'_>,
+) -> Result<Task, StoreError> {
+    let what = format!("transition task {id}");
+    let client = store.client(&what).await?;
+    for _ in 0..CAS_ATTEMPTS {
+        let sql = "SELECT params, record::text, xmin::text FROM tasks WHERE id = $1";
+        let row = txn::query_opt(&client, &what, sql, &[&id])
+            .await
+            .map_err(Fault::into_store)?;
+        let Some(row) = row else {
+            return Err(StoreError::TaskNotFound(id.to_owned()));
+        };
+        let version: String = row.try_get(2).sql(&what).map_err(Fault::into_store)?;
+        let old = read_task(&row).map_err(Fault::into_store)?;
+        let new = moved(&old, id, from, to, update)?;
+        let row = row_of(&new)?;
+        let written = txn::execute(
+            &client,
+            &what,
+            "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, record = $6 \
+             WHERE id = $1 AND xmin::text = $7",
+            &[
+                &id,
+                &task_status(to),
+                &new.model,
+                &due_ms(&new),
+                &row.params,
+                &Json(&row.rest),
+                &version,
+            ],
+        )
+        .await
+        .map_err(Fault::into_store)?;
+        if written == 1 {
+            return Ok(new);
+        }
+    }
+    Err(StoreError::Backend(format!(
+        "{what}: changed by other steps {CAS_ATTEMPTS} times between its read and its write"
+    )))
 }
 
 /// [`crate::Store::claim_due`]: one statement. The due rows up to `limit`, earliest first,
