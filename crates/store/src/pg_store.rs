@@ -33,11 +33,19 @@
 //! due again when its lease runs out.
 //!
 //! A step that reads before it writes locks what it read (`SELECT ... FOR UPDATE`: the task of
-//! a transition, the key of a ledger entry, the library of an asset creation or deletion; a
+//! a transition to a final status or with ledger entries, the key of a ledger entry, the library of an asset creation or deletion; a
 //! character's creation, which counts its owner's rows, takes the owner's advisory lock), so
 //! steps on the same rows run one after the other under PostgreSQL's default isolation; a
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
-//! closures may run more than once). Keys of a batch of charges are locked in id order.
+//! closures may run more than once). Keys of a batch of charges are locked in id order. A
+//! transition to an unfinished status without ledger entries (a submission's mark, its
+//! acceptance, a reschedule, a renewal) reads its row unlocked and writes it in one statement,
+//! committed alone, only if the row is still the version read (its `xmin`), reading again
+//! when it is not: two round trips where the locked transaction takes four.
+//!
+//! Task creations share a commit ([`group`]): the creations waiting at once are written in one
+//! transaction, with one lock of each key's row and one WAL flush, each decided with the single
+//! step's checks before any is written; a caller is answered after the group's commit.
 //!
 //! Statements are prepared once per connection and kept in its cache (none is sent as text to
 //! be parsed again); the texts are constants, or built from which filters a listing has,
@@ -47,8 +55,9 @@
 //! the statement that takes its lock (whether a ledger entry is new, with its key); a read is
 //! one statement on a pooled connection, without a transaction.
 //!
-//! Durability is PostgreSQL's: a step returns after its commit, which the server has made
-//! durable (with the default `synchronous_commit`), so [`Store::flush`] has nothing to do.
+//! Durability is PostgreSQL's: a step (a task creation too, whose group commits before it
+//! returns) returns after its commit, which the server has made durable (with the default
+//! `synchronous_commit = on`, never changed here), so [`Store::flush`] has nothing to do.
 //! Connections use plain TCP (no TLS yet).
 //!
 //! | module    | holds                                                                  |
@@ -61,6 +70,7 @@
 //! | `characters` | characters of the first format: created within their owner's number (under the owner's advisory lock), with their charge; listings; deletion |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
+//! | `group`   | group commit of task creations: the committer, a group's reads, decisions and one write |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |

@@ -3,10 +3,10 @@
 //! WAL flush) and one lock of each API key's row, instead of one each.
 //!
 //! One committer per store takes every creation waiting (up to [`MAX_GROUP`]) and writes them
-//! in four round trips: `BEGIN`; the reads, pipelined (the keys the pre-deductions draw on, in
-//! id order, and the idempotency records, both locked; the ledger entries and tasks already
-//! there under the new tasks' ids); one statement writing the tasks, the ledger entries, the
-//! keys and the idempotency records together; `COMMIT`. Which creations are written is
+//! in two round trips: `BEGIN` sent with the reads (the keys the pre-deductions draw on, in id
+//! order, and the idempotency records, both locked; the ledger entries and tasks already there
+//! under the new tasks' ids), then one statement writing the tasks, the ledger entries, the
+//! keys and the idempotency records together, sent with `COMMIT`. Which creations are written is
 //! decided between the reads and the write, creation by creation in the order they came, with
 //! the single step's checks in its order (the idempotency record still held, the task id
 //! unused, each entry new and within its key's quota): a creation that fails one is answered
@@ -28,7 +28,7 @@ use super::ledger::{self, LEDGER_ID_PREFIX};
 use super::names::{task_kind, task_status};
 use super::pool::PgStore;
 use super::tasks::{self, TaskRow};
-use super::txn::{self, Fault, Sql, big, decode, retry};
+use super::txn::{Fault, Sql, big, decode, retry};
 use crate::idempotency::held_by;
 use crate::{IdemAnswer, IdemRecord, IdemTicket, Key, LedgerDraft, StoreError, Task};
 
@@ -135,14 +135,53 @@ struct Writes<'a> {
     records: Vec<IdemRecord>,
 }
 
-/// The group in one transaction: each creation's answer, or the database's failure of all.
+/// The statement writing a group ([`write`]).
+const WRITE: &str = "WITH new_tasks AS ( \
+        INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+            $6::text[], $7::bigint[], $8::text[], $9::jsonb[]) \
+     ), quota AS ( \
+        UPDATE keys SET record = k.record \
+        FROM unnest($10::text[], $11::jsonb[]) AS k(id, record) WHERE keys.id = k.id \
+     ), answered AS ( \
+        UPDATE idempotency SET created_ms = i.created_ms, record = i.record \
+        FROM unnest($12::text[], $13::text[], $14::bigint[], $15::text[]) \
+            AS i(key_id, idem_key, created_ms, record) \
+        WHERE idempotency.key_id = i.key_id AND idempotency.idem_key = i.idem_key \
+     ) \
+     INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
+     SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
+            e.balance_after, e.at \
+     FROM (SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], \
+            $20::bigint[], $21::bigint[], $22::bigint[]) WITH ORDINALITY \
+            AS u(id, key_id, task_id, kind, amount, balance_after, at, ord) \
+           ORDER BY ord) e";
+
+const WHAT: &str = "create tasks";
+
+/// The group in one transaction: each creation's answer, or the database's failure of all
+/// (the transaction rolled back; a connection that cannot roll back leaves the pool).
 async fn attempt(
     store: &PgStore,
     group: &[Creation],
 ) -> Result<Vec<Result<(), StoreError>>, Fault> {
-    const WHAT: &str = "create tasks";
-    let mut client = store.client(WHAT).await?;
-    let tx = client.transaction().await.sql(WHAT)?;
+    let client = store.client(WHAT).await?;
+    let answers = attempt_on(&client, group).await;
+    if answers.is_err() && client.batch_execute("ROLLBACK").await.is_err() {
+        drop(deadpool_postgres::Object::take(client));
+    }
+    answers
+}
+
+/// [`attempt`] on `client`, in two round trips: `BEGIN` sent with the reads, the write with
+/// `COMMIT` (a `COMMIT` after a failed write rolls back: the write's error is the answer).
+async fn attempt_on(
+    client: &deadpool_postgres::Client,
+    group: &[Creation],
+) -> Result<Vec<Result<(), StoreError>>, Fault> {
+    // Prepared before anything is sent, so that each request of the pipelines below goes out
+    // when it is first polled, in order.
+    let write_statement = client.prepare_cached(WRITE).await.sql(WHAT)?;
     let mut key_ids: Vec<&str> = group
         .iter()
         .flat_map(|c| c.ledger.iter().map(|d| d.key_id.as_str()))
@@ -159,43 +198,60 @@ async fn attempt(
         .filter_map(|c| c.idem.as_ref())
         .map(|(t, _)| (t.key_id.as_str(), t.key.as_str()))
         .unzip();
-    let key_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key_ids];
-    let entry_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&drafted];
-    let task_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&task_ids];
+    let reads = [
+        client
+            .prepare_cached(
+                "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            )
+            .await
+            .sql(WHAT)?,
+        client
+            .prepare_cached(
+                "SELECT record FROM idempotency WHERE (key_id, idem_key) IN \
+                 (SELECT * FROM unnest($1::text[], $2::text[])) FOR UPDATE",
+            )
+            .await
+            .sql(WHAT)?,
+        client
+            .prepare_cached("SELECT task_id, kind FROM ledger WHERE task_id = ANY($1)")
+            .await
+            .sql(WHAT)?,
+        client
+            .prepare_cached("SELECT id FROM tasks WHERE id = ANY($1)")
+            .await
+            .sql(WHAT)?,
+    ];
     // Sent together, run in this order: the keys locked first (in id order, as every step
     // that locks several does), then the records.
-    let (key_rows, record_rows, entry_rows, task_rows) = tokio::try_join!(
-        txn::query(
-            &tx,
-            "create tasks: lock keys",
-            "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-            &key_params,
-        ),
+    let (_, key_rows, record_rows, entry_rows, task_rows) = tokio::try_join!(
+        async { client.batch_execute("BEGIN").await.sql(WHAT) },
+        async {
+            client
+                .query(&reads[0], &[&key_ids])
+                .await
+                .sql("create tasks: lock keys")
+        },
         async {
             if idem_owners.is_empty() {
                 return Ok(Vec::new());
             }
-            txn::query(
-                &tx,
-                "create tasks: lock idempotency records",
-                "SELECT record FROM idempotency WHERE (key_id, idem_key) IN \
-                 (SELECT * FROM unnest($1::text[], $2::text[])) FOR UPDATE",
-                &[&idem_owners, &idem_keys],
-            )
-            .await
+            client
+                .query(&reads[1], &[&idem_owners, &idem_keys])
+                .await
+                .sql("create tasks: lock idempotency records")
         },
-        txn::query(
-            &tx,
-            "create tasks: read ledger entries",
-            "SELECT task_id, kind FROM ledger WHERE task_id = ANY($1)",
-            &entry_params,
-        ),
-        txn::query(
-            &tx,
-            "create tasks: read task ids",
-            "SELECT id FROM tasks WHERE id = ANY($1)",
-            &task_params,
-        ),
+        async {
+            client
+                .query(&reads[2], &[&drafted])
+                .await
+                .sql("create tasks: read ledger entries")
+        },
+        async {
+            client
+                .query(&reads[3], &[&task_ids])
+                .await
+                .sql("create tasks: read task ids")
+        },
     )?;
     let mut found = Found::default();
     for row in &key_rows {
@@ -225,8 +281,12 @@ async fn attempt(
         .iter()
         .map(|creation| accept(creation, &mut found, &mut writes))
         .collect();
-    write(&tx, &found, &writes).await?;
-    tx.commit().await.sql("create tasks: commit")?;
+    tokio::try_join!(write(client, &write_statement, &found, &writes), async {
+        client
+            .batch_execute("COMMIT")
+            .await
+            .sql("create tasks: commit")
+    },)?;
     Ok(answers)
 }
 
@@ -308,7 +368,8 @@ fn accept<'a>(
 /// The accepted creations in one statement: tasks, keys, idempotency records and ledger
 /// entries (numbered in the order they were accepted).
 async fn write(
-    tx: &deadpool_postgres::Transaction<'_>,
+    client: &deadpool_postgres::Client,
+    statement: &tokio_postgres::Statement,
     found: &Found,
     writes: &Writes<'_>,
 ) -> Result<(), Fault> {
@@ -353,54 +414,35 @@ async fn write(
     let amounts: Vec<i64> = entries.iter().map(|e| e.draft.amount).collect();
     let balances: Vec<Option<i64>> = entries.iter().map(|e| e.balance_after).collect();
     let ats: Vec<i64> = entries.iter().map(|e| big(e.at)).collect();
-    txn::execute(
-        tx,
-        "create tasks: write",
-        "WITH new_tasks AS ( \
-            INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                $6::text[], $7::bigint[], $8::text[], $9::jsonb[]) \
-         ), quota AS ( \
-            UPDATE keys SET record = k.record \
-            FROM unnest($10::text[], $11::jsonb[]) AS k(id, record) WHERE keys.id = k.id \
-         ), answered AS ( \
-            UPDATE idempotency SET created_ms = i.created_ms, record = i.record \
-            FROM unnest($12::text[], $13::text[], $14::bigint[], $15::text[]) \
-                AS i(key_id, idem_key, created_ms, record) \
-            WHERE idempotency.key_id = i.key_id AND idempotency.idem_key = i.idem_key \
-         ) \
-         INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
-         SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
-                e.balance_after, e.at \
-         FROM (SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], \
-                $20::bigint[], $21::bigint[], $22::bigint[]) WITH ORDINALITY \
-                AS u(id, key_id, task_id, kind, amount, balance_after, at, ord) \
-               ORDER BY ord) e",
-        &[
-            &ids,
-            &created,
-            &owners,
-            &kinds,
-            &statuses,
-            &models,
-            &due,
-            &params,
-            &records,
-            &key_ids,
-            &keys,
-            &idem_owners,
-            &idem_keys,
-            &idem_created,
-            &idem_texts,
-            &entry_ids,
-            &entry_keys,
-            &entry_tasks,
-            &entry_kinds,
-            &amounts,
-            &balances,
-            &ats,
-        ],
-    )
-    .await?;
+    client
+        .execute(
+            statement,
+            &[
+                &ids,
+                &created,
+                &owners,
+                &kinds,
+                &statuses,
+                &models,
+                &due,
+                &params,
+                &records,
+                &key_ids,
+                &keys,
+                &idem_owners,
+                &idem_keys,
+                &idem_created,
+                &idem_texts,
+                &entry_ids,
+                &entry_keys,
+                &entry_tasks,
+                &entry_kinds,
+                &amounts,
+                &balances,
+                &ats,
+            ],
+        )
+        .await
+        .sql("create tasks: write")?;
     Ok(())
 }
