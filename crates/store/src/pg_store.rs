@@ -39,9 +39,10 @@
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
 //! closures may run more than once). Keys of a batch of charges are locked in id order. A
 //! transition to an unfinished status without ledger entries (a submission's mark, its
-//! acceptance, a reschedule, a renewal) reads its row unlocked and writes it in one statement,
-//! committed alone, only if the row is still the version read (its `xmin`), reading again
-//! when it is not: two round trips where the locked transaction takes four.
+//! acceptance, a reschedule, a renewal) reads its row unlocked and writes it only if the row
+//! is still the version read (its `xmin`), in one statement with the other such writes
+//! waiting at once, committed on its own ([`moves`]); it reads again when the row changed, and
+//! takes the locked transaction after a few such tries.
 //!
 //! Task creations share a commit ([`group`]): the creations waiting at once are written in one
 //! transaction, with one lock of each key's row and one WAL flush, each decided with the single
@@ -71,6 +72,7 @@
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
 //! | `group`   | group commit of task creations: the committer, a group's reads, decisions and one write |
+//! | `moves`   | group commit of transitions' compare-and-swap writes: one statement, one commit |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
@@ -92,6 +94,7 @@ mod idempotency;
 mod keys;
 mod ledger;
 mod migrate;
+mod moves;
 mod names;
 mod pool;
 mod tasks;
@@ -196,8 +199,11 @@ impl Store for PgStore {
         update: TaskUpdate<'_>,
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError> {
-        if ledger.is_empty() && !to.is_final() {
-            return tasks::transition_alone(self, id, from, to, update).await;
+        if ledger.is_empty()
+            && !to.is_final()
+            && let Some(task) = tasks::transition_alone(self, id, from, to, update).await?
+        {
+            return Ok(task);
         }
         let at = unix_secs();
         let what = format!("transition task {id}");

@@ -8,6 +8,7 @@ use tokio_postgres::NoTls;
 
 use super::group::{self, Committer};
 use super::migrate::migrate;
+use super::moves::{self, Mover};
 use crate::StoreError;
 
 /// How long opening a connection may take when the URL does not say (`connect_timeout`).
@@ -24,6 +25,9 @@ pub struct PgStore {
     /// Where task creations go to share a commit ([`super::group`]); `None` in the
     /// committer's own store, which writes them.
     pub(super) committer: Option<Committer>,
+    /// Where transitions' compare-and-swap writes go to share a commit ([`super::moves`]);
+    /// `None` in the writer's own store.
+    pub(super) mover: Option<Mover>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -63,12 +67,18 @@ impl PgStore {
         let store = PgStore {
             pool,
             committer: None,
+            mover: None,
         };
         let mut client = store.client("connect").await?;
         migrate(&mut client).await?;
         drop(client);
         let committer = Some(group::start(store.clone()));
-        Ok(PgStore { committer, ..store })
+        let mover = Some(moves::start(store.clone()));
+        Ok(PgStore {
+            committer,
+            mover,
+            ..store
+        })
     }
 
     /// A connection of the pool; `what` names the step in an error.

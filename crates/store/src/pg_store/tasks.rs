@@ -265,26 +265,28 @@ fn moved(
     Ok(new)
 }
 
-/// Times [`transition_alone`] reads its task again after another step changed it between its
-/// read and its write.
-const CAS_ATTEMPTS: usize = 16;
+/// Times [`transition_alone`] writes its task before it leaves the task to the locked
+/// transaction: other steps changed it between each read and write.
+const CAS_ATTEMPTS: usize = 3;
 
 /// [`crate::Store::transition`] of a task to an unfinished status with no ledger entry (a
-/// submission's mark, its acceptance, a poll's reschedule, a claim's renewal): a read, then
-/// one statement that writes the row only if it is still the version read (its `xmin`, the
-/// transaction that wrote it), committed on its own: two round trips and no explicit
-/// transaction, where the locked read takes four. A write that finds the row changed reads
-/// it again (the update closure runs again).
+/// submission's mark, its acceptance, a poll's reschedule, a claim's renewal): a read, then a
+/// write of the row only if it is still the version read (its `xmin`, the transaction that
+/// wrote it), committed on its own with the other such writes waiting at once
+/// ([`super::moves`]): no explicit transaction, where the locked read takes four round trips
+/// and a commit of its own. A write that finds the row changed reads it again (the update
+/// closure runs again); `None` when it found it changed [`CAS_ATTEMPTS`] times (a task many
+/// steps move at once), for the caller to take the row lock instead.
 pub(super) async fn transition_alone(
     store: &PgStore,
     id: &str,
     from: &[TaskStatus],
     to: TaskStatus,
     update: TaskUpdate<'_>,
-) -> Result<Task, StoreError> {
+) -> Result<Option<Task>, StoreError> {
     let what = format!("transition task {id}");
-    let client = store.client(&what).await?;
     for _ in 0..CAS_ATTEMPTS {
+        let client = store.client(&what).await?;
         let sql = "SELECT params, record::text, xmin::text FROM tasks WHERE id = $1";
         let row = txn::query_opt(&client, &what, sql, &[&id])
             .await
@@ -296,30 +298,53 @@ pub(super) async fn transition_alone(
         let old = read_task(&row).map_err(Fault::into_store)?;
         let new = moved(&old, id, from, to, update)?;
         let row = row_of(&new)?;
-        let written = txn::execute(
-            &client,
-            &what,
-            "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, record = $6 \
-             WHERE id = $1 AND xmin::text = $7",
-            &[
-                &id,
-                &task_status(to),
-                &new.model,
-                &due_ms(&new),
-                &row.params,
-                &Json(&row.rest),
-                &version,
-            ],
-        )
-        .await
-        .map_err(Fault::into_store)?;
-        if written == 1 {
-            return Ok(new);
+        let written = match &store.mover {
+            Some(mover) => {
+                // The connection goes back to the pool: the writer needs one.
+                drop(client);
+                let (done, answer) = tokio::sync::oneshot::channel();
+                let write = super::moves::Move {
+                    id: id.to_owned(),
+                    status: task_status(to),
+                    model: new.model.clone(),
+                    due_ms: due_ms(&new),
+                    params: row.params,
+                    record: row.rest,
+                    version,
+                    done,
+                };
+                if mover.send(write).is_err() {
+                    return Err(StoreError::Backend(format!("{what}: the writer stopped")));
+                }
+                answer.await.unwrap_or_else(|_| {
+                    Err(StoreError::Backend(format!(
+                        "{what}: the writer stopped before its answer"
+                    )))
+                })?
+            }
+            None => {
+                let sql = "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, \
+                           record = $6 WHERE id = $1 AND xmin::text = $7";
+                let params: txn::Params = &[
+                    &id,
+                    &task_status(to),
+                    &new.model,
+                    &due_ms(&new),
+                    &row.params,
+                    &Json(&row.rest),
+                    &version,
+                ];
+                txn::execute(&client, &what, sql, params)
+                    .await
+                    .map_err(Fault::into_store)?
+                    == 1
+            }
+        };
+        if written {
+            return Ok(Some(new));
         }
     }
-    Err(StoreError::Backend(format!(
-        "{what}: changed by other steps {CAS_ATTEMPTS} times between its read and its write"
-    )))
+    Ok(None)
 }
 
 /// [`crate::Store::claim_due`]: one statement. The due rows up to `limit`, earliest first,
