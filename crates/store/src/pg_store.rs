@@ -33,11 +33,20 @@
 //! due again when its lease runs out.
 //!
 //! A step that reads before it writes locks what it read (`SELECT ... FOR UPDATE`: the task of
-//! a transition, the key of a ledger entry, the library of an asset creation or deletion; a
+//! a transition to a final status or with ledger entries, the key of a ledger entry, the library of an asset creation or deletion; a
 //! character's creation, which counts its owner's rows, takes the owner's advisory lock), so
 //! steps on the same rows run one after the other under PostgreSQL's default isolation; a
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
-//! closures may run more than once). Keys of a batch of charges are locked in id order.
+//! closures may run more than once). Keys of a batch of charges are locked in id order. A
+//! transition to an unfinished status without ledger entries (a submission's mark, its
+//! acceptance, a reschedule, a renewal) reads its row unlocked and writes it only if the row
+//! is still the version read (its `xmin`), in one statement with the other such writes
+//! waiting at once, committed on its own ([`moves`]); it reads again when the row changed, and
+//! takes the locked transaction after a few such tries.
+//!
+//! Task creations share a commit ([`group`]): the creations waiting at once are written in one
+//! transaction, with one lock of each key's row and one WAL flush, each decided with the single
+//! step's checks before any is written; a caller is answered after the group's commit.
 //!
 //! Statements are prepared once per connection and kept in its cache (none is sent as text to
 //! be parsed again); the texts are constants, or built from which filters a listing has,
@@ -47,8 +56,9 @@
 //! the statement that takes its lock (whether a ledger entry is new, with its key); a read is
 //! one statement on a pooled connection, without a transaction.
 //!
-//! Durability is PostgreSQL's: a step returns after its commit, which the server has made
-//! durable (with the default `synchronous_commit`), so [`Store::flush`] has nothing to do.
+//! Durability is PostgreSQL's: a step (a task creation too, whose group commits before it
+//! returns) returns after its commit, which the server has made durable (with the default
+//! `synchronous_commit = on`, never changed here), so [`Store::flush`] has nothing to do.
 //! Connections use plain TCP (no TLS yet).
 //!
 //! | module    | holds                                                                  |
@@ -61,6 +71,8 @@
 //! | `characters` | characters of the first format: created within their owner's number (under the owner's advisory lock), with their charge; listings; deletion |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
+//! | `group`   | group commit of task creations: the committer, a group's reads, decisions and one write |
+//! | `moves`   | group commit of transitions' compare-and-swap writes: one statement, one commit |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
@@ -77,10 +89,12 @@ use crate::{
 mod assets;
 mod batches;
 mod characters;
+mod group;
 mod idempotency;
 mod keys;
 mod ledger;
 mod migrate;
+mod moves;
 mod names;
 mod pool;
 mod tasks;
@@ -91,21 +105,46 @@ pub use pool::PgStore;
 
 use txn::{Sql, retry, unix_secs};
 
+impl PgStore {
+    /// A task's creation (with its record's completion), committed with the creations of
+    /// other requests waiting at the same time ([`group`]): returns after its commit.
+    async fn create(
+        &self,
+        task: &Task,
+        ledger: &[LedgerDraft],
+        idem: Option<(IdemTicket, IdemAnswer)>,
+    ) -> Result<(), StoreError> {
+        let (task, row) = tasks::new_task(task)?;
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let creation = group::Creation {
+            task,
+            row,
+            ledger: ledger.to_vec(),
+            idem,
+            at: unix_secs(),
+            done,
+        };
+        let Some(committer) = &self.committer else {
+            return group::single(self, &creation).await;
+        };
+        match committer.send(creation) {
+            Ok(()) => answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Backend(
+                    "create task: the committer stopped before its answer".into(),
+                ))
+            }),
+            // The committer is gone (its runtime stopped): a step of its own.
+            Err(tokio::sync::mpsc::error::SendError(creation)) => {
+                group::single(self, &creation).await
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
-        let (task, row) = tasks::new_task(task)?;
-        let at = unix_secs();
-        let what = format!("create task {}", task.id);
-        let (what, task, row) = (what.as_str(), &task, &row);
-        retry(what, || async move {
-            let mut client = self.client(what).await?;
-            let tx = client.transaction().await.sql(what)?;
-            tasks::insert(&tx, task, row).await?;
-            ledger::apply(&tx, ledger, at).await?;
-            tx.commit().await.sql(what)
-        })
-        .await
+        self.create(task, ledger, None).await
     }
 
     async fn task(&self, id: &str) -> Result<Option<Task>, StoreError> {
@@ -119,19 +158,8 @@ impl Store for PgStore {
         ticket: &IdemTicket,
         answer: &IdemAnswer,
     ) -> Result<(), StoreError> {
-        let (task, row) = tasks::new_task(task)?;
-        let at = unix_secs();
-        let what = format!("create task {}", task.id);
-        let (what, task, row) = (what.as_str(), &task, &row);
-        retry(what, || async move {
-            let mut client = self.client(what).await?;
-            let tx = client.transaction().await.sql(what)?;
-            idempotency::complete(&tx, ticket, answer).await?;
-            tasks::insert(&tx, task, row).await?;
-            ledger::apply(&tx, ledger, at).await?;
-            tx.commit().await.sql(what)
-        })
-        .await
+        self.create(task, ledger, Some((ticket.clone(), answer.clone())))
+            .await
     }
 
     async fn claim_idempotency(
@@ -171,6 +199,12 @@ impl Store for PgStore {
         update: TaskUpdate<'_>,
         ledger: &[LedgerDraft],
     ) -> Result<Task, StoreError> {
+        if ledger.is_empty()
+            && !to.is_final()
+            && let Some(task) = tasks::transition_alone(self, id, from, to, update).await?
+        {
+            return Ok(task);
+        }
         let at = unix_secs();
         let what = format!("transition task {id}");
         let what = what.as_str();

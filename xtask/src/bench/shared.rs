@@ -267,6 +267,27 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         rows.push((n, s, p));
     }
     if let [(_, s1, p1), (_, s3, p3)] = rows.as_slice() {
+        let shared = s3.run.rps() / s1.run.rps().max(1e-9);
+        report.target(
+            s1.run.rps() >= 2000.0,
+            format!(
+                "PostgreSQL, one relay: durable POST /v1/videos at {} a second (target: at least 2,000)",
+                thousands(s1.run.rps())
+            ),
+        );
+        report.target(
+            s1.pg_cpu_us <= 300.0,
+            format!(
+                "PostgreSQL, one relay: PostgreSQL's CPU {:.0} µs a durable submission (target: at most 300)",
+                s1.pg_cpu_us
+            ),
+        );
+        report.target(
+            shared >= 0.95,
+            format!(
+                "PostgreSQL: durable submissions of three relays sharing the database ÷ one = {shared:.2} (target: at least 0.95)"
+            ),
+        );
         report.ratio(format!(
             "PostgreSQL, durable POST /v1/videos, 16 conns: three relays ÷ one = {:.2} ({} ÷ {} req/s; p99 {:.1} vs {:.1} ms; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs)",
             s3.run.rps() / s1.run.rps().max(1e-9),

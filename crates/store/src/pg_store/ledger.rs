@@ -17,6 +17,8 @@ const KEYS: &str = "keys";
 const LEDGER: &str = "ledger";
 /// The constraint that keeps a task's entry of one kind unique.
 const TASK_KIND_UNIQUE: &str = "ledger_task_kind_unique";
+/// What a ledger entry's id starts with (a ULID follows).
+pub(super) const LEDGER_ID_PREFIX: &str = "led_";
 
 /// Applies ledger drafts inside a transaction, in order: checks `(task_id, kind)` uniqueness,
 /// moves the key's quota (its row locked), writes the entries. Two statements a draft: one
@@ -51,34 +53,7 @@ pub(super) async fn apply(
             return Err(StoreError::KeyNotFound(draft.key_id.clone()).into());
         };
         let mut key: Key = decode(KEYS, &key)?;
-        let overflow = || {
-            StoreError::Backend(format!(
-                "ledger {} on key {}: amount {} overflows the quota",
-                draft.kind.as_str(),
-                draft.key_id,
-                draft.amount
-            ))
-        };
-        let balance_after = match key.quota {
-            Some(remaining) => {
-                let after = remaining.checked_add(draft.amount).ok_or_else(overflow)?;
-                if draft.amount < 0 && after < 0 {
-                    return Err(StoreError::InsufficientQuota {
-                        key_id: draft.key_id.clone(),
-                        needed: draft.amount.saturating_neg(),
-                        remaining,
-                    }
-                    .into());
-                }
-                Some(after)
-            }
-            None => None,
-        };
-        key.quota = balance_after;
-        key.quota_used = key
-            .quota_used
-            .checked_sub(draft.amount)
-            .ok_or_else(overflow)?;
+        let balance_after = take(&mut key, draft)?;
         // The key written back (its hash unchanged) and the entry, in one statement.
         let inserted = txn::execute(
             tx,
@@ -87,7 +62,7 @@ pub(super) async fn apply(
              INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
              VALUES (nextval('ledger_seq'), $1, $2, $3, $4, $5, $6, $7)",
             &[
-                &format!("led_{}", ulid::Ulid::new()),
+                &format!("{LEDGER_ID_PREFIX}{}", ulid::Ulid::new()),
                 &draft.key_id,
                 &draft.task_id,
                 &draft.kind.as_str(),
@@ -108,6 +83,39 @@ pub(super) async fn apply(
         }
     }
     Ok(())
+}
+
+/// `draft` taken from or given back to `key`'s quota: the balance after it (`None` for a key
+/// without a quota), or why it cannot be (the quota would go below zero, or overflow).
+pub(super) fn take(key: &mut Key, draft: &LedgerDraft) -> Result<Option<i64>, StoreError> {
+    let overflow = || {
+        StoreError::Backend(format!(
+            "ledger {} on key {}: amount {} overflows the quota",
+            draft.kind.as_str(),
+            draft.key_id,
+            draft.amount
+        ))
+    };
+    let balance_after = match key.quota {
+        Some(remaining) => {
+            let after = remaining.checked_add(draft.amount).ok_or_else(overflow)?;
+            if draft.amount < 0 && after < 0 {
+                return Err(StoreError::InsufficientQuota {
+                    key_id: draft.key_id.clone(),
+                    needed: draft.amount.saturating_neg(),
+                    remaining,
+                });
+            }
+            Some(after)
+        }
+        None => None,
+    };
+    key.quota_used = key
+        .quota_used
+        .checked_sub(draft.amount)
+        .ok_or_else(overflow)?;
+    key.quota = balance_after;
+    Ok(balance_after)
 }
 
 /// The key `id`, its row locked until the transaction ends.
@@ -177,7 +185,7 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
             key.quota_used = key.quota_used.saturating_add(take);
             *changed = true;
             entries.push(LedgerEntry {
-                id: format!("led_{}", ulid::Ulid::new()),
+                id: format!("{LEDGER_ID_PREFIX}{}", ulid::Ulid::new()),
                 key_id: charge.key_id.clone(),
                 task_id: charge.task_id.clone(),
                 kind: LedgerKind::Charge,

@@ -6,7 +6,9 @@ use std::time::Duration;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+use super::group::{self, Committer};
 use super::migrate::migrate;
+use super::moves::{self, Mover};
 use crate::StoreError;
 
 /// How long opening a connection may take when the URL does not say (`connect_timeout`).
@@ -20,6 +22,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct PgStore {
     pub(super) pool: Pool,
+    /// Where task creations go to share a commit ([`super::group`]); `None` in the
+    /// committer's own store, which writes them.
+    pub(super) committer: Option<Committer>,
+    /// Where transitions' compare-and-swap writes go to share a commit ([`super::moves`]);
+    /// `None` in the writer's own store.
+    pub(super) mover: Option<Mover>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -56,10 +64,21 @@ impl PgStore {
             .max_size(pool_size.max(1))
             .build()
             .map_err(|e| StoreError::Backend(format!("PostgreSQL pool: {e}")))?;
-        let store = PgStore { pool };
+        let store = PgStore {
+            pool,
+            committer: None,
+            mover: None,
+        };
         let mut client = store.client("connect").await?;
         migrate(&mut client).await?;
-        Ok(store)
+        drop(client);
+        let committer = Some(group::start(store.clone()));
+        let mover = Some(moves::start(store.clone()));
+        Ok(PgStore {
+            committer,
+            mover,
+            ..store
+        })
     }
 
     /// A connection of the pool; `what` names the step in an error.

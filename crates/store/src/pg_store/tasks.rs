@@ -27,8 +27,8 @@ const RECORD: &str = "params, record::text";
 
 /// A task as its row holds it: the record without `params` (jsonb) and `params` as written.
 pub(super) struct TaskRow {
-    rest: serde_json::Value,
-    params: String,
+    pub(super) rest: serde_json::Value,
+    pub(super) params: String,
 }
 
 /// A task's row: its record less `params`, which keeps its own text.
@@ -62,13 +62,13 @@ fn read_tasks(rows: &[Row]) -> Result<Vec<Task>, Fault> {
 }
 
 /// The ULID of an id (`prefix_<ULID>`): the creation-time order of ids of every kind.
-fn created(id: &str) -> &str {
+pub(super) fn created(id: &str) -> &str {
     id.rsplit_once('_').map_or(id, |(_, ulid)| ulid)
 }
 
 /// The `due_ms` column: none once final; the end of time for an unfinished task without a
 /// poll time (found by `unfinished_tasks`, never due).
-fn due_ms(task: &Task) -> Option<i64> {
+pub(super) fn due_ms(task: &Task) -> Option<i64> {
     if task.status.is_final() {
         return None;
     }
@@ -213,25 +213,7 @@ pub(super) async fn transition(
         return Err(StoreError::TaskNotFound(id.to_owned()).into());
     };
     let old = read_task(&row)?;
-    if old.status.is_final() || !from.contains(&old.status) {
-        return Err(StoreError::WrongStatus {
-            task_id: id.to_owned(),
-            expected: from.to_vec(),
-            actual: old.status,
-        }
-        .into());
-    }
-    let mut new = old.clone();
-    update(&mut new);
-    // Identity fields key the indexes; an update cannot move a task.
-    new.id.clone_from(&old.id);
-    new.owner.clone_from(&old.owner);
-    new.kind = old.kind;
-    new.status = to;
-    new.progress = new.progress.max(old.progress).min(100);
-    if to.is_final() {
-        new.next_poll_ms = None;
-    }
+    let new = moved(&old, id, from, to, update)?;
     let row = row_of(&new)?;
     txn::execute(
         tx,
@@ -252,6 +234,117 @@ pub(super) async fn transition(
         webhooks::insert(tx, &webhook).await?;
     }
     Ok(new)
+}
+
+/// `old` moved to `to` by `update`, if its status allows.
+fn moved(
+    old: &Task,
+    id: &str,
+    from: &[TaskStatus],
+    to: TaskStatus,
+    update: TaskUpdate<'_>,
+) -> Result<Task, StoreError> {
+    if old.status.is_final() || !from.contains(&old.status) {
+        return Err(StoreError::WrongStatus {
+            task_id: id.to_owned(),
+            expected: from.to_vec(),
+            actual: old.status,
+        });
+    }
+    let mut new = old.clone();
+    update(&mut new);
+    // Identity fields key the indexes; an update cannot move a task.
+    new.id.clone_from(&old.id);
+    new.owner.clone_from(&old.owner);
+    new.kind = old.kind;
+    new.status = to;
+    new.progress = new.progress.max(old.progress).min(100);
+    if to.is_final() {
+        new.next_poll_ms = None;
+    }
+    Ok(new)
+}
+
+/// Times [`transition_alone`] writes its task before it leaves the task to the locked
+/// transaction: other steps changed it between each read and write.
+const CAS_ATTEMPTS: usize = 3;
+
+/// [`crate::Store::transition`] of a task to an unfinished status with no ledger entry (a
+/// submission's mark, its acceptance, a poll's reschedule, a claim's renewal): a read, then a
+/// write of the row only if it is still the version read (its `xmin`, the transaction that
+/// wrote it), committed on its own with the other such writes waiting at once
+/// ([`super::moves`]): no explicit transaction, where the locked read takes four round trips
+/// and a commit of its own. A write that finds the row changed reads it again (the update
+/// closure runs again); `None` when it found it changed [`CAS_ATTEMPTS`] times (a task many
+/// steps move at once), for the caller to take the row lock instead.
+pub(super) async fn transition_alone(
+    store: &PgStore,
+    id: &str,
+    from: &[TaskStatus],
+    to: TaskStatus,
+    update: TaskUpdate<'_>,
+) -> Result<Option<Task>, StoreError> {
+    let what = format!("transition task {id}");
+    for _ in 0..CAS_ATTEMPTS {
+        let client = store.client(&what).await?;
+        let sql = "SELECT params, record::text, xmin::text FROM tasks WHERE id = $1";
+        let row = txn::query_opt(&client, &what, sql, &[&id])
+            .await
+            .map_err(Fault::into_store)?;
+        let Some(row) = row else {
+            return Err(StoreError::TaskNotFound(id.to_owned()));
+        };
+        let version: String = row.try_get(2).sql(&what).map_err(Fault::into_store)?;
+        let old = read_task(&row).map_err(Fault::into_store)?;
+        let new = moved(&old, id, from, to, update)?;
+        let row = row_of(&new)?;
+        let written = match &store.mover {
+            Some(mover) => {
+                // The connection goes back to the pool: the writer needs one.
+                drop(client);
+                let (done, answer) = tokio::sync::oneshot::channel();
+                let write = super::moves::Move {
+                    id: id.to_owned(),
+                    status: task_status(to),
+                    model: new.model.clone(),
+                    due_ms: due_ms(&new),
+                    params: row.params,
+                    record: row.rest,
+                    version,
+                    done,
+                };
+                if mover.send(write).is_err() {
+                    return Err(StoreError::Backend(format!("{what}: the writer stopped")));
+                }
+                answer.await.unwrap_or_else(|_| {
+                    Err(StoreError::Backend(format!(
+                        "{what}: the writer stopped before its answer"
+                    )))
+                })?
+            }
+            None => {
+                let sql = "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, \
+                           record = $6 WHERE id = $1 AND xmin::text = $7";
+                let params: txn::Params = &[
+                    &id,
+                    &task_status(to),
+                    &new.model,
+                    &due_ms(&new),
+                    &row.params,
+                    &Json(&row.rest),
+                    &version,
+                ];
+                txn::execute(&client, &what, sql, params)
+                    .await
+                    .map_err(Fault::into_store)?
+                    == 1
+            }
+        };
+        if written {
+            return Ok(Some(new));
+        }
+    }
+    Ok(None)
 }
 
 /// [`crate::Store::claim_due`]: one statement. The due rows up to `limit`, earliest first,

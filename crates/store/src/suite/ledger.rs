@@ -2,7 +2,7 @@
 //! task and kind, all-or-nothing steps, unlimited keys, charges without a task.
 
 use super::{
-    Fixture, all_tasks, charge, create, draft, key, ledger_of, owner_page, prededuct, step,
+    Fixture, all_tasks, charge, create, draft, ids_of, key, ledger_of, owner_page, prededuct, step,
     with_a_task,
 };
 use crate::test_util::tid;
@@ -18,7 +18,73 @@ cases!(
     unlimited_key_has_no_balance_but_counts_usage,
     charges_without_a_task_take_at_most_what_is_left,
     charges_interleave_with_task_entries_in_order,
+    concurrent_creations_take_the_quota_in_turn_or_write_nothing,
 );
+
+/// Creations at once on one key (a store may commit them together): each takes its
+/// pre-deduction from what the ones before it left, or is refused with nothing written; an
+/// id in use, a missing key or a duplicate entry (on a key without a quota) refuses its
+/// creation alone.
+async fn concurrent_creations_take_the_quota_in_turn_or_write_nothing(store: Fixture) {
+    store
+        .create_key(&key("key_a", "ha", Some(100)))
+        .await
+        .unwrap();
+    store.create_key(&key("key_b", "hb", None)).await.unwrap();
+    let taken = tid("video", 99);
+    prededuct(&*store, &taken, "key_a", -10).await.unwrap();
+    let ids: Vec<String> = (1..=30).map(|n| tid("video", n)).collect();
+    let creations = ids.iter().map(|id| prededuct(&*store, id, "key_a", -10));
+    let again = [draft("key_a", &taken, Prededuct, -10)];
+    let twice = [
+        draft("key_b", &tid("video", 40), Prededuct, -1),
+        draft("key_b", &tid("video", 40), Prededuct, -1),
+    ];
+    let (dup_id, missing_id) = (tid("video", 40), tid("video", 41));
+    let (answers, reused, no_key, duplicate) = tokio::join!(
+        futures_util::future::join_all(creations),
+        create(&*store, &taken, "key_a", &again),
+        prededuct(&*store, &missing_id, "key_nope", -1),
+        create(&*store, &dup_id, "key_b", &twice),
+    );
+    let made: Vec<&String> = ids
+        .iter()
+        .zip(&answers)
+        .filter_map(|(id, answer)| match answer {
+            Ok(()) => Some(id),
+            Err(StoreError::InsufficientQuota { .. }) => None,
+            Err(e) => panic!("creation of {id}: {e}"),
+        })
+        .collect();
+    assert_eq!(made.len(), 9);
+    assert!(reused.is_err());
+    assert!(
+        matches!(no_key, Err(StoreError::KeyNotFound(_))),
+        "{no_key:?}"
+    );
+    assert!(
+        matches!(duplicate, Err(StoreError::DuplicateLedger { .. })),
+        "{duplicate:?}"
+    );
+    let k = store.key("key_a").await.unwrap().unwrap();
+    assert_eq!((k.quota, k.quota_used), (Some(0), 100));
+    // One entry per task made, each balance what the one before it left.
+    let ledger = store.ledger("key_a").await.unwrap();
+    let balances: Vec<Option<i64>> = ledger.iter().map(|e| e.balance_after).collect();
+    let expected: Vec<Option<i64>> = (0..10).rev().map(|n| Some(n * 10)).collect();
+    assert_eq!(balances, expected);
+    let mut entered: Vec<&str> = ledger[1..].iter().map(|e| e.task_id.as_str()).collect();
+    entered.sort_unstable();
+    let mut made: Vec<&str> = made.iter().map(|id| id.as_str()).collect();
+    made.sort_unstable();
+    assert_eq!(entered, made);
+    let mut stored = ids_of(&all_tasks(&*store, 100).await, |t| t.id.as_str());
+    stored.sort_unstable();
+    let mut expected_tasks: Vec<String> = made.iter().map(|id| (*id).to_owned()).collect();
+    expected_tasks.push(taken.clone());
+    expected_tasks.sort_unstable();
+    assert_eq!(stored, expected_tasks);
+}
 
 async fn prededuct_then_refund_restores_quota(store: Fixture) {
     let id = with_a_task(&*store).await;

@@ -9,7 +9,36 @@ use crate::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
 cases!(
     transitions_compare_and_swap_on_status,
     unfinished_tasks_follow_next_poll_and_final_status,
+    concurrent_transitions_of_one_task_lose_no_update,
 );
+
+/// Steps on one task at once, none a final one and none with a ledger entry (a submission's
+/// mark, a claim's renewal, a callback's earlier poll): each sees the task as the others left
+/// it, so every update counts.
+async fn concurrent_transitions_of_one_task_lose_no_update(store: Fixture) {
+    let id = tid("video", 1);
+    let created = task(&id, "key_a", Running, Some(5));
+    store.create_task(&created, &[]).await.unwrap();
+    let bump = |t: &mut crate::Task| t.attempts += 1;
+    let steps = (0..20).map(|_| store.transition(&id, &[Running], Running, &bump, &[]));
+    for moved in futures_util::future::join_all(steps).await {
+        moved.unwrap();
+    }
+    let t = store.task(&id).await.unwrap().unwrap();
+    assert_eq!((t.status, t.attempts), (Running, 20));
+    // A status the task has left is refused, with nothing written.
+    let err = store
+        .transition(&id, &[Queued], Running, &bump, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::WrongStatus { .. }), "{err}");
+    let missing = store
+        .transition(&tid("video", 2), &[Running], Running, &bump, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, StoreError::TaskNotFound(_)), "{missing}");
+    assert_eq!(store.task(&id).await.unwrap().unwrap().attempts, 20);
+}
 
 async fn transitions_compare_and_swap_on_status(store: Fixture) {
     let id = tid("video", 1);

@@ -1,0 +1,448 @@
+//! Group commit of task creations: concurrent [`crate::Store::create_task`] (and
+//! `create_task_idempotent`) calls of one store share one transaction, and so one commit (one
+//! WAL flush) and one lock of each API key's row, instead of one each.
+//!
+//! One committer per store takes every creation waiting (up to [`MAX_GROUP`]) and writes them
+//! in two round trips: `BEGIN` sent with the reads (the keys the pre-deductions draw on, in id
+//! order, and the idempotency records, both locked; the ledger entries and tasks already there
+//! under the new tasks' ids), then one statement writing the tasks, the ledger entries, the
+//! keys and the idempotency records together, sent with `COMMIT`. Which creations are written is
+//! decided between the reads and the write, creation by creation in the order they came, with
+//! the single step's checks in its order (the idempotency record still held, the task id
+//! unused, each entry new and within its key's quota): a creation that fails one is answered
+//! with its error and writes nothing, the others are written. Each caller is answered after
+//! the commit, so a creation returns exactly when its task, its entries and its record are
+//! durable, as the single step would.
+//!
+//! A group the database fails (a lost connection, a deadlock, a conflict the reads could not
+//! see) is rolled back whole and each of its creations then runs as a single step of its own
+//! ([`single`]), which retries what PostgreSQL asks to be retried: a group never answers for
+//! a creation it did not write, nor writes one half.
+
+use std::collections::{HashMap, HashSet};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::Json;
+
+use super::ledger::{self, LEDGER_ID_PREFIX};
+use super::names::{task_kind, task_status};
+use super::pool::PgStore;
+use super::tasks::{self, TaskRow};
+use super::txn::{Fault, Sql, big, decode, retry};
+use crate::idempotency::held_by;
+use crate::{IdemAnswer, IdemRecord, IdemTicket, Key, LedgerDraft, StoreError, Task};
+
+/// The most creations one transaction writes.
+pub(super) const MAX_GROUP: usize = 256;
+
+/// A creation waiting for its group's commit.
+pub(super) struct Creation {
+    pub(super) task: Task,
+    pub(super) row: TaskRow,
+    pub(super) ledger: Vec<LedgerDraft>,
+    pub(super) idem: Option<(IdemTicket, IdemAnswer)>,
+    /// The time of its ledger entries.
+    pub(super) at: u64,
+    pub(super) done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Where a store's creations go to be committed in groups.
+pub(super) type Committer = mpsc::UnboundedSender<Creation>;
+
+/// Starts the committer of `store` (a store without one of its own: its connections only).
+pub(super) fn start(store: PgStore) -> Committer {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(store, rx));
+    tx
+}
+
+/// Commits the creations as they come, every one waiting at once in one group, until every
+/// sender is gone.
+async fn run(store: PgStore, mut rx: mpsc::UnboundedReceiver<Creation>) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
+        commit(&store, std::mem::take(&mut group)).await;
+    }
+}
+
+async fn commit(store: &PgStore, group: Vec<Creation>) {
+    match attempt(store, &group).await {
+        Ok(answers) => {
+            for (creation, answer) in group.into_iter().zip(answers) {
+                // A caller that went away has its answer in the store all the same.
+                let _ = creation.done.send(answer);
+            }
+        }
+        Err(fault) => {
+            if group.len() > 1 {
+                tracing::debug!(
+                    creations = group.len(),
+                    "task creations written one by one: {}",
+                    fault.into_store()
+                );
+            }
+            let singles = group.into_iter().map(|creation| async move {
+                let answer = single(store, &creation).await;
+                let _ = creation.done.send(answer);
+            });
+            futures_util::future::join_all(singles).await;
+        }
+    }
+}
+
+/// A creation as a step of its own: its record completed, the task written, its entries
+/// applied, in one transaction (run again when PostgreSQL asks).
+pub(super) async fn single(store: &PgStore, creation: &Creation) -> Result<(), StoreError> {
+    let what = format!("create task {}", creation.task.id);
+    let what = what.as_str();
+    retry(what, || async move {
+        let mut client = store.client(what).await?;
+        let tx = client.transaction().await.sql(what)?;
+        if let Some((ticket, answer)) = &creation.idem {
+            super::idempotency::complete(&tx, ticket, answer).await?;
+        }
+        tasks::insert(&tx, &creation.task, &creation.row).await?;
+        ledger::apply(&tx, &creation.ledger, creation.at).await?;
+        tx.commit().await.sql(what)
+    })
+    .await
+}
+
+/// What the group's reads found, and what the creations accepted so far leave.
+#[derive(Default)]
+struct Found {
+    keys: HashMap<String, Key>,
+    records: HashMap<(String, String), IdemRecord>,
+    /// Ledger entries, `(task_id, kind)`, there or to be written.
+    entries: HashSet<(String, &'static str)>,
+    /// Task ids in use or to be written.
+    tasks: HashSet<String>,
+}
+
+/// A ledger entry to be written.
+struct Entry<'a> {
+    draft: &'a LedgerDraft,
+    balance_after: Option<i64>,
+    at: u64,
+}
+
+/// What the group writes.
+#[derive(Default)]
+struct Writes<'a> {
+    tasks: Vec<&'a Creation>,
+    entries: Vec<Entry<'a>>,
+    keys: HashSet<String>,
+    records: Vec<IdemRecord>,
+}
+
+/// The statement writing a group ([`write`]).
+const WRITE: &str = "WITH new_tasks AS ( \
+        INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+            $6::text[], $7::bigint[], $8::text[], $9::jsonb[]) \
+     ), quota AS ( \
+        UPDATE keys SET record = k.record \
+        FROM unnest($10::text[], $11::jsonb[]) AS k(id, record) WHERE keys.id = k.id \
+     ), answered AS ( \
+        UPDATE idempotency SET created_ms = i.created_ms, record = i.record \
+        FROM unnest($12::text[], $13::text[], $14::bigint[], $15::text[]) \
+            AS i(key_id, idem_key, created_ms, record) \
+        WHERE idempotency.key_id = i.key_id AND idempotency.idem_key = i.idem_key \
+     ) \
+     INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
+     SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
+            e.balance_after, e.at \
+     FROM (SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], \
+            $20::bigint[], $21::bigint[], $22::bigint[]) WITH ORDINALITY \
+            AS u(id, key_id, task_id, kind, amount, balance_after, at, ord) \
+           ORDER BY ord) e";
+
+const WHAT: &str = "create tasks";
+
+/// The group in one transaction: each creation's answer, or the database's failure of all
+/// (the transaction rolled back; a connection that cannot roll back leaves the pool).
+async fn attempt(
+    store: &PgStore,
+    group: &[Creation],
+) -> Result<Vec<Result<(), StoreError>>, Fault> {
+    let client = store.client(WHAT).await?;
+    let answers = attempt_on(&client, group).await;
+    if answers.is_err() && client.batch_execute("ROLLBACK").await.is_err() {
+        drop(deadpool_postgres::Object::take(client));
+    }
+    answers
+}
+
+/// [`attempt`] on `client`, in two round trips: `BEGIN` sent with the reads, the write with
+/// `COMMIT` (a `COMMIT` after a failed write rolls back: the write's error is the answer).
+async fn attempt_on(
+    client: &deadpool_postgres::Client,
+    group: &[Creation],
+) -> Result<Vec<Result<(), StoreError>>, Fault> {
+    // Prepared before anything is sent, so that each request of the pipelines below goes out
+    // when it is first polled, in order.
+    let write_statement = client.prepare_cached(WRITE).await.sql(WHAT)?;
+    let mut key_ids: Vec<&str> = group
+        .iter()
+        .flat_map(|c| c.ledger.iter().map(|d| d.key_id.as_str()))
+        .collect();
+    key_ids.sort_unstable();
+    key_ids.dedup();
+    let task_ids: Vec<&str> = group.iter().map(|c| c.task.id.as_str()).collect();
+    let drafted: Vec<&str> = group
+        .iter()
+        .flat_map(|c| c.ledger.iter().map(|d| d.task_id.as_str()))
+        .collect();
+    let (idem_owners, idem_keys): (Vec<&str>, Vec<&str>) = group
+        .iter()
+        .filter_map(|c| c.idem.as_ref())
+        .map(|(t, _)| (t.key_id.as_str(), t.key.as_str()))
+        .unzip();
+    let reads = [
+        client
+            .prepare_cached(
+                "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            )
+            .await
+            .sql(WHAT)?,
+        client
+            .prepare_cached(
+                "SELECT record FROM idempotency WHERE (key_id, idem_key) IN \
+                 (SELECT * FROM unnest($1::text[], $2::text[])) FOR UPDATE",
+            )
+            .await
+            .sql(WHAT)?,
+        client
+            .prepare_cached("SELECT task_id, kind FROM ledger WHERE task_id = ANY($1)")
+            .await
+            .sql(WHAT)?,
+        client
+            .prepare_cached("SELECT id FROM tasks WHERE id = ANY($1)")
+            .await
+            .sql(WHAT)?,
+    ];
+    // Sent together, run in this order: the keys locked first (in id order, as every step
+    // that locks several does), then the records.
+    let (_, key_rows, record_rows, entry_rows, task_rows) = tokio::try_join!(
+        async { client.batch_execute("BEGIN").await.sql(WHAT) },
+        async {
+            client
+                .query(&reads[0], &[&key_ids])
+                .await
+                .sql("create tasks: lock keys")
+        },
+        async {
+            if idem_owners.is_empty() {
+                return Ok(Vec::new());
+            }
+            client
+                .query(&reads[1], &[&idem_owners, &idem_keys])
+                .await
+                .sql("create tasks: lock idempotency records")
+        },
+        async {
+            client
+                .query(&reads[2], &[&drafted])
+                .await
+                .sql("create tasks: read ledger entries")
+        },
+        async {
+            client
+                .query(&reads[3], &[&task_ids])
+                .await
+                .sql("create tasks: read task ids")
+        },
+    )?;
+    let mut found = Found::default();
+    for row in &key_rows {
+        let id: String = row.try_get(0).sql(WHAT)?;
+        let text: String = row.try_get(1).sql(WHAT)?;
+        found.keys.insert(id, decode("keys", &text)?);
+    }
+    for row in &record_rows {
+        let text: String = row.try_get(0).sql(WHAT)?;
+        let record: IdemRecord = decode("idempotency", &text)?;
+        found
+            .records
+            .insert((record.key_id.clone(), record.key.clone()), record);
+    }
+    for row in &entry_rows {
+        let task_id: String = row.try_get(0).sql(WHAT)?;
+        let kind: String = row.try_get(1).sql(WHAT)?;
+        if let Some(kind) = super::names::ledger_kind(&kind) {
+            found.entries.insert((task_id, kind.as_str()));
+        }
+    }
+    for row in &task_rows {
+        found.tasks.insert(row.try_get(0).sql(WHAT)?);
+    }
+    let mut writes = Writes::default();
+    let answers: Vec<Result<(), StoreError>> = group
+        .iter()
+        .map(|creation| accept(creation, &mut found, &mut writes))
+        .collect();
+    tokio::try_join!(write(client, &write_statement, &found, &writes), async {
+        client
+            .batch_execute("COMMIT")
+            .await
+            .sql("create tasks: commit")
+    },)?;
+    Ok(answers)
+}
+
+/// Whether `creation` is written, with the single step's checks in its order; when it is, what
+/// it writes joins `writes` and what it changes is in `found` for the creations after it.
+fn accept<'a>(
+    creation: &'a Creation,
+    found: &mut Found,
+    writes: &mut Writes<'a>,
+) -> Result<(), StoreError> {
+    let record = match &creation.idem {
+        Some((ticket, answer)) => {
+            let held = found
+                .records
+                .get(&(ticket.key_id.clone(), ticket.key.clone()));
+            if !held_by(held, ticket) {
+                return Err(StoreError::IdempotencyLost(ticket.key.clone()));
+            }
+            held.map(|r| IdemRecord {
+                answer: Some(answer.clone()),
+                ..r.clone()
+            })
+        }
+        None => None,
+    };
+    if found.tasks.contains(&creation.task.id) {
+        return Err(StoreError::Backend(format!(
+            "task {} already exists",
+            creation.task.id
+        )));
+    }
+    // The keys as this creation's entries leave them, kept only if every entry is taken.
+    let mut keys: HashMap<&str, Key> = HashMap::new();
+    let mut entries = Vec::with_capacity(creation.ledger.len());
+    let mut seen: HashSet<(&str, &'static str)> = HashSet::new();
+    for draft in &creation.ledger {
+        let id = (draft.task_id.as_str(), draft.kind.as_str());
+        if found.entries.contains(&(draft.task_id.clone(), id.1)) || !seen.insert(id) {
+            return Err(StoreError::DuplicateLedger {
+                task_id: draft.task_id.clone(),
+                kind: draft.kind,
+            });
+        }
+        let key = match keys.get_mut(draft.key_id.as_str()) {
+            Some(key) => key,
+            None => {
+                let Some(key) = found.keys.get(&draft.key_id) else {
+                    return Err(StoreError::KeyNotFound(draft.key_id.clone()));
+                };
+                keys.entry(draft.key_id.as_str()).or_insert(key.clone())
+            }
+        };
+        let balance_after = ledger::take(key, draft)?;
+        entries.push(Entry {
+            draft,
+            balance_after,
+            at: creation.at,
+        });
+    }
+    for (id, key) in keys {
+        writes.keys.insert(id.to_owned());
+        found.keys.insert(id.to_owned(), key);
+    }
+    for (task_id, kind) in seen {
+        found.entries.insert((task_id.to_owned(), kind));
+    }
+    found.tasks.insert(creation.task.id.clone());
+    if let Some(record) = record {
+        found
+            .records
+            .insert((record.key_id.clone(), record.key.clone()), record.clone());
+        writes.records.push(record);
+    }
+    writes.tasks.push(creation);
+    writes.entries.extend(entries);
+    Ok(())
+}
+
+/// The accepted creations in one statement: tasks, keys, idempotency records and ledger
+/// entries (numbered in the order they were accepted).
+async fn write(
+    client: &deadpool_postgres::Client,
+    statement: &tokio_postgres::Statement,
+    found: &Found,
+    writes: &Writes<'_>,
+) -> Result<(), Fault> {
+    if writes.tasks.is_empty() {
+        return Ok(());
+    }
+    let tasks = &writes.tasks;
+    let ids: Vec<&str> = tasks.iter().map(|c| c.task.id.as_str()).collect();
+    let created: Vec<&str> = tasks.iter().map(|c| tasks::created(&c.task.id)).collect();
+    let owners: Vec<&str> = tasks.iter().map(|c| c.task.owner.as_str()).collect();
+    let kinds: Vec<&str> = tasks.iter().map(|c| task_kind(c.task.kind)).collect();
+    let statuses: Vec<&str> = tasks.iter().map(|c| task_status(c.task.status)).collect();
+    let models: Vec<&str> = tasks.iter().map(|c| c.task.model.as_str()).collect();
+    let due: Vec<Option<i64>> = tasks.iter().map(|c| tasks::due_ms(&c.task)).collect();
+    let params: Vec<&str> = tasks.iter().map(|c| c.row.params.as_str()).collect();
+    let records: Vec<Json<&serde_json::Value>> = tasks.iter().map(|c| Json(&c.row.rest)).collect();
+    let mut key_ids: Vec<&str> = writes.keys.iter().map(String::as_str).collect();
+    key_ids.sort_unstable();
+    let keys: Vec<Json<&Key>> = key_ids
+        .iter()
+        .filter_map(|id| found.keys.get(*id).map(Json))
+        .collect();
+    let idem_owners: Vec<&str> = writes.records.iter().map(|r| r.key_id.as_str()).collect();
+    let idem_keys: Vec<&str> = writes.records.iter().map(|r| r.key.as_str()).collect();
+    let idem_created: Vec<i64> = writes.records.iter().map(|r| big(r.created_ms)).collect();
+    let idem_texts: Vec<String> = writes
+        .records
+        .iter()
+        .map(|r| {
+            serde_json::to_string(r)
+                .map_err(|e| StoreError::Backend(format!("encode idempotency record: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    let entries = &writes.entries;
+    let entry_ids: Vec<String> = entries
+        .iter()
+        .map(|_| format!("{LEDGER_ID_PREFIX}{}", ulid::Ulid::new()))
+        .collect();
+    let entry_keys: Vec<&str> = entries.iter().map(|e| e.draft.key_id.as_str()).collect();
+    let entry_tasks: Vec<&str> = entries.iter().map(|e| e.draft.task_id.as_str()).collect();
+    let entry_kinds: Vec<&str> = entries.iter().map(|e| e.draft.kind.as_str()).collect();
+    let amounts: Vec<i64> = entries.iter().map(|e| e.draft.amount).collect();
+    let balances: Vec<Option<i64>> = entries.iter().map(|e| e.balance_after).collect();
+    let ats: Vec<i64> = entries.iter().map(|e| big(e.at)).collect();
+    client
+        .execute(
+            statement,
+            &[
+                &ids,
+                &created,
+                &owners,
+                &kinds,
+                &statuses,
+                &models,
+                &due,
+                &params,
+                &records,
+                &key_ids,
+                &keys,
+                &idem_owners,
+                &idem_keys,
+                &idem_created,
+                &idem_texts,
+                &entry_ids,
+                &entry_keys,
+                &entry_tasks,
+                &entry_kinds,
+                &amounts,
+                &balances,
+                &ats,
+            ],
+        )
+        .await
+        .sql("create tasks: write")?;
+    Ok(())
+}
