@@ -100,7 +100,7 @@ fn main() -> ExitCode {
         Some("schemathesis") => schemathesis::run(&args[1..]),
         Some("bench") => bench::bench(&cmd::root(), &cmd::target_dir(), &args[1..]),
         // The bench's parties and load generator, each in a process of its own.
-        Some("bench-party") => bench::party::run(&args[1..]),
+        Some("bench-party") => bench::party_run::run(&args[1..]),
         Some("bench-load") => bench::loadgen::run(&args[1..]),
         Some("bench-streams") => bench::open_streams::run_generator(&args[1..]),
         Some("conformance") if args[1..].iter().any(|a| a == "--start" || a == "--vendor") => {

@@ -97,6 +97,7 @@ mod migrate;
 mod moves;
 mod names;
 mod pool;
+mod queues;
 mod tasks;
 mod txn;
 mod webhooks;
@@ -106,6 +107,23 @@ pub use pool::PgStore;
 use txn::{Sql, retry, unix_secs};
 
 impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
+    /// with libpq's parameters such as `options=-c search_path=relay` or `connect_timeout=5`)
+    /// with at most `pool_size` connections (at least 1), brings its schema up to date, and
+    /// starts the committer of task creations ([`group`]) and the writer of transitions
+    /// ([`moves`]).
+    ///
+    /// A database that cannot be reached, or whose schema is newer than this build knows
+    /// ([`StoreError::SchemaTooNew`]), is an error.
+    pub async fn connect(url: &str, pool_size: usize) -> Result<PgStore, StoreError> {
+        let store = PgStore::open(url, pool_size).await?;
+        Ok(PgStore {
+            committer: Some(group::start(store.clone())),
+            mover: Some(moves::start(store.clone())),
+            ..store
+        })
+    }
+
     /// A task's creation (with its record's completion), committed with the creations of
     /// other requests waiting at the same time ([`group`]): returns after its commit.
     async fn create(
@@ -116,7 +134,7 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         let (task, row) = tasks::new_task(task)?;
         let (done, answer) = tokio::sync::oneshot::channel();
-        let creation = group::Creation {
+        let creation = queues::Creation {
             task,
             row,
             ledger: ledger.to_vec(),

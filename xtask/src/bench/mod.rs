@@ -16,6 +16,7 @@ mod measure;
 mod messages;
 pub mod open_streams;
 pub mod party;
+pub mod party_run;
 mod peers;
 pub mod relays;
 mod report;

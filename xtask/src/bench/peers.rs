@@ -16,17 +16,13 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use self::start::{Peer, PeerKind};
+use self::start::{Peer, PeerKind, REQUEST};
 use super::generator::{Gen, Load};
 use super::load::mib;
 use super::measure::{ATTEMPTS, Run, Watch, measured};
 use super::party::Party;
 use super::relays::{Ctx, messages_config, start_in_temp};
 use super::report::{Report, conns, thousands};
-
-/// The request of every row: the `messages` section's.
-const REQUEST: &str =
-    r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}"#;
 
 /// Connections of the loaded runs.
 const CONNS: usize = 32;

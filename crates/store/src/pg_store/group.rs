@@ -21,33 +21,20 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_postgres::types::Json;
 
 use super::ledger::{self, LEDGER_ID_PREFIX};
 use super::names::{task_kind, task_status};
 use super::pool::PgStore;
-use super::tasks::{self, TaskRow};
+use super::queues::{Committer, Creation};
+use super::tasks;
 use super::txn::{Fault, Sql, big, decode, retry};
 use crate::idempotency::held_by;
-use crate::{IdemAnswer, IdemRecord, IdemTicket, Key, LedgerDraft, StoreError, Task};
+use crate::{IdemRecord, Key, LedgerDraft, StoreError};
 
 /// The most creations one transaction writes.
 pub(super) const MAX_GROUP: usize = 256;
-
-/// A creation waiting for its group's commit.
-pub(super) struct Creation {
-    pub(super) task: Task,
-    pub(super) row: TaskRow,
-    pub(super) ledger: Vec<LedgerDraft>,
-    pub(super) idem: Option<(IdemTicket, IdemAnswer)>,
-    /// The time of its ledger entries.
-    pub(super) at: u64,
-    pub(super) done: oneshot::Sender<Result<(), StoreError>>,
-}
-
-/// Where a store's creations go to be committed in groups.
-pub(super) type Committer = mpsc::UnboundedSender<Creation>;
 
 /// Starts the committer of `store` (a store without one of its own: its connections only).
 pub(super) fn start(store: PgStore) -> Committer {

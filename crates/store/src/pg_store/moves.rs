@@ -8,31 +8,15 @@
 
 use std::collections::HashSet;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_postgres::types::Json;
 
 use super::pool::PgStore;
+use super::queues::{Move, Mover};
 use super::txn::{self, Fault, Sql};
 
 /// The most writes one statement carries.
 const MAX_GROUP: usize = 256;
-
-/// A task's row as a transition writes it, if it is still at `version`.
-pub(super) struct Move {
-    pub(super) id: String,
-    pub(super) status: &'static str,
-    pub(super) model: String,
-    pub(super) due_ms: Option<i64>,
-    pub(super) params: String,
-    pub(super) record: serde_json::Value,
-    /// The row's `xmin` when the step read it.
-    pub(super) version: String,
-    /// Whether the row was written (it was still at `version`).
-    pub(super) done: oneshot::Sender<Result<bool, crate::StoreError>>,
-}
-
-/// Where a store's transition writes go to be committed in groups.
-pub(super) type Mover = mpsc::UnboundedSender<Move>;
 
 /// Starts the writer of `store` (a store without committers of its own).
 pub(super) fn start(store: PgStore) -> Mover {

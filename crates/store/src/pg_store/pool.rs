@@ -6,9 +6,8 @@ use std::time::Duration;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-use super::group::{self, Committer};
 use super::migrate::migrate;
-use super::moves::{self, Mover};
+use super::queues::{Committer, Mover};
 use crate::StoreError;
 
 /// How long opening a connection may take when the URL does not say (`connect_timeout`).
@@ -37,13 +36,9 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
-    /// with libpq's parameters such as `options=-c search_path=relay` or `connect_timeout=5`)
-    /// with at most `pool_size` connections (at least 1), and brings its schema up to date.
-    ///
-    /// A database that cannot be reached, or whose schema is newer than this build knows
-    /// ([`StoreError::SchemaTooNew`]), is an error.
-    pub async fn connect(url: &str, pool_size: usize) -> Result<PgStore, StoreError> {
+    /// The pool of at most `pool_size` connections (at least 1) to the database at `url`, its
+    /// schema brought up to date, without the committers [`PgStore::connect`] starts.
+    pub(super) async fn open(url: &str, pool_size: usize) -> Result<PgStore, StoreError> {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Backend(format!("PostgreSQL URL: {e}")))?;
@@ -72,13 +67,7 @@ impl PgStore {
         let mut client = store.client("connect").await?;
         migrate(&mut client).await?;
         drop(client);
-        let committer = Some(group::start(store.clone()));
-        let mover = Some(moves::start(store.clone()));
-        Ok(PgStore {
-            committer,
-            mover,
-            ..store
-        })
+        Ok(store)
     }
 
     /// A connection of the pool; `what` names the step in an error.

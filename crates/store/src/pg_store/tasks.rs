@@ -9,6 +9,7 @@ use tokio_postgres::types::Json;
 
 use super::names::{task_kind, task_status};
 use super::pool::PgStore;
+use super::queues::TaskRow;
 use super::txn::{self, Fault, Filter, Sql, big, check_id, corrupt, encode};
 use super::webhooks;
 use crate::steps::TaskUpdate;
@@ -24,12 +25,6 @@ const MAX_PAGE: usize = 100;
 const MAX_ADMIN_PAGE: usize = 1000;
 /// The columns a task is read back from.
 const RECORD: &str = "params, record::text";
-
-/// A task as its row holds it: the record without `params` (jsonb) and `params` as written.
-pub(super) struct TaskRow {
-    pub(super) rest: serde_json::Value,
-    pub(super) params: String,
-}
 
 /// A task's row: its record less `params`, which keeps its own text.
 pub(super) fn row_of(task: &Task) -> Result<TaskRow, StoreError> {
@@ -303,7 +298,7 @@ pub(super) async fn transition_alone(
                 // The connection goes back to the pool: the writer needs one.
                 drop(client);
                 let (done, answer) = tokio::sync::oneshot::channel();
-                let write = super::moves::Move {
+                let write = super::queues::Move {
                     id: id.to_owned(),
                     status: task_status(to),
                     model: new.model.clone(),

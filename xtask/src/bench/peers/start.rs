@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// The request of every row: the `messages` section's.
+pub(super) const REQUEST: &str =
+    r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}"#;
+
 /// litellm-rs on crates.io, its `gateway` binary (the `sqlite` feature brings the storage the
 /// binary requires; no database is configured).
 pub const LITELLM_RS: &str = "0.9.0";
@@ -341,9 +345,9 @@ impl Peer {
     /// One request, whole or streamed, on a connection of its own: status and body.
     fn ask(&self, stream: bool) -> anyhow::Result<(u16, String)> {
         let body = if stream {
-            super::REQUEST.replacen('{', "{\"stream\":true,", 1)
+            REQUEST.replacen('{', "{\"stream\":true,", 1)
         } else {
-            super::REQUEST.to_owned()
+            REQUEST.to_owned()
         };
         let mut conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
         conn.set_read_timeout(Some(Duration::from_secs(30)))?;
