@@ -62,6 +62,10 @@ async fn sigkill_with_tasks_in_flight_loses_nothing() {
         let url = format!("{}/v1/videos/{id}", second.base);
         let done = poll_until(Duration::from_secs(60), || async {
             let res = http.send(Method::GET, &url, Body::Empty, &auth).await;
+            // Polled faster than a task's poll budget: a 429 says nothing of the task.
+            if res.status == 429 {
+                return None;
+            }
             assert_eq!(
                 res.status,
                 200,
