@@ -20,10 +20,11 @@ const PUBLIC: &[&str] = &[
     "/console/",
     "/console/{file}",
     // An upstream's callback: its own token, not a key (tests/it/upstreams/ark.rs,
-    // tests/it/kling.rs, tests/it/minimax.rs).
+    // tests/it/kling.rs, tests/it/minimax.rs, tests/it/vidu.rs).
     "/callbacks/ark/{channel}",
     "/callbacks/kling/{channel}",
     "/callbacks/minimax/{channel}",
+    "/callbacks/vidu/{channel}",
 ];
 const MESSAGES_PATHS: &[&str] = &[
     "/v1/messages",
