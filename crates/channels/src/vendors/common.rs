@@ -639,6 +639,30 @@ pub fn path_part(id: &str) -> String {
 }
 
 /// A channel's pieces over an empty blob directory, for the vendors' unit tests.
+/// Why a poll's answer says nothing of its task's state, and what the task does then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollError {
+    /// The vendor no longer knows the task (its `404`): the task fails.
+    Gone,
+    /// Polled again.
+    Transient(String),
+    /// An answer that cannot be read: counted like an unknown status.
+    Unreadable(String),
+}
+
+impl PollError {
+    pub fn outcome(self) -> PollOutcome {
+        match self {
+            PollError::Gone => PollOutcome::Failed {
+                code: "upstream_error".into(),
+                message: "the upstream no longer knows the task".into(),
+            },
+            PollError::Transient(reason) => PollOutcome::Transient(reason),
+            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn test_remote(name: &str) -> Remote {
     let dir = std::env::temp_dir().join(format!("channels-remote-{}", std::process::id()));

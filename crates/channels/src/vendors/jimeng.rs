@@ -29,7 +29,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{Remote, retry_after, snippet, transport_check};
+use crate::vendors::common::{PollError, Remote, retry_after, snippet, transport_check};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -605,13 +605,6 @@ pub enum TaskState {
     Unknown(String),
 }
 
-/// Why a poll's answer says nothing of its task's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollError {
-    Transient(String),
-    Unreadable(String),
-}
-
 /// A result's answer as the task's state. A code other than 10000 is the task's end (a
 /// refusal, a failure) unless it is a rate limit, a gateway error or the service's own
 /// trouble answered with a 5xx, which are polled again.
@@ -938,8 +931,7 @@ impl Vendor for Jimeng {
             Err(e) => PollOutcome::Transient(format!("channel {name}: {e}")),
             Ok((status, _, body)) => match poll_answer(name, status, &body) {
                 Ok(state) => outcome(name, state, frames_of(job.duration_secs)),
-                Err(PollError::Transient(reason)) => PollOutcome::Transient(reason),
-                Err(PollError::Unreadable(reason)) => PollOutcome::Unknown(reason),
+                Err(e) => e.outcome(),
             },
         }
     }

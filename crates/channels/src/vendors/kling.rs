@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::common::{PollError, Remote, path_part, retry_after, snippet, transport_check};
 use crate::vendors::media;
 use crate::vendors::seam::{CallbackSettings, Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -549,30 +549,6 @@ pub fn from_vendor(task: &KlingTask) -> TaskState {
     }
 }
 
-/// Why a poll's answer says nothing of its task's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollError {
-    /// The vendor no longer knows the task: it is lost.
-    Lost,
-    /// The call failed; the next poll may do.
-    Transient(String),
-    /// The answer could not be read.
-    Unreadable(String),
-}
-
-impl PollError {
-    pub fn outcome(self) -> PollOutcome {
-        match self {
-            PollError::Lost => PollOutcome::Failed {
-                code: "upstream_error".into(),
-                message: "the upstream no longer knows the task".into(),
-            },
-            PollError::Transient(reason) => PollOutcome::Transient(reason),
-            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
-        }
-    }
-}
-
 /// A poll's answer (`status`, `body`) as the task's state, or why it says nothing of it.
 pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskState, PollError> {
     match serde_json::from_slice::<KlingAnswer<KlingTask>>(body) {
@@ -583,7 +559,7 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
         }) if status.is_success() => Ok(from_vendor(&task)),
         Ok(answer) if answer.code != 0 => match classify(answer.code, status) {
             // The task (or the model) is unknown to the vendor: it is lost.
-            _ if answer.code == 1203 || status == StatusCode::NOT_FOUND => Err(PollError::Lost),
+            _ if answer.code == 1203 || status == StatusCode::NOT_FOUND => Err(PollError::Gone),
             _ => Err(PollError::Transient(format!(
                 "channel {name}: kling poll answered {status} code {}: {}",
                 answer.code, answer.message

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{Remote, path_part, retry_after, snippet, transport_check};
+use crate::vendors::common::{PollError, Remote, path_part, retry_after, snippet, transport_check};
 use crate::vendors::media;
 use crate::vendors::seam::{CallbackSettings, Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::{self, Demand, ModelCaps};
@@ -435,31 +435,6 @@ pub enum TaskState {
     Unknown(String),
 }
 
-/// Why a poll's answer says nothing of its task's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollError {
-    /// The vendor no longer knows the task: it is lost.
-    Lost,
-    /// The call failed (the vendor's trouble, a rate limit, the key refused); the next poll
-    /// may do.
-    Transient(String),
-    /// The answer could not be read.
-    Unreadable(String),
-}
-
-impl PollError {
-    pub fn outcome(self) -> PollOutcome {
-        match self {
-            PollError::Lost => PollOutcome::Failed {
-                code: "upstream_error".into(),
-                message: "the upstream no longer knows the task".into(),
-            },
-            PollError::Transient(reason) => PollOutcome::Transient(reason),
-            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
-        }
-    }
-}
-
 /// A task's state from its `status` (`Preparing`, `Queueing`, `Processing`, `Success`,
 /// `Fail`; callbacks write them in lower case, so case is not looked at).
 pub fn from_vendor(task: &Queried) -> TaskState {
@@ -502,7 +477,7 @@ pub fn poll_answer(name: &str, status: StatusCode, body: &[u8]) -> Result<TaskSt
             "channel {name}: minimax query answered {status} status_code {}: {}",
             base.status_code, base.status_msg
         ))),
-        _ if status == StatusCode::NOT_FOUND => Err(PollError::Lost),
+        _ if status == StatusCode::NOT_FOUND => Err(PollError::Gone),
         _ if !status.is_success() => Err(PollError::Transient(format!(
             "channel {name}: minimax query answered {status}: {}",
             snippet(body)

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check;
-use crate::vendors::common::{KeyHeader, Remote, path_part, retry_after, snippet};
+use crate::vendors::common::{KeyHeader, PollError, Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{
     CallbackSettings, InboundCallback, Need, Registration, Vendor, VendorSettings,
@@ -541,28 +541,6 @@ pub fn from_vendor(task: &ViduTask) -> TaskState {
         "failed" if err == "UserCancelled" => TaskState::Cancelled,
         "failed" => TaskState::Failed(err),
         other => TaskState::Unknown(other.to_owned()),
-    }
-}
-
-/// Why a poll's answer says nothing of its task's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollError {
-    /// The task is gone (`404 TaskNotFound`).
-    Gone,
-    Transient(String),
-    Unreadable(String),
-}
-
-impl PollError {
-    pub fn outcome(self) -> PollOutcome {
-        match self {
-            PollError::Gone => PollOutcome::Failed {
-                code: "upstream_error".into(),
-                message: "the upstream no longer knows the task".into(),
-            },
-            PollError::Transient(reason) => PollOutcome::Transient(reason),
-            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
-        }
     }
 }
 

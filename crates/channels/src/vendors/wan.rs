@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::vendors::common::{Remote, path_part, retry_after, snippet};
+use crate::vendors::common::{PollError, Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -706,22 +706,6 @@ pub fn from_vendor(task: &WanTask) -> TaskState {
             message: "the task is unknown (older than a day, or of another region)".into(),
         },
         other => TaskState::Unknown(other.to_owned()),
-    }
-}
-
-/// Why a poll's answer says nothing of its task's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollError {
-    Transient(String),
-    Unreadable(String),
-}
-
-impl PollError {
-    pub fn outcome(self) -> PollOutcome {
-        match self {
-            PollError::Transient(reason) => PollOutcome::Transient(reason),
-            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
-        }
     }
 }
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check;
-use crate::vendors::common::{Remote, path_part, retry_after, snippet};
+use crate::vendors::common::{PollError, Remote, path_part, retry_after, snippet};
 use crate::vendors::media;
 use crate::vendors::seam::{Need, Registration, Vendor, VendorSettings};
 use crate::video::caps::ModelCaps;
@@ -423,28 +423,6 @@ pub fn from_vendor(job: &XaiJob) -> TaskState {
             message: error(),
         },
         Some(other) => TaskState::Unknown(other.to_owned()),
-    }
-}
-
-/// Why a poll's answer says nothing of its job's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollError {
-    /// The job is gone (`404`).
-    Gone,
-    Transient(String),
-    Unreadable(String),
-}
-
-impl PollError {
-    pub fn outcome(self) -> PollOutcome {
-        match self {
-            PollError::Gone => PollOutcome::Failed {
-                code: "upstream_error".into(),
-                message: "the upstream no longer knows the task".into(),
-            },
-            PollError::Transient(reason) => PollOutcome::Transient(reason),
-            PollError::Unreadable(reason) => PollOutcome::Unknown(reason),
-        }
     }
 }
 

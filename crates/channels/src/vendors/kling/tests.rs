@@ -300,7 +300,7 @@ fn documented_poll_answers_map_to_states() {
         br#"{"code":1203,"message":"The requested resource does not exist","request_id":"r"}"#;
     assert!(matches!(
         poll_answer("k", StatusCode::NOT_FOUND, lost),
-        Err(PollError::Lost)
+        Err(PollError::Gone)
     ));
     let busy = br#"{"code":5001,"message":"maintenance","request_id":"r"}"#;
     assert!(matches!(
