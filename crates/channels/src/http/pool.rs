@@ -9,6 +9,11 @@
 //! ([`h1`]), no task drives the connection beside them, no hash of the origin is taken; a
 //! lane's origins are few and compared as they are. HTTP/2 (by ALPN, over TLS) is hyper's.
 //!
+//! While a TLS connection is being opened to an origin not known to speak HTTP/1.1 only, the
+//! requests that come meanwhile wait for it instead of each opening one: if ALPN chose HTTP/2
+//! they share it, else they open their own at once (and so does every later burst); if it
+//! failed, each tries on its own and fails, or not, with its own error.
+//!
 //! An idle connection is let go as soon as the upstream closes it (or sends bytes nobody asked
 //! for), and once it has been idle for longer than [`IDLE_TIMEOUT`]: the most recently used are
 //! taken first, so the connections a burst opened beyond what the load since needs age and go.
@@ -128,6 +133,30 @@ struct OriginConns {
     /// Oldest first: taken from the end, expired from the front.
     idle: Vec<Idle>,
     shared: Option<http2::SendRequest<Body>>,
+    /// A TLS connection being opened while the origin may speak HTTP/2: the requests that come
+    /// meanwhile wait for it (to share it) rather than each open a connection of its own.
+    opening: Option<tokio::sync::watch::Receiver<Opening>>,
+    /// The origin's TLS connections chose HTTP/1.1: a burst opens as many as it needs at once.
+    speaks_h1: bool,
+}
+
+/// How the opening of a connection that others wait on went, as far as they need to know.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Still connecting; once it is up (and shared if HTTP/2) the sender goes.
+    Pending,
+    /// It failed: each waiting request opens its own, to fail (or not) with its own error.
+    Failed,
+}
+
+/// Held by the request that opens a connection others wait on: they go on when it is dropped
+/// (the connection is up) or says it failed.
+struct Opener(tokio::sync::watch::Sender<Opening>);
+
+impl Opener {
+    fn failed(&self) {
+        self.0.send_replace(Opening::Failed);
+    }
 }
 
 #[derive(Default)]
@@ -151,8 +180,9 @@ impl Lane {
             Some(at) => at,
             None => {
                 if self.origins.len() >= ORIGINS_PER_LANE {
-                    self.origins
-                        .retain(|o| !o.idle.is_empty() || o.shared.is_some());
+                    self.origins.retain(|o| {
+                        !o.idle.is_empty() || o.shared.is_some() || o.opening.is_some()
+                    });
                     if self.origins.len() >= ORIGINS_PER_LANE {
                         self.origins.remove(0);
                     }
@@ -161,6 +191,8 @@ impl Lane {
                     origin: origin.clone(),
                     idle: Vec::new(),
                     shared: None,
+                    opening: None,
+                    speaks_h1: false,
                 });
                 self.origins.len() - 1
             }
@@ -172,6 +204,10 @@ impl Lane {
 enum Taken {
     One(One),
     Shared(http2::SendRequest<Body>),
+    /// A connection that may speak HTTP/2 is being opened: wait for it.
+    Wait(tokio::sync::watch::Receiver<Opening>),
+    /// Nothing to take: open a connection, which others wait on if an opener comes with it.
+    Open(Option<Opener>),
 }
 
 /// One client's connections.
@@ -208,13 +244,15 @@ impl Pool {
     }
 
     /// An open connection to `origin` on `lane`: the shared HTTP/2 one, or the most recently
-    /// used idle HTTP/1.1 one (expired ones are dropped on the way).
-    fn take(&self, lane: usize, origin: &Origin) -> Option<Taken> {
+    /// used idle HTTP/1.1 one (expired ones are dropped on the way); else the one being opened
+    /// to wait for, or leave to open one (the opener of a TLS connection to an origin not known
+    /// to speak HTTP/1.1 only, whose HTTP/2 the requests that come meanwhile would share).
+    fn take(&self, lane: usize, origin: &Origin) -> Taken {
         let mut lane = self.lane(lane);
-        let conns = lane.find(origin)?;
+        let conns = lane.entry(origin);
         if let Some(shared) = &conns.shared {
             if !shared.is_closed() {
-                return Some(Taken::Shared(shared.clone()));
+                return Taken::Shared(shared.clone());
             }
             conns.shared = None;
         }
@@ -223,10 +261,22 @@ impl Pool {
             // One the upstream closed since the sweeper last looked is found so by the
             // exchange, before it writes anything, and the request goes on to the next.
             if now.duration_since(idle.since) < self.idle_timeout {
-                return Some(Taken::One(idle.one));
+                return Taken::One(idle.one);
             }
         }
-        None
+        if let Some(opening) = &conns.opening {
+            // Its sender is gone once the connection is up (or failed).
+            if opening.has_changed().is_ok() {
+                return Taken::Wait(opening.clone());
+            }
+            conns.opening = None;
+        }
+        if conns.speaks_h1 || origin.scheme != Scheme::HTTPS {
+            return Taken::Open(None);
+        }
+        let (opener, opening) = tokio::sync::watch::channel(Opening::Pending);
+        conns.opening = Some(opening);
+        Taken::Open(Some(Opener(opener)))
     }
 
     /// Keeps `conn` for the next request to `origin` on `lane`, watched by the lane's sweeper.
@@ -326,9 +376,11 @@ impl Pool {
         let lane = LANE.with(Cell::get);
         let (parts, body) = req.into_parts();
         let path = uri.path_and_query().map_or("/", PathAndQuery::as_str);
+        // Since when this request has waited for a connection another one is opening.
+        let mut waiting: Option<Instant> = None;
         loop {
             match self.take(lane, &origin) {
-                Some(Taken::One(mut one)) => {
+                Taken::One(mut one) => {
                     let sent = one
                         .conn
                         .exchange(
@@ -347,7 +399,7 @@ impl Pool {
                         Err(e) => return Err(ExchangeError::H1(e)),
                     }
                 }
-                Some(Taken::Shared(mut conn)) => {
+                Taken::Shared(mut conn) => {
                     let until = Instant::now() + first_byte;
                     let ready = tokio::time::timeout_at(until.into(), conn.ready()).await;
                     match ready {
@@ -373,29 +425,62 @@ impl Pool {
                         },
                     }
                 }
-                None => {
-                    let until = Instant::now() + first_byte;
-                    return self
-                        .fresh(&parts, body, lane, origin, uri, path, until)
-                        .await;
+                Taken::Wait(mut opening) => {
+                    let until = *waiting.get_or_insert_with(Instant::now) + first_byte;
+                    let opened = tokio::time::timeout_at(until.into(), opening.changed()).await;
+                    match opened {
+                        Err(_) => return Err(ExchangeError::Connect(BEFORE_FIRST_BYTE.into())),
+                        // It failed: this request finds out with a connection of its own.
+                        Ok(Ok(())) if *opening.borrow() == Opening::Failed => {
+                            let fresh = Fresh {
+                                parts: &parts,
+                                uri,
+                                path,
+                                until,
+                            };
+                            return self.fresh(fresh, body, lane, origin, None).await;
+                        }
+                        // It is up (shared, if it speaks HTTP/2): take again.
+                        Ok(_) => continue,
+                    }
+                }
+                Taken::Open(opener) => {
+                    let until = waiting.unwrap_or_else(Instant::now) + first_byte;
+                    let fresh = Fresh {
+                        parts: &parts,
+                        uri,
+                        path,
+                        until,
+                    };
+                    return self.fresh(fresh, body, lane, origin, opener).await;
                 }
             }
         }
     }
 
     /// Opens a connection to `origin` and sends the request on it, its answer's head due by
-    /// `until`.
-    #[allow(clippy::too_many_arguments)]
+    /// `until`. With an `opener`, the requests waiting on this connection go on once it is up
+    /// (after it is shared, if it speaks HTTP/2) or has failed.
     async fn fresh(
         self: &Arc<Self>,
-        parts: &Parts,
+        req: Fresh<'_>,
         body: Bytes,
         lane: usize,
         origin: Origin,
-        uri: &Uri,
-        path: &str,
-        until: Instant,
+        opener: Option<Opener>,
     ) -> Result<Answer, ExchangeError> {
+        let Fresh {
+            parts,
+            uri,
+            path,
+            until,
+        } = req;
+        let failed = |e: ExchangeError| {
+            if let Some(opener) = &opener {
+                opener.failed();
+            }
+            e
+        };
         let mut connector = self.connector.clone();
         // The whole set-up (the name's lookup, TCP, a proxy's tunnel, TLS) within the connect
         // time, and within the first-byte time, which counts it too. Nothing of the request has
@@ -407,17 +492,13 @@ impl Pool {
         })
         .await;
         let io = match connected {
-            Ok(connected) => connected.map_err(ExchangeError::Connect)?,
+            Ok(connected) => connected.map_err(|e| failed(ExchangeError::Connect(e)))?,
             Err(_) if connect_by <= until => {
-                return Err(ExchangeError::Connect(
+                return Err(failed(ExchangeError::Connect(
                     format!("no connection within {:?}", self.connect_timeout).into(),
-                ));
+                )));
             }
-            Err(_) => {
-                return Err(ExchangeError::Connect(
-                    "no connection before the first-byte time ran out".into(),
-                ));
-            }
+            Err(_) => return Err(failed(ExchangeError::Connect(BEFORE_FIRST_BYTE.into()))),
         };
         if io.connected().is_negotiated_h2() {
             let handshake = tokio::time::timeout_at(
@@ -427,11 +508,14 @@ impl Pool {
                     .handshake(io),
             )
             .await
-            .map_err(|_| ExchangeError::FirstByte)?;
+            .map_err(|_| failed(ExchangeError::FirstByte))?;
             // Nothing of the request has left before the handshake is done.
-            let (mut conn, driver) = handshake.map_err(|e| ExchangeError::Connect(Box::new(e)))?;
+            let (mut conn, driver) =
+                handshake.map_err(|e| failed(ExchangeError::Connect(Box::new(e))))?;
             drive(driver, "upstream HTTP/2 connection");
             self.share(lane, &origin, conn.clone());
+            // Those waiting take the shared connection now.
+            drop(opener);
             let answered = tokio::time::timeout_at(
                 until.into(),
                 conn.send_request(h2_request(parts, uri, &body)),
@@ -439,6 +523,11 @@ impl Pool {
             .await
             .map_err(|_| ExchangeError::FirstByte)?;
             return Ok(h2_answer(answered.map_err(ExchangeError::Http)?));
+        }
+        if opener.is_some() {
+            // Those waiting open their own at once, as will the next burst.
+            self.lane(lane).entry(&origin).speaks_h1 = true;
+            drop(opener);
         }
         let mut one = One {
             conn: Box::new(h1::Conn::new(TokioIo::new(io))),
@@ -500,6 +589,18 @@ impl Pool {
         }
     }
 }
+
+/// What a new connection is opened for: the request, where it goes and when its answer's head
+/// is due.
+struct Fresh<'a> {
+    parts: &'a Parts,
+    uri: &'a Uri,
+    path: &'a str,
+    until: Instant,
+}
+
+/// Why a request that has sent nothing gave up on its connection.
+const BEFORE_FIRST_BYTE: &str = "no connection before the first-byte time ran out";
 
 /// An upstream's answer: its head, and its body still to be read.
 pub(crate) struct Answer {

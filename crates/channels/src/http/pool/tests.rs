@@ -280,3 +280,147 @@ async fn an_idle_connection_is_closed_once_it_expires_without_another_request() 
     .await;
     assert_eq!(http.idle_connections(), 0);
 }
+
+/// A TLS upstream on 127.0.0.1 (its certificate signed by a CA made here, returned as PEM)
+/// that offers only `alpn` (`h2` or `http/1.1`), answers every request with `hello` after
+/// `delay`, and counts the connections it accepts.
+async fn tls_upstream(alpn: &[u8], delay: Duration) -> (String, SocketAddr, Arc<Seen>) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let chain = vec![CertificateDer::from(cert.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let h2 = alpn == b"h2";
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let shared = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            shared.accepted.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = service_fn(move |_req: Request<Incoming>| async move {
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+                });
+                let io = TokioIo::new(tls);
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(io, svc)
+                    .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, svc)
+                        .await;
+                }
+            });
+        }
+    });
+    (ca.pem(), addr, seen)
+}
+
+/// A client that trusts the CA `pem` (kept in `file` while the client lives).
+fn trusting(pem: &str, file: &mut Option<tempfile::NamedTempFile>) -> UpstreamHttp {
+    let mut ca = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut ca, pem.as_bytes()).unwrap();
+    let network = crate::http::network::Network::build(&crate::http::network::NetworkSettings {
+        ca_file: Some(ca.path().to_owned()),
+        ..Default::default()
+    })
+    .unwrap();
+    *file = Some(ca);
+    UpstreamHttp::reaching(
+        UpstreamTimeouts {
+            connect: Duration::from_secs(5),
+            first_byte: Duration::from_secs(10),
+            idle: Duration::from_secs(10),
+        },
+        None,
+        &network,
+    )
+}
+
+/// `n` requests at once on this thread's lane, each answered `hello`.
+async fn burst(http: &UpstreamHttp, addr: SocketAddr, n: usize) {
+    let url = format!("https://{addr}/v1/messages");
+    let answers = futures_util::future::join_all((0..n).map(|_| async {
+        let res = http
+            .send(Request::get(&url).body(Bytes::new()).unwrap())
+            .await
+            .unwrap();
+        res.body.collect(1024).await.unwrap()
+    }))
+    .await;
+    assert!(answers.iter().all(|a| a == "hello"), "{answers:?}");
+}
+
+#[tokio::test]
+async fn a_burst_to_an_http2_upstream_shares_the_one_connection_being_opened() {
+    let (ca, addr, seen) = tls_upstream(b"h2", Duration::from_millis(20)).await;
+    let mut file = None;
+    let http = trusting(&ca, &mut file);
+    // 50 at once on a cold pool: the first opens, the others wait for it and share it.
+    burst(&http, addr, 50).await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    burst(&http, addr, 50).await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_burst_to_an_http1_tls_upstream_opens_what_it_needs_and_keeps_them() {
+    let (ca, addr, seen) = tls_upstream(b"http/1.1", Duration::from_millis(200)).await;
+    let mut file = None;
+    let http = trusting(&ca, &mut file);
+    // The first burst waits on the first connection to learn the upstream's protocol, then
+    // opens one a request; the next burst finds them all idle.
+    burst(&http, addr, 8).await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 8);
+    assert_eq!(http.idle_connections(), 8);
+    burst(&http, addr, 8).await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test]
+async fn requests_waiting_on_a_connection_that_fails_each_fail_on_their_own() {
+    // Trusted by nobody: the TLS handshake fails, and every request says why, unsent.
+    let (_, addr, seen) = tls_upstream(b"h2", Duration::ZERO).await;
+    let http = client();
+    let url = format!("https://{addr}/v1/messages");
+    let errors = futures_util::future::join_all((0..5).map(|_| async {
+        http.send(Request::get(&url).body(Bytes::new()).unwrap())
+            .await
+            .unwrap_err()
+    }))
+    .await;
+    for err in &errors {
+        assert!(err.is_unsent(), "{err:?}");
+        assert!(
+            err.to_string().contains("invalid peer certificate"),
+            "{err}"
+        );
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 5);
+}
