@@ -322,7 +322,7 @@ impl UpstreamBody {
                 Poll::Ready(Err(e)) => Poll::Ready(Err(error_chain(&e))),
                 Poll::Pending => Poll::Pending,
             },
-            AnswerBody::H2(body) => poll_h2(body, cx),
+            AnswerBody::H2 { body, .. } => poll_h2(body, cx),
         };
         match polled {
             Poll::Ready(Ok(Some(data))) => {

@@ -1,6 +1,6 @@
 //! The upstream connections of one client, kept for reuse: per lane (a thread that runs a
 //! runtime of its own, see [`set_lane`]) and per origin (scheme and authority), the idle
-//! HTTP/1.1 connections and the one HTTP/2 connection that requests share.
+//! HTTP/1.1 connections and the HTTP/2 connections that requests share.
 //!
 //! A request takes an idle HTTP/1.1 connection (the most recently used first) or opens one;
 //! the connection comes back when its answer's body has been read to the end (see
@@ -9,10 +9,12 @@
 //! ([`h1`]), no task drives the connection beside them, no hash of the origin is taken; a
 //! lane's origins are few and compared as they are. HTTP/2 (by ALPN, over TLS) is hyper's.
 //!
-//! While a TLS connection is being opened to an origin not known to speak HTTP/1.1 only, the
-//! requests that come meanwhile wait for it instead of each opening one: if ALPN chose HTTP/2
-//! they share it, else they open their own at once (and so does every later burst); if it
-//! failed, each tries on its own and fails, or not, with its own error.
+//! An HTTP/2 connection carries at most [`STREAMS_PER_H2`] of a lane's streams at once; a
+//! stream past that goes on another, opened then. While a TLS connection is being opened to
+//! an origin not known to speak HTTP/1.1 only, the requests that come meanwhile (up to a
+//! connection's streams) wait for it instead of each opening one: if ALPN chose HTTP/2 they
+//! share it, else they open their own at once (and so does every later burst); if it failed,
+//! each tries on its own and fails, or not, with its own error.
 //!
 //! An idle connection is let go as soon as the upstream closes it (or sends bytes nobody asked
 //! for), and once it has been idle for longer than [`IDLE_TIMEOUT`]: the most recently used are
@@ -20,12 +22,14 @@
 //! Both are the work of a lane's sweeper ([`Sweeper`]), a task that the reactor wakes when an
 //! idle connection's socket has something, and its own timer when the oldest idle connection
 //! expires: a request's only part in it is that the return of its connection leaves the
-//! sweeper's waker on the socket, and a quiet lane never wakes it. A request passes over
+//! sweeper's waker on the socket, and a quiet lane never wakes it. A shared HTTP/2 connection
+//! goes once no stream has begun on it for [`IDLE_TIMEOUT`] and none is open: while one is
+//! open, the sweeper looks at it again an idle timeout later. A request passes over
 //! expired connections, and finds one closed meanwhile before it writes a byte (then it goes
 //! on to the next: nothing was sent).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -69,6 +73,11 @@ const IDLE_PER_ORIGIN: usize = 1024;
 /// then the one met first. A client that fetches result files meets a new host now and then;
 /// a channel's own client, one.
 const ORIGINS_PER_LANE: usize = 64;
+
+/// Streams a lane opens at once on one HTTP/2 connection before it opens another: the fewest
+/// a server should allow (RFC 9113, 6.5.2). More would wait in the connection's own queue for
+/// one of its streams to end, which a long answer's may not do for minutes.
+const STREAMS_PER_H2: usize = 100;
 
 /// An idle connection older than this is closed rather than reused.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -132,12 +141,40 @@ struct OriginConns {
     origin: Origin,
     /// Oldest first: taken from the end, expired from the front.
     idle: Vec<Idle>,
-    shared: Option<http2::SendRequest<Body>>,
-    /// A TLS connection being opened while the origin may speak HTTP/2: the requests that come
-    /// meanwhile wait for it (to share it) rather than each open a connection of its own.
-    opening: Option<tokio::sync::watch::Receiver<Opening>>,
+    /// The HTTP/2 connections that requests share, the first with room taken first.
+    shared: Vec<Shared>,
+    /// TLS connections being opened while the origin may speak HTTP/2: the requests that come
+    /// meanwhile wait for one (to share it) rather than each open a connection of its own.
+    opening: Vec<Pending>,
     /// The origin's TLS connections chose HTTP/1.1: a burst opens as many as it needs at once.
     speaks_h1: bool,
+}
+
+/// An HTTP/2 connection that requests share.
+struct Shared {
+    send: http2::SendRequest<Body>,
+    /// Its streams open: each answer holds a [`Stream`] until its body ends or is dropped.
+    open: Arc<AtomicUsize>,
+    /// When a stream last began on it: one with none open is closed once it has been unused
+    /// for the idle timeout, so a burst's extra connections go once the load is back down.
+    used: Instant,
+}
+
+/// One stream of a shared HTTP/2 connection, counted while its answer lasts.
+pub(crate) struct Stream(Arc<AtomicUsize>);
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection being opened that requests wait on.
+struct Pending {
+    opening: tokio::sync::watch::Receiver<Opening>,
+    /// The requests waiting on it: no more than one connection's streams, the rest wait on
+    /// (or open) another.
+    waiting: usize,
 }
 
 /// How the opening of a connection that others wait on went, as far as they need to know.
@@ -181,7 +218,7 @@ impl Lane {
             None => {
                 if self.origins.len() >= ORIGINS_PER_LANE {
                     self.origins.retain(|o| {
-                        !o.idle.is_empty() || o.shared.is_some() || o.opening.is_some()
+                        !o.idle.is_empty() || !o.shared.is_empty() || !o.opening.is_empty()
                     });
                     if self.origins.len() >= ORIGINS_PER_LANE {
                         self.origins.remove(0);
@@ -190,8 +227,8 @@ impl Lane {
                 self.origins.push(OriginConns {
                     origin: origin.clone(),
                     idle: Vec::new(),
-                    shared: None,
-                    opening: None,
+                    shared: Vec::new(),
+                    opening: Vec::new(),
                     speaks_h1: false,
                 });
                 self.origins.len() - 1
@@ -203,7 +240,7 @@ impl Lane {
 
 enum Taken {
     One(One),
-    Shared(http2::SendRequest<Body>),
+    Shared(http2::SendRequest<Body>, Stream),
     /// A connection that may speak HTTP/2 is being opened: wait for it.
     Wait(tokio::sync::watch::Receiver<Opening>),
     /// Nothing to take: open a connection, which others wait on if an opener comes with it.
@@ -250,13 +287,19 @@ impl Pool {
     fn take(&self, lane: usize, origin: &Origin) -> Taken {
         let mut lane = self.lane(lane);
         let conns = lane.entry(origin);
-        if let Some(shared) = &conns.shared {
-            if !shared.is_closed() {
-                return Taken::Shared(shared.clone());
-            }
-            conns.shared = None;
-        }
         let now = Instant::now();
+        if !conns.shared.is_empty() {
+            conns.shared.retain(|shared| !shared.send.is_closed());
+            let room = conns
+                .shared
+                .iter_mut()
+                .find(|shared| shared.open.load(Ordering::Relaxed) < STREAMS_PER_H2);
+            if let Some(shared) = room {
+                shared.open.fetch_add(1, Ordering::Relaxed);
+                shared.used = now;
+                return Taken::Shared(shared.send.clone(), Stream(shared.open.clone()));
+            }
+        }
         while let Some(idle) = conns.idle.pop() {
             // One the upstream closed since the sweeper last looked is found so by the
             // exchange, before it writes anything, and the request goes on to the next.
@@ -264,18 +307,28 @@ impl Pool {
                 return Taken::One(idle.one);
             }
         }
-        if let Some(opening) = &conns.opening {
-            // Its sender is gone once the connection is up (or failed).
-            if opening.has_changed().is_ok() {
-                return Taken::Wait(opening.clone());
+        if !conns.opening.is_empty() {
+            // A sender is gone once its connection is up (or failed).
+            conns
+                .opening
+                .retain(|pending| pending.opening.has_changed().is_ok());
+            let room = conns
+                .opening
+                .iter_mut()
+                .find(|pending| pending.waiting < STREAMS_PER_H2 - 1);
+            if let Some(pending) = room {
+                pending.waiting += 1;
+                return Taken::Wait(pending.opening.clone());
             }
-            conns.opening = None;
         }
         if conns.speaks_h1 || origin.scheme != Scheme::HTTPS {
             return Taken::Open(None);
         }
         let (opener, opening) = tokio::sync::watch::channel(Opening::Pending);
-        conns.opening = Some(opening);
+        conns.opening.push(Pending {
+            opening,
+            waiting: 0,
+        });
         Taken::Open(Some(Opener(opener)))
     }
 
@@ -326,14 +379,29 @@ impl Pool {
         let mut cx = Context::from_waker(waker);
         let mut lane = self.lane(lane);
         let mut next: Option<Instant> = None;
+        let mut at = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
         for conns in &mut lane.origins {
             conns.idle.retain_mut(|idle| {
                 now.duration_since(idle.since) < self.idle_timeout
                     && !idle.one.conn.is_closed(&mut cx)
             });
             if let Some(oldest) = conns.idle.first() {
-                let at = oldest.since + self.idle_timeout;
-                next = Some(next.map_or(at, |n| n.min(at)));
+                at(oldest.since + self.idle_timeout);
+            }
+            // A shared connection goes once it has had no stream open for the idle timeout;
+            // one with streams open is looked at again an idle timeout later.
+            conns.shared.retain(|shared| {
+                let streams = shared.open.load(Ordering::Relaxed);
+                let unused = now.duration_since(shared.used) >= self.idle_timeout;
+                !shared.send.is_closed() && (streams > 0 || !unused)
+            });
+            for shared in &conns.shared {
+                let streams = shared.open.load(Ordering::Relaxed);
+                at(if streams > 0 {
+                    now + self.idle_timeout
+                } else {
+                    shared.used + self.idle_timeout
+                });
             }
         }
         lane.timed = next.is_some();
@@ -347,15 +415,39 @@ impl Pool {
         self.lane(lane).origins.iter().map(|o| o.idle.len()).sum()
     }
 
-    fn share(&self, lane: usize, origin: &Origin, conn: http2::SendRequest<Body>) {
-        self.lane(lane).entry(origin).shared = Some(conn);
+    /// Offers `send`, a new HTTP/2 connection, to the requests to `origin` on `lane`, with one
+    /// stream of it taken (the opener's), and has the lane's sweeper close it once unused.
+    fn share(
+        self: &Arc<Self>,
+        lane_at: usize,
+        origin: &Origin,
+        send: http2::SendRequest<Body>,
+    ) -> Stream {
+        let open = Arc::new(AtomicUsize::new(1));
+        let mut lane = self.lane(lane_at);
+        lane.entry(origin).shared.push(Shared {
+            send,
+            open: open.clone(),
+            used: Instant::now(),
+        });
+        if lane.sweeper.is_none() {
+            lane.sweeper = Sweeper::start(self, lane_at);
+        }
+        if !lane.timed
+            && let Some(sweeper) = lane.sweeper.clone()
+        {
+            lane.timed = true;
+            sweeper.wake_by_ref();
+        }
+        Stream(open)
     }
 
-    /// Stops offering the origin's shared connection, which failed (at worst a newer one put
-    /// in its place meanwhile goes too: the next request opens another).
-    fn unshare(&self, lane: usize, origin: &Origin) {
+    /// Stops offering the shared connection that `stream` was taken from, which failed.
+    fn unshare(&self, lane: usize, origin: &Origin, stream: &Stream) {
         if let Some(conns) = self.lane(lane).find(origin) {
-            conns.shared = None;
+            conns
+                .shared
+                .retain(|shared| !Arc::ptr_eq(&shared.open, &stream.0));
         }
     }
 
@@ -399,13 +491,13 @@ impl Pool {
                         Err(e) => return Err(ExchangeError::H1(e)),
                     }
                 }
-                Taken::Shared(mut conn) => {
+                Taken::Shared(mut conn, stream) => {
                     let until = Instant::now() + first_byte;
                     let ready = tokio::time::timeout_at(until.into(), conn.ready()).await;
                     match ready {
                         Err(_) => return Err(ExchangeError::FirstByte),
                         Ok(Err(_)) => {
-                            self.unshare(lane, &origin);
+                            self.unshare(lane, &origin, &stream);
                             continue;
                         }
                         Ok(Ok(())) => {}
@@ -417,10 +509,10 @@ impl Pool {
                     .await
                     .map_err(|_| ExchangeError::FirstByte)?;
                     match sent {
-                        Ok(res) => return Ok(h2_answer(res)),
+                        Ok(res) => return Ok(h2_answer(res, stream)),
                         Err(mut e) => match e.take_message() {
                             // The connection is going away: not offered again.
-                            Some(_) => self.unshare(lane, &origin),
+                            Some(_) => self.unshare(lane, &origin, &stream),
                             None => return Err(ExchangeError::Http(e.into_error())),
                         },
                     }
@@ -513,7 +605,7 @@ impl Pool {
             let (mut conn, driver) =
                 handshake.map_err(|e| failed(ExchangeError::Connect(Box::new(e))))?;
             drive(driver, "upstream HTTP/2 connection");
-            self.share(lane, &origin, conn.clone());
+            let stream = self.share(lane, &origin, conn.clone());
             // Those waiting take the shared connection now.
             drop(opener);
             let answered = tokio::time::timeout_at(
@@ -522,7 +614,7 @@ impl Pool {
             )
             .await
             .map_err(|_| ExchangeError::FirstByte)?;
-            return Ok(h2_answer(answered.map_err(ExchangeError::Http)?));
+            return Ok(h2_answer(answered.map_err(ExchangeError::Http)?, stream));
         }
         if opener.is_some() {
             // Those waiting open their own at once, as will the next burst.
@@ -633,7 +725,11 @@ pub(crate) enum AnswerBody {
         body: h1::Body<Io>,
         lease: Option<Lease>,
     },
-    H2(Incoming),
+    /// Read from a shared HTTP/2 connection, one of whose streams it holds until it ends.
+    H2 {
+        body: Incoming,
+        _stream: Stream,
+    },
 }
 
 /// The request for an HTTP/2 connection: the whole URI, the same method, headers and body.
@@ -645,13 +741,16 @@ fn h2_request(parts: &Parts, uri: &Uri, body: &Bytes) -> Request<Body> {
     req
 }
 
-fn h2_answer(res: hyper::Response<Incoming>) -> Answer {
+fn h2_answer(res: hyper::Response<Incoming>, stream: Stream) -> Answer {
     use hyper::body::Body as _;
     let (parts, body) = res.into_parts();
     let body = if body.is_end_stream() {
         AnswerBody::Empty
     } else {
-        AnswerBody::H2(body)
+        AnswerBody::H2 {
+            body,
+            _stream: stream,
+        }
     };
     Answer {
         status: parts.status,

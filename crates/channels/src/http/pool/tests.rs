@@ -21,6 +21,8 @@ use crate::http::client::{UpstreamHttp, UpstreamTimeouts};
 #[derive(Default)]
 struct Seen {
     accepted: AtomicUsize,
+    /// Connections ended (the TLS upstream's).
+    closed: AtomicUsize,
     /// "METHOD target host" of every request.
     heads: Mutex<Vec<String>>,
 }
@@ -283,7 +285,7 @@ async fn an_idle_connection_is_closed_once_it_expires_without_another_request() 
 
 /// A TLS upstream on 127.0.0.1 (its certificate signed by a CA made here, returned as PEM)
 /// that offers only `alpn` (`h2` or `http/1.1`), answers every request with `hello` after
-/// `delay`, and counts the connections it accepts.
+/// `delay`, and counts the connections it accepts and those that ended.
 async fn tls_upstream(alpn: &[u8], delay: Duration) -> (String, SocketAddr, Arc<Seen>) {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -316,6 +318,7 @@ async fn tls_upstream(alpn: &[u8], delay: Duration) -> (String, SocketAddr, Arc<
         while let Ok((stream, _)) = listener.accept().await {
             shared.accepted.fetch_add(1, Ordering::SeqCst);
             let acceptor = acceptor.clone();
+            let seen = shared.clone();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(stream).await else {
                     return;
@@ -336,6 +339,7 @@ async fn tls_upstream(alpn: &[u8], delay: Duration) -> (String, SocketAddr, Arc<
                         .serve_connection(io, svc)
                         .await;
                 }
+                seen.closed.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
@@ -423,4 +427,21 @@ async fn requests_waiting_on_a_connection_that_fails_each_fail_on_their_own() {
         );
     }
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn streams_past_a_connections_share_go_on_another_and_the_unused_ones_close() {
+    let (ca, addr, seen) = tls_upstream(b"h2", Duration::from_millis(300)).await;
+    let mut file = None;
+    let http = trusting(&ca, &mut file).with_pool_idle_timeout(Duration::from_millis(300));
+    // 250 at once: three connections of at most 100 streams each, opened at once.
+    burst(&http, addr, 250).await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
+    // Unused for the idle timeout, with no stream open: closed without another request.
+    within_5s("the unused connections closed", || {
+        seen.closed.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    burst(&http, addr, 10).await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 4);
 }
