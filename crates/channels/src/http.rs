@@ -8,4 +8,6 @@ pub mod client;
 pub(crate) mod deadline;
 pub mod network;
 pub(crate) mod pool;
+#[cfg(test)]
+pub(crate) mod test_tls;
 pub(crate) mod together;

@@ -471,7 +471,7 @@ impl Pool {
         // Since when this request has waited for a connection another one is opening.
         let mut waiting: Option<Instant> = None;
         loop {
-            match self.take(lane, &origin) {
+            let (opener, until) = match self.take(lane, &origin) {
                 Taken::One(mut one) => {
                     let sent = one
                         .conn
@@ -512,7 +512,10 @@ impl Pool {
                         Ok(res) => return Ok(h2_answer(res, stream)),
                         Err(mut e) => match e.take_message() {
                             // The connection is going away: not offered again.
-                            Some(_) => self.unshare(lane, &origin, &stream),
+                            Some(_) => {
+                                self.unshare(lane, &origin, &stream);
+                                continue;
+                            }
                             None => return Err(ExchangeError::Http(e.into_error())),
                         },
                     }
@@ -523,30 +526,20 @@ impl Pool {
                     match opened {
                         Err(_) => return Err(ExchangeError::Connect(BEFORE_FIRST_BYTE.into())),
                         // It failed: this request finds out with a connection of its own.
-                        Ok(Ok(())) if *opening.borrow() == Opening::Failed => {
-                            let fresh = Fresh {
-                                parts: &parts,
-                                uri,
-                                path,
-                                until,
-                            };
-                            return self.fresh(fresh, body, lane, origin, None).await;
-                        }
+                        Ok(Ok(())) if *opening.borrow() == Opening::Failed => (None, until),
                         // It is up (shared, if it speaks HTTP/2): take again.
                         Ok(_) => continue,
                     }
                 }
-                Taken::Open(opener) => {
-                    let until = waiting.unwrap_or_else(Instant::now) + first_byte;
-                    let fresh = Fresh {
-                        parts: &parts,
-                        uri,
-                        path,
-                        until,
-                    };
-                    return self.fresh(fresh, body, lane, origin, opener).await;
-                }
-            }
+                Taken::Open(opener) => (opener, waiting.unwrap_or_else(Instant::now) + first_byte),
+            };
+            let fresh = Fresh {
+                parts: &parts,
+                uri,
+                path,
+                until,
+            };
+            return self.fresh(fresh, body, lane, origin, opener).await;
         }
     }
 

@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -22,23 +20,7 @@ const UPSTREAM: &str = "upstream.relay.test";
 /// A CA (its certificate as PEM) and a TLS upstream on 127.0.0.1 whose certificate it signed,
 /// answering every request with `ok`.
 async fn tls_upstream() -> (String, SocketAddr) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![UPSTREAM.to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let chain = vec![CertificateDer::from(cert.der().to_vec())];
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
+    let (ca, config) = crate::http::test_tls::signed_server(UPSTREAM);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -63,7 +45,7 @@ async fn tls_upstream() -> (String, SocketAddr) {
             });
         }
     });
-    (ca.pem(), addr)
+    (ca, addr)
 }
 
 /// What the proxy was asked: each CONNECT's head.

@@ -287,26 +287,7 @@ async fn an_idle_connection_is_closed_once_it_expires_without_another_request() 
 /// that offers only `alpn` (`h2` or `http/1.1`), answers every request with `hello` after
 /// `delay`, and counts the connections it accepts and those that ended.
 async fn tls_upstream(alpn: &[u8], delay: Duration) -> (String, SocketAddr, Arc<Seen>) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let chain = vec![CertificateDer::from(cert.der().to_vec())];
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
+    let (ca, mut config) = crate::http::test_tls::signed_server("127.0.0.1");
     config.alpn_protocols = vec![alpn.to_vec()];
     let h2 = alpn == b"h2";
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
@@ -343,7 +324,7 @@ async fn tls_upstream(alpn: &[u8], delay: Duration) -> (String, SocketAddr, Arc<
             });
         }
     });
-    (ca.pem(), addr, seen)
+    (ca, addr, seen)
 }
 
 /// A client that trusts the CA `pem` (kept in `file` while the client lives).
