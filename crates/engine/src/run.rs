@@ -29,11 +29,16 @@ const TICK: Duration = Duration::from_millis(100);
 /// Steps that must have ended before the engine looks again at once, when its last look
 /// found more due tasks than it could start.
 const REFILL: u32 = (CONCURRENCY / 4) as u32;
+/// The least time between two looks when new tasks wake the engine: the tasks stored
+/// meanwhile are claimed together, one claim (a statement on a shared store) for all of
+/// them, instead of one per wake. A new task's first step waits at most this long.
+const WAKE_GAP: Duration = Duration::from_millis(5);
 
 /// Runs until `shutdown` turns true, then waits (bounded) for the steps under way.
 pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
     let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut looked = tokio::time::Instant::now();
     loop {
         if *shutdown.borrow() {
             break;
@@ -44,6 +49,7 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         let claimed = if free == 0 {
             Ok(Vec::new())
         } else {
+            looked = tokio::time::Instant::now();
             engine.store.claim_due(now_ms(), lease_ms, free).await
         };
         // Every step slot taken, or as many due tasks as there were free slots: more may be
@@ -91,11 +97,18 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                 std::future::pending::<()>().await;
             }
         };
-        tokio::select! {
-            _ = engine.wake.notified() => {}
-            _ = tokio::time::sleep(TICK) => {}
-            () = refilled => {}
-            _ = shutdown.changed() => {}
+        let woken = tokio::select! {
+            _ = engine.wake.notified() => true,
+            _ = tokio::time::sleep(TICK) => false,
+            () = refilled => false,
+            _ = shutdown.changed() => false,
+        };
+        if woken {
+            // The tasks stored within the gap are claimed with this one.
+            tokio::select! {
+                () = tokio::time::sleep_until(looked + WAKE_GAP) => {}
+                _ = shutdown.changed() => {}
+            }
         }
     }
     // Let the steps under way finish, for at most a few seconds.

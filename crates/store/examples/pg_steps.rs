@@ -12,8 +12,9 @@
 //!
 //! It runs on `RELAY_TEST_POSTGRES_URL` (by default `postgres://postgres@127.0.0.1:5432/test`)
 //! in a schema of its own, dropped at the end. Each round: a task created with its
-//! pre-deduction, moved to running (no ledger entry), read, moved to succeeded with its
-//! settlement, then one chat charge and one key lookup by hash.
+//! pre-deduction, moved to running (no ledger entry), claimed and moved again (a step starting
+//! from the row its claim returned), read, moved to succeeded with its settlement, then one
+//! chat charge and one key lookup by hash.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -234,6 +235,8 @@ async fn run(url: &str, counters: &Counters, rounds: usize) -> Res<Vec<Step>> {
     let mut steps: Vec<Step> = [
         "create_task (1 ledger entry)",
         "transition (no ledger entry)",
+        "claim_due (1 task)",
+        "transition after its claim",
         "task",
         "transition (1 ledger entry)",
         "charges (1 charge)",
@@ -269,6 +272,17 @@ async fn run(url: &str, counters: &Counters, rounds: usize) -> Res<Vec<Step>> {
         measure!(store.transition(
             &id,
             &[TaskStatus::Queued],
+            TaskStatus::Running,
+            &running,
+            &[]
+        ));
+        let claimed = measure!(store.claim_due(10, 60_000, 1));
+        if claimed.len() != 1 {
+            return Err(format!("task {id} not claimed").into());
+        }
+        measure!(store.transition(
+            &id,
+            &[TaskStatus::Running],
             TaskStatus::Running,
             &running,
             &[]

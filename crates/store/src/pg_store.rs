@@ -39,14 +39,18 @@
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
 //! closures may run more than once). Keys of a batch of charges are locked in id order. A
 //! transition to an unfinished status without ledger entries (a submission's mark, its
-//! acceptance, a reschedule, a renewal) reads its row unlocked and writes it only if the row
-//! is still the version read (its `xmin`), in one statement with the other such writes
-//! waiting at once, committed on its own ([`moves`]); it reads again when the row changed, and
-//! takes the locked transaction after a few such tries.
+//! acceptance, a reschedule, a renewal) starts from the row as this store last claimed or wrote
+//! it ([`versions`]), else reads it unlocked, and writes it only if the row is still that
+//! version (its `xmin`), in one statement with the other such writes waiting at once, committed
+//! on its own ([`moves`]); it reads again when the row changed, and takes the locked
+//! transaction after a few such tries.
 //!
 //! Task creations share a commit ([`group`]): the creations waiting at once are written in one
 //! transaction, with one lock of each key's row and one WAL flush, each decided with the single
-//! step's checks before any is written; a caller is answered after the group's commit.
+//! step's checks before any is written; a caller is answered after the group's commit. A group
+//! that only takes from quotas is written blind, in one round trip that checks each key's
+//! quota in the write (the key's row locked only from the write to the commit); when a key
+//! does not cover it, nothing is written and the group is decided creation by creation.
 //!
 //! Statements are prepared once per connection and kept in its cache (none is sent as text to
 //! be parsed again); the texts are constants, or built from which filters a listing has,
@@ -71,9 +75,10 @@
 //! | `characters` | characters of the first format: created within their owner's number (under the owner's advisory lock), with their charge; listings; deletion |
 //! | `webhooks` | webhooks: written with a task's end, claims, attempts, listings       |
 //! | `idempotency` | idempotency records: claims, completion (with a task, an asset or a batch), sweep |
-//! | `group`   | group commit of task creations: the committer, a group's reads, decisions and one write |
+//! | `group`   | group commit of task creations: the committer, the blind write of a group, or its reads, decisions and one write |
 //! | `moves`   | group commit of transitions' compare-and-swap writes: one statement, one commit |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
+//! | `versions` | the task rows this store claimed or moved last, with their versions (`xmin`): a transition's write without its read |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
 //! | `txn`     | statements (prepared, cached), a step's failure, running a transaction again, records as JSON |
@@ -100,6 +105,7 @@ mod pool;
 mod queues;
 mod tasks;
 mod txn;
+mod versions;
 mod webhooks;
 
 pub use pool::PgStore;
@@ -223,6 +229,8 @@ impl Store for PgStore {
         {
             return Ok(task);
         }
+        // The locked step reads and writes the row itself; what was kept of it goes out of date.
+        self.versions.forget(id);
         let at = unix_secs();
         let what = format!("transition task {id}");
         let what = what.as_str();

@@ -2,11 +2,16 @@
 //! `create_task_idempotent`) calls of one store share one transaction, and so one commit (one
 //! WAL flush) and one lock of each API key's row, instead of one each.
 //!
-//! One committer per store takes every creation waiting (up to [`MAX_GROUP`]) and writes them
-//! in two round trips: `BEGIN` sent with the reads (the keys the pre-deductions draw on, in id
-//! order, and the idempotency records, both locked; the ledger entries and tasks already there
-//! under the new tasks' ids), then one statement writing the tasks, the ledger entries, the
-//! keys and the idempotency records together, sent with `COMMIT`. Which creations are written is
+//! One committer per store takes every creation waiting (up to [`MAX_GROUP`]). A group that
+//! only takes from quotas and completes no idempotency record is written blind, in one round
+//! trip (`BEGIN`, one statement, `COMMIT`): the statement takes each key's quota less the sum
+//! of the group's pre-deductions on it only if the quota covers it, and refuses (writing
+//! nothing) when one does not, or when a task id or ledger entry is in the way. Otherwise, or
+//! after a refusal, the group is written in two round trips: `BEGIN` sent with the reads (the
+//! keys the pre-deductions draw on, in id order, and the idempotency records, both locked; the
+//! ledger entries and tasks already there under the new tasks' ids), then one statement
+//! writing the tasks, the ledger entries, the keys and the idempotency records together, sent
+//! with `COMMIT`. Which creations are written is
 //! decided between the reads and the write, creation by creation in the order they came, with
 //! the single step's checks in its order (the idempotency record still held, the task id
 //! unused, each entry new and within its key's quota): a creation that fails one is answered
@@ -144,15 +149,71 @@ const WRITE: &str = "WITH new_tasks AS ( \
             AS u(id, key_id, task_id, kind, amount, balance_after, at, ord) \
            ORDER BY ord) e";
 
+/// The statement writing a group in one round trip, deciding nothing before ([`write_blind`]):
+/// the tasks, the ledger entries (each with its balance after it, numbered in the group's
+/// order) and each key's quota less the sum of its pre-deductions, taken only if it covers
+/// it (a key without a quota covers any), under the keys' row locks taken in id order. A key
+/// that does not cover its sum, or is not there, fails the statement (`relay_refuse`), and
+/// the transaction is rolled back.
+const WRITE_BLIND: &str = "WITH drafts AS ( \
+        SELECT * FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], \
+            $14::bigint[], $15::bigint[]) WITH ORDINALITY \
+            AS d(id, key_id, task_id, kind, amount, at, ord) \
+     ), totals AS ( \
+        SELECT key_id, sum(amount)::bigint AS total FROM drafts GROUP BY key_id \
+     ), locked AS ( \
+        SELECT id FROM keys WHERE id IN (SELECT key_id FROM totals) ORDER BY id FOR UPDATE \
+     ), quota AS ( \
+        UPDATE keys SET record = keys.record || jsonb_build_object( \
+            'quota', (keys.record->>'quota')::bigint + t.total, \
+            'quota_used', (keys.record->>'quota_used')::bigint - t.total) \
+        FROM totals t, locked l \
+        WHERE keys.id = t.key_id AND keys.id = l.id \
+            AND ((keys.record->>'quota') IS NULL \
+                OR (keys.record->>'quota')::bigint + t.total >= 0) \
+        RETURNING keys.id, (keys.record->>'quota')::bigint AS after, t.total \
+     ), new_tasks AS ( \
+        INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+            $6::text[], $7::bigint[], $8::text[], $9::jsonb[]) \
+     ), entries AS ( \
+        INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
+        SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
+            e.balance_after, e.at \
+        FROM (SELECT d.id, d.key_id, d.task_id, d.kind, d.amount, \
+                q.after - q.total + sum(d.amount) OVER (PARTITION BY d.key_id ORDER BY d.ord) \
+                    AS balance_after, \
+                d.at, d.ord \
+              FROM drafts d JOIN quota q ON q.id = d.key_id ORDER BY d.ord) e \
+     ) \
+     SELECT relay_refuse('a key does not cover its pre-deductions, or is not there') \
+     WHERE (SELECT count(*) FROM quota) < (SELECT count(*) FROM totals)";
+
 const WHAT: &str = "create tasks";
 
 /// The group in one transaction: each creation's answer, or the database's failure of all
 /// (the transaction rolled back; a connection that cannot roll back leaves the pool).
+///
+/// A group that only takes from quotas and completes no idempotency record is first written
+/// blind, in one round trip ([`write_blind`]): every creation is written when every key
+/// covers what the group takes from it and nothing is in the way (an id in use, an entry
+/// there, which the constraints refuse). When not, nothing was written, and the group is
+/// decided creation by creation after reading what it checks ([`attempt_on`]).
 async fn attempt(
     store: &PgStore,
     group: &[Creation],
 ) -> Result<Vec<Result<(), StoreError>>, Fault> {
     let client = store.client(WHAT).await?;
+    if blind(group) {
+        match write_blind(&client, group).await {
+            Ok(()) => return Ok(group.iter().map(|_| Ok(())).collect()),
+            Err(fault) => tracing::debug!(
+                creations = group.len(),
+                "task creations decided one by one: {}",
+                fault.into_store()
+            ),
+        }
+    }
     let answers = attempt_on(&client, group).await;
     if answers.is_err() && client.batch_execute("ROLLBACK").await.is_err() {
         drop(deadpool_postgres::Object::take(client));
@@ -277,6 +338,104 @@ async fn attempt_on(
     Ok(answers)
 }
 
+/// Whether `group` may be written without reading first: no idempotency record to complete
+/// (its holder is checked by a read), and every entry a pre-deduction (so a key covering the
+/// group's sum covers each creation's, in any order).
+fn blind(group: &[Creation]) -> bool {
+    group
+        .iter()
+        .all(|c| c.idem.is_none() && c.ledger.iter().all(|d| d.amount <= 0))
+}
+
+/// `group` written in one round trip, `BEGIN` and `COMMIT` sent with [`WRITE_BLIND`]: the
+/// keys' rows are locked from the write to the commit only. An error when the statement
+/// refused (or failed): the `COMMIT` after it rolled everything back.
+pub(super) async fn write_blind(
+    client: &deadpool_postgres::Client,
+    group: &[Creation],
+) -> Result<(), Fault> {
+    let statement = client.prepare_cached(WRITE_BLIND).await.sql(WHAT)?;
+    let tasks: Vec<&Creation> = group.iter().collect();
+    let t = TaskColumns::of(&tasks);
+    let drafts: Vec<(&LedgerDraft, u64)> = group
+        .iter()
+        .flat_map(|c| c.ledger.iter().map(move |d| (d, c.at)))
+        .collect();
+    let entry_ids: Vec<String> = drafts
+        .iter()
+        .map(|_| format!("{LEDGER_ID_PREFIX}{}", ulid::Ulid::new()))
+        .collect();
+    let entry_keys: Vec<&str> = drafts.iter().map(|(d, _)| d.key_id.as_str()).collect();
+    let entry_tasks: Vec<&str> = drafts.iter().map(|(d, _)| d.task_id.as_str()).collect();
+    let entry_kinds: Vec<&str> = drafts.iter().map(|(d, _)| d.kind.as_str()).collect();
+    let amounts: Vec<i64> = drafts.iter().map(|(d, _)| d.amount).collect();
+    let ats: Vec<i64> = drafts.iter().map(|(_, at)| big(*at)).collect();
+    tokio::try_join!(
+        async { client.batch_execute("BEGIN").await.sql(WHAT) },
+        async {
+            client
+                .execute(
+                    &statement,
+                    &[
+                        &t.ids,
+                        &t.created,
+                        &t.owners,
+                        &t.kinds,
+                        &t.statuses,
+                        &t.models,
+                        &t.due,
+                        &t.params,
+                        &t.records,
+                        &entry_ids,
+                        &entry_keys,
+                        &entry_tasks,
+                        &entry_kinds,
+                        &amounts,
+                        &ats,
+                    ],
+                )
+                .await
+                .sql("create tasks: write")
+        },
+        async {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .sql("create tasks: commit")
+        },
+    )?;
+    Ok(())
+}
+
+/// The columns of the tasks a group writes, one array each.
+struct TaskColumns<'a> {
+    ids: Vec<&'a str>,
+    created: Vec<&'a str>,
+    owners: Vec<&'a str>,
+    kinds: Vec<&'static str>,
+    statuses: Vec<&'static str>,
+    models: Vec<&'a str>,
+    due: Vec<Option<i64>>,
+    params: Vec<&'a str>,
+    records: Vec<Json<&'a serde_json::Value>>,
+}
+
+impl<'a> TaskColumns<'a> {
+    fn of(tasks: &[&'a Creation]) -> TaskColumns<'a> {
+        TaskColumns {
+            ids: tasks.iter().map(|c| c.task.id.as_str()).collect(),
+            created: tasks.iter().map(|c| tasks::created(&c.task.id)).collect(),
+            owners: tasks.iter().map(|c| c.task.owner.as_str()).collect(),
+            kinds: tasks.iter().map(|c| task_kind(c.task.kind)).collect(),
+            statuses: tasks.iter().map(|c| task_status(c.task.status)).collect(),
+            models: tasks.iter().map(|c| c.task.model.as_str()).collect(),
+            due: tasks.iter().map(|c| tasks::due_ms(&c.task)).collect(),
+            params: tasks.iter().map(|c| c.row.params.as_str()).collect(),
+            records: tasks.iter().map(|c| Json(&c.row.rest)).collect(),
+        }
+    }
+}
+
 /// Whether `creation` is written, with the single step's checks in its order; when it is, what
 /// it writes joins `writes` and what it changes is in `found` for the creations after it.
 fn accept<'a>(
@@ -363,16 +522,7 @@ async fn write(
     if writes.tasks.is_empty() {
         return Ok(());
     }
-    let tasks = &writes.tasks;
-    let ids: Vec<&str> = tasks.iter().map(|c| c.task.id.as_str()).collect();
-    let created: Vec<&str> = tasks.iter().map(|c| tasks::created(&c.task.id)).collect();
-    let owners: Vec<&str> = tasks.iter().map(|c| c.task.owner.as_str()).collect();
-    let kinds: Vec<&str> = tasks.iter().map(|c| task_kind(c.task.kind)).collect();
-    let statuses: Vec<&str> = tasks.iter().map(|c| task_status(c.task.status)).collect();
-    let models: Vec<&str> = tasks.iter().map(|c| c.task.model.as_str()).collect();
-    let due: Vec<Option<i64>> = tasks.iter().map(|c| tasks::due_ms(&c.task)).collect();
-    let params: Vec<&str> = tasks.iter().map(|c| c.row.params.as_str()).collect();
-    let records: Vec<Json<&serde_json::Value>> = tasks.iter().map(|c| Json(&c.row.rest)).collect();
+    let t = TaskColumns::of(&writes.tasks);
     let mut key_ids: Vec<&str> = writes.keys.iter().map(String::as_str).collect();
     key_ids.sort_unstable();
     let keys: Vec<Json<&Key>> = key_ids
@@ -405,15 +555,15 @@ async fn write(
         .execute(
             statement,
             &[
-                &ids,
-                &created,
-                &owners,
-                &kinds,
-                &statuses,
-                &models,
-                &due,
-                &params,
-                &records,
+                &t.ids,
+                &t.created,
+                &t.owners,
+                &t.kinds,
+                &t.statuses,
+                &t.models,
+                &t.due,
+                &t.params,
+                &t.records,
                 &key_ids,
                 &keys,
                 &idem_owners,

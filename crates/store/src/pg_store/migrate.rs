@@ -17,6 +17,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_characters.sql"),
     include_str!("migrations/0006_webhook_receivers.sql"),
     include_str!("migrations/0007_characters_by_owner.sql"),
+    include_str!("migrations/0008_fewer_reads.sql"),
 ];
 
 /// The newest version this build knows.

@@ -2,11 +2,11 @@
 //! ledger entries ([`super::tasks::transition_alone`]): the writes waiting at once go out as
 //! one statement, committed on its own, so they share a commit (one WAL flush) and a round
 //! trip. Each row is written only if it is still the version its step read (`xmin`); the
-//! statement returns the ids it wrote, and a step whose id is not among them reads its task
-//! again. Two writes of one task never go in one statement (the second waits for the next):
+//! statement returns the ids it wrote with their new versions, and a step whose id is not
+//! among them reads its task again. Two writes of one task never go in one statement (the second waits for the next):
 //! each must be compared with the version the other leaves.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::Json;
@@ -52,7 +52,7 @@ async fn write(store: &PgStore, group: Vec<Move>) {
     let written = attempt(store, &group).await;
     for m in group {
         let answer = match &written {
-            Ok(ids) => Ok(ids.contains(&m.id)),
+            Ok(written) => Ok(written.get(&m.id).cloned()),
             Err(e) => Err(crate::StoreError::Backend(e.clone())),
         };
         // A step that went away has nothing to learn.
@@ -60,8 +60,8 @@ async fn write(store: &PgStore, group: Vec<Move>) {
     }
 }
 
-/// The group's writes in one statement: the ids it wrote.
-async fn attempt(store: &PgStore, group: &[Move]) -> Result<HashSet<String>, String> {
+/// The group's writes in one statement: the ids it wrote, each with the row's new version.
+async fn attempt(store: &PgStore, group: &[Move]) -> Result<HashMap<String, String>, String> {
     const WHAT: &str = "transition tasks";
     let client = store.client(WHAT).await.map_err(|e| e.to_string())?;
     let ids: Vec<&str> = group.iter().map(|m| m.id.as_str()).collect();
@@ -79,13 +79,13 @@ async fn attempt(store: &PgStore, group: &[Move]) -> Result<HashSet<String>, Str
          FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], \
             $6::jsonb[], $7::text[]) AS u(id, status, model, due_ms, params, record, version) \
          WHERE tasks.id = u.id AND tasks.xmin::text = u.version \
-         RETURNING tasks.id",
+         RETURNING tasks.id, tasks.xmin::text",
         &[&ids, &statuses, &models, &due, &params, &records, &versions],
     )
     .await
     .map_err(|f| f.into_store().to_string())?;
     rows.iter()
-        .map(|row| row.try_get::<_, String>(0).sql(WHAT))
-        .collect::<Result<HashSet<String>, Fault>>()
+        .map(|row| Ok((row.try_get(0).sql(WHAT)?, row.try_get(1).sql(WHAT)?)))
+        .collect::<Result<HashMap<String, String>, Fault>>()
         .map_err(|f| f.into_store().to_string())
 }

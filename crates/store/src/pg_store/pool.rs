@@ -1,6 +1,7 @@
 //! [`PgStore`] itself: the pool of connections, opening it (and migrating the schema), and
 //! a connection for a step.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -8,6 +9,7 @@ use tokio_postgres::NoTls;
 
 use super::migrate::migrate;
 use super::queues::{Committer, Mover};
+use super::versions::Versions;
 use crate::StoreError;
 
 /// How long opening a connection may take when the URL does not say (`connect_timeout`).
@@ -27,6 +29,9 @@ pub struct PgStore {
     /// Where transitions' compare-and-swap writes go to share a commit ([`super::moves`]);
     /// `None` in the writer's own store.
     pub(super) mover: Option<Mover>,
+    /// The task rows this store claimed or moved last, with their versions: a transition
+    /// starts from one without reading it ([`super::versions`]).
+    pub(super) versions: Arc<Versions>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -63,6 +68,7 @@ impl PgStore {
             pool,
             committer: None,
             mover: None,
+            versions: Arc::default(),
         };
         let mut client = store.client("connect").await?;
         migrate(&mut client).await?;

@@ -37,8 +37,8 @@ pub(super) struct Move {
     pub(super) record: serde_json::Value,
     /// The row's `xmin` when the step read it.
     pub(super) version: String,
-    /// Whether the row was written (it was still at `version`).
-    pub(super) done: oneshot::Sender<Result<bool, crate::StoreError>>,
+    /// The row's new version when it was written (it was still at `version`), else `None`.
+    pub(super) done: oneshot::Sender<Result<Option<String>, crate::StoreError>>,
 }
 
 /// Where a store's transition writes go to be committed in groups.

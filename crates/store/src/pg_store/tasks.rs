@@ -260,18 +260,20 @@ fn moved(
     Ok(new)
 }
 
-/// Times [`transition_alone`] writes its task before it leaves the task to the locked
-/// transaction: other steps changed it between each read and write.
+/// Times [`transition_alone`] reads and writes its task before it leaves the task to the
+/// locked transaction: other steps changed it between each read and write.
 const CAS_ATTEMPTS: usize = 3;
 
 /// [`crate::Store::transition`] of a task to an unfinished status with no ledger entry (a
-/// submission's mark, its acceptance, a poll's reschedule, a claim's renewal): a read, then a
-/// write of the row only if it is still the version read (its `xmin`, the transaction that
-/// wrote it), committed on its own with the other such writes waiting at once
-/// ([`super::moves`]): no explicit transaction, where the locked read takes four round trips
-/// and a commit of its own. A write that finds the row changed reads it again (the update
-/// closure runs again); `None` when it found it changed [`CAS_ATTEMPTS`] times (a task many
-/// steps move at once), for the caller to take the row lock instead.
+/// submission's mark, its acceptance, a poll's reschedule, a claim's renewal): the row as this
+/// store last claimed or wrote it ([`super::versions`]), else as read now, written only if it
+/// is still that version (its `xmin`, the transaction that wrote it), committed on its own
+/// with the other such writes waiting at once ([`super::moves`]): no explicit transaction,
+/// where the locked read takes four round trips and a commit of its own, and no read at all
+/// for a task this instance just claimed or moved. A write that finds the row changed reads
+/// it again (the update closure runs again); `None` when it found it changed
+/// [`CAS_ATTEMPTS`] times after reading it (a task many steps move at once), for the caller
+/// to take the row lock instead.
 pub(super) async fn transition_alone(
     store: &PgStore,
     id: &str,
@@ -280,66 +282,92 @@ pub(super) async fn transition_alone(
     update: TaskUpdate<'_>,
 ) -> Result<Option<Task>, StoreError> {
     let what = format!("transition task {id}");
+    // A kept row whose status does not allow the move may be out of date: read it then.
+    if let Some(kept) = store.versions.take(id)
+        && let Ok(new) = moved(&kept.task, id, from, to, update)
+        && let Some(task) = write_version(store, &what, to, new, kept.version).await?
+    {
+        return Ok(Some(task));
+    }
     for _ in 0..CAS_ATTEMPTS {
         let client = store.client(&what).await?;
         let sql = "SELECT params, record::text, xmin::text FROM tasks WHERE id = $1";
         let row = txn::query_opt(&client, &what, sql, &[&id])
             .await
             .map_err(Fault::into_store)?;
+        // The connection goes back to the pool: the writer needs one.
+        drop(client);
         let Some(row) = row else {
             return Err(StoreError::TaskNotFound(id.to_owned()));
         };
         let version: String = row.try_get(2).sql(&what).map_err(Fault::into_store)?;
         let old = read_task(&row).map_err(Fault::into_store)?;
         let new = moved(&old, id, from, to, update)?;
-        let row = row_of(&new)?;
-        let written = match &store.mover {
-            Some(mover) => {
-                // The connection goes back to the pool: the writer needs one.
-                drop(client);
-                let (done, answer) = tokio::sync::oneshot::channel();
-                let write = super::queues::Move {
-                    id: id.to_owned(),
-                    status: task_status(to),
-                    model: new.model.clone(),
-                    due_ms: due_ms(&new),
-                    params: row.params,
-                    record: row.rest,
-                    version,
-                    done,
-                };
-                if mover.send(write).is_err() {
-                    return Err(StoreError::Backend(format!("{what}: the writer stopped")));
-                }
-                answer.await.unwrap_or_else(|_| {
-                    Err(StoreError::Backend(format!(
-                        "{what}: the writer stopped before its answer"
-                    )))
-                })?
-            }
-            None => {
-                let sql = "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, \
-                           record = $6 WHERE id = $1 AND xmin::text = $7";
-                let params: txn::Params = &[
-                    &id,
-                    &task_status(to),
-                    &new.model,
-                    &due_ms(&new),
-                    &row.params,
-                    &Json(&row.rest),
-                    &version,
-                ];
-                txn::execute(&client, &what, sql, params)
-                    .await
-                    .map_err(Fault::into_store)?
-                    == 1
-            }
-        };
-        if written {
-            return Ok(Some(new));
+        if let Some(task) = write_version(store, &what, to, new, version).await? {
+            return Ok(Some(task));
         }
     }
     Ok(None)
+}
+
+/// Writes `new` (moved to `to`) if its row is still at `version`: the task as written (and
+/// kept with its new version), or `None` when the row had changed.
+async fn write_version(
+    store: &PgStore,
+    what: &str,
+    to: TaskStatus,
+    new: Task,
+    version: String,
+) -> Result<Option<Task>, StoreError> {
+    let row = row_of(&new)?;
+    let written = match &store.mover {
+        Some(mover) => {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let write = super::queues::Move {
+                id: new.id.clone(),
+                status: task_status(to),
+                model: new.model.clone(),
+                due_ms: due_ms(&new),
+                params: row.params,
+                record: row.rest,
+                version,
+                done,
+            };
+            if mover.send(write).is_err() {
+                return Err(StoreError::Backend(format!("{what}: the writer stopped")));
+            }
+            answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Backend(format!(
+                    "{what}: the writer stopped before its answer"
+                )))
+            })?
+        }
+        None => {
+            let client = store.client(what).await?;
+            let sql = "UPDATE tasks SET status = $2, model = $3, due_ms = $4, params = $5, \
+                       record = $6 WHERE id = $1 AND xmin::text = $7 RETURNING xmin::text";
+            let params: txn::Params = &[
+                &new.id,
+                &task_status(to),
+                &new.model,
+                &due_ms(&new),
+                &row.params,
+                &Json(&row.rest),
+                &version,
+            ];
+            let written = txn::query_opt(&client, what, sql, params)
+                .await
+                .map_err(Fault::into_store)?;
+            written
+                .map(|row| row.try_get(0).sql(what))
+                .transpose()
+                .map_err(Fault::into_store)?
+        }
+    };
+    Ok(written.map(|version| {
+        store.versions.put(version, new.clone());
+        new
+    }))
 }
 
 /// [`crate::Store::claim_due`]: one statement. The due rows up to `limit`, earliest first,
@@ -366,7 +394,7 @@ pub(super) async fn claim(
              UPDATE tasks SET due_ms = $2, \
                 record = jsonb_set(tasks.record, '{next_poll_ms}', to_jsonb($2::bigint)) \
              FROM due WHERE tasks.id = due.id \
-             RETURNING tasks.params, tasks.record::text, due.due_ms, tasks.id",
+             RETURNING tasks.params, tasks.record::text, due.due_ms, tasks.xmin::text",
         &[&now, &until, &n],
     )
     .await
@@ -377,7 +405,14 @@ pub(super) async fn claim(
             .try_get(2)
             .sql("claim due tasks")
             .map_err(Fault::into_store)?;
-        claimed.push((was, read_task(row).map_err(Fault::into_store)?));
+        let version: String = row
+            .try_get(3)
+            .sql("claim due tasks")
+            .map_err(Fault::into_store)?;
+        let task = read_task(row).map_err(Fault::into_store)?;
+        // Its steps start from the row as claimed, without reading it again.
+        store.versions.put(version, task.clone());
+        claimed.push((was, task));
     }
     claimed.sort_by(|(a, x), (b, y)| (a, x.id.as_bytes()).cmp(&(b, y.id.as_bytes())));
     Ok(claimed
@@ -438,6 +473,7 @@ pub(super) async fn unfinished(store: &PgStore, limit: usize) -> Result<Vec<Task
 /// [`crate::Store::delete_task`]: one statement.
 pub(super) async fn delete(store: &PgStore, id: &str) -> Result<Option<Task>, StoreError> {
     let what = format!("delete task {id}");
+    store.versions.forget(id);
     let sql = "DELETE FROM tasks WHERE id = $1 RETURNING params, record::text";
     let client = store.client(&what).await?;
     let row = txn::query_opt(&client, &what, sql, &[&id]).await;

@@ -335,3 +335,188 @@ async fn webhooks_of_an_earlier_schema_get_their_receivers() {
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].next_attempt_ms, Some(1_010));
 }
+
+/// A creation of `t` taking `price` from key `key_id`, as the committer gets it.
+fn creation(t: &crate::Task, key_id: &str, price: i64) -> super::queues::Creation {
+    let (task, row) = super::tasks::new_task(t).unwrap();
+    let ledger = vec![draft(key_id, &t.id, LedgerKind::Prededuct, -price)];
+    super::queues::Creation {
+        task,
+        row,
+        ledger,
+        idem: None,
+        at: 7,
+        done: tokio::sync::oneshot::channel().0,
+    }
+}
+
+/// A group written blind (no read first) takes each key's quota once, the sum of its
+/// pre-deductions, with each entry's balance in the group's order; a group a key does not
+/// cover, or whose key is not there, writes nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
+    let schema = PgSchema::new().await;
+    let store = PgStore::connect(&schema.url, 2).await.unwrap();
+    store
+        .create_key(&key("key_a", "ha", Some(100)))
+        .await
+        .unwrap();
+    store.create_key(&key("key_b", "hb", None)).await.unwrap();
+    let ids: Vec<String> = (0..6).map(|n| tid("video", n)).collect();
+    let group = [
+        creation(&task(&ids[0], "key_a", Queued, Some(1)), "key_a", 30),
+        creation(&task(&ids[1], "key_b", Queued, Some(1)), "key_b", 5),
+        creation(&task(&ids[2], "key_a", Queued, Some(1)), "key_a", 30),
+        creation(&task(&ids[3], "key_a", Queued, Some(1)), "key_a", 30),
+    ];
+    let client = store.client("test").await.unwrap();
+    super::group::write_blind(&client, &group).await.unwrap();
+    let a = store.key("key_a").await.unwrap().unwrap();
+    assert_eq!((a.quota, a.quota_used), (Some(10), 90));
+    let b = store.key("key_b").await.unwrap().unwrap();
+    assert_eq!((b.quota, b.quota_used), (None, 5));
+    let balances = crate::suite::ledger_of(&store, "key_a", |e| e.balance_after).await;
+    assert_eq!(balances, [Some(70), Some(40), Some(10)]);
+    let tasks = crate::suite::ledger_of(&store, "key_a", |e| e.task_id.clone()).await;
+    assert_eq!(tasks, [ids[0].clone(), ids[2].clone(), ids[3].clone()]);
+    assert_eq!(
+        crate::suite::ledger_of(&store, "key_b", |e| e.balance_after).await,
+        [None]
+    );
+    for id in &ids[..4] {
+        assert!(store.task(id).await.unwrap().is_some());
+    }
+    // Over key_a's quota (10 left, 20 asked), and a key that is not there: nothing written.
+    for refused in [
+        [
+            creation(&task(&ids[4], "key_b", Queued, Some(1)), "key_b", 5),
+            creation(&task(&ids[5], "key_a", Queued, Some(1)), "key_a", 20),
+        ],
+        [
+            creation(&task(&ids[4], "key_b", Queued, Some(1)), "key_b", 5),
+            creation(&task(&ids[5], "key_x", Queued, Some(1)), "key_x", 1),
+        ],
+    ] {
+        let err = super::group::write_blind(&client, &refused)
+            .await
+            .unwrap_err()
+            .into_store();
+        assert!(err.to_string().contains("does not cover"), "{err}");
+        for id in &ids[4..] {
+            assert!(store.task(id).await.unwrap().is_none());
+        }
+        let b = store.key("key_b").await.unwrap().unwrap();
+        assert_eq!(b.quota_used, 5);
+        assert_eq!(
+            crate::suite::ledger_of(&store, "key_b", |e| e.amount)
+                .await
+                .len(),
+            1
+        );
+    }
+    let a = store.key("key_a").await.unwrap().unwrap();
+    assert_eq!((a.quota, a.quota_used), (Some(10), 90));
+    // The connection is usable again: its transaction was rolled back.
+    super::group::write_blind(
+        &client,
+        &[creation(
+            &task(&ids[5], "key_a", Queued, Some(1)),
+            "key_a",
+            10,
+        )],
+    )
+    .await
+    .unwrap();
+    let a = store.key("key_a").await.unwrap().unwrap();
+    assert_eq!((a.quota, a.quota_used), (Some(0), 100));
+}
+
+/// Three relay instances creating tasks at once on one key: exactly as many creations as
+/// the quota covers are written, each entry's balance is the one before it less its price,
+/// and the quota ends at what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creations_of_several_instances_take_one_quota_exactly() {
+    let schema = PgSchema::new().await;
+    let stores: Vec<PgStore> =
+        futures_util::future::join_all((0..3).map(|_| PgStore::connect(&schema.url, 4)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    stores[0]
+        .create_key(&key("key_a", "ha", Some(500)))
+        .await
+        .unwrap();
+    const TASKS: u64 = 75;
+    let creations = (0..TASKS).map(|n| {
+        let store = stores[n as usize % 3].clone();
+        tokio::spawn(async move {
+            let t = task(&tid("video", n), "key_a", Queued, Some(1));
+            let ledger = [draft("key_a", &t.id, LedgerKind::Prededuct, -10)];
+            store.create_task(&t, &ledger).await
+        })
+    });
+    let mut written = 0;
+    for answer in futures_util::future::join_all(creations).await {
+        match answer.unwrap() {
+            Ok(()) => written += 1,
+            Err(StoreError::InsufficientQuota { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(written, 50);
+    let a = stores[1].key("key_a").await.unwrap().unwrap();
+    assert_eq!((a.quota, a.quota_used), (Some(0), 500));
+    let balances = crate::suite::ledger_of(&stores[2], "key_a", |e| e.balance_after).await;
+    let expected: Vec<Option<i64>> = (0..50).rev().map(|n| Some(n * 10)).collect();
+    assert_eq!(balances, expected);
+}
+
+/// A step starts from the row its instance last claimed or wrote, without reading it; when
+/// another instance changed the row since, the write finds it changed and the step reads it
+/// again: the other's change is kept, not written over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_from_a_row_another_instance_changed_keeps_that_change() {
+    let schema = PgSchema::new().await;
+    let first = PgStore::connect(&schema.url, 2).await.unwrap();
+    let second = PgStore::connect(&schema.url, 2).await.unwrap();
+    let id = tid("video", 1);
+    first
+        .create_task(&task(&id, "key_a", Queued, Some(1)), &[])
+        .await
+        .unwrap();
+    let claimed = first.claim_due(10, 60_000, 1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    // The first instance keeps the row as claimed; the second changes it.
+    second
+        .transition(&id, &[Queued], Queued, &|t| t.attempts += 5, &[])
+        .await
+        .unwrap();
+    let moved = first
+        .transition(&id, &[Queued], Running, &|t| t.attempts += 1, &[])
+        .await
+        .unwrap();
+    assert_eq!(moved.attempts, 6);
+    // Its own write is kept: the next step starts from it, and still sees every change.
+    let again = first
+        .transition(&id, &[Running], Running, &|t| t.attempts += 1, &[])
+        .await
+        .unwrap();
+    assert_eq!(again.attempts, 7);
+    second
+        .transition(&id, &[Running], Running, &|t| t.progress = 40, &[])
+        .await
+        .unwrap();
+    // A kept row whose status no longer allows the move is read again before refusing.
+    let err = first
+        .transition(&id, &[Queued], Running, &noop, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::WrongStatus { .. }), "{err}");
+    let last = first
+        .transition(&id, &[Running], Running, &|t| t.attempts += 1, &[])
+        .await
+        .unwrap();
+    assert_eq!((last.attempts, last.progress), (8, 40));
+    assert_eq!(second.task(&id).await.unwrap().unwrap().attempts, 8);
+}
