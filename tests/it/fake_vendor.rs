@@ -1,7 +1,8 @@
 //! What the fakes of real video vendors share: a small hyper server on loopback that hands
 //! each whole request to its vendor's handler (which may hang up without an answer), JSON
-//! answers, query parameters, switches that count down, and the playable MP4 their result
-//! URLs serve (a real H.264 video rendered once by the relay's own renderer).
+//! answers, query parameters, switches that count down, the two ways a fake starts (one server
+//! that knows its own address, or an API beside a file host), and the playable MP4 their
+//! result URLs serve (a real H.264 video rendered once by the relay's own renderer).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -75,6 +76,54 @@ where
         }
     });
     FakeServer { base, _stop: stop }
+}
+
+/// A fake's answer to one request; `None` hangs up without one.
+pub type Answer = Option<Response<Full<Bytes>>>;
+
+/// Serves `answer` over `state` on a fresh loopback port, handing it the server's own base
+/// URL (the fake's result URLs point back at it).
+pub async fn serve_knowing_base<S, F>(state: Arc<S>, answer: F) -> FakeServer
+where
+    S: Send + Sync + 'static,
+    F: Fn(&Arc<S>, &str, Request<Bytes>) -> Answer + Send + Sync + 'static,
+{
+    let base = Arc::new(OnceLock::<String>::new());
+    let (answer, b) = (Arc::new(answer), base.clone());
+    let server = serve(move |req| {
+        let (st, b, answer) = (state.clone(), b.clone(), answer.clone());
+        async move { answer(&st, b.get().map_or("", String::as_str), req) }
+    })
+    .await;
+    let _ = base.set(server.base.clone());
+    server
+}
+
+/// Serves `file` over `state` as a file host, then `answer` as the API, handing it the file
+/// host's base URL (a vendor whose results live on a host of their own): (API, file host).
+pub async fn serve_with_file_host<S, F, G>(
+    state: Arc<S>,
+    file: G,
+    answer: F,
+) -> (FakeServer, FakeServer)
+where
+    S: Send + Sync + 'static,
+    G: Fn(&Arc<S>, &Request<Bytes>) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    F: Fn(&Arc<S>, &str, Request<Bytes>) -> Answer + Send + Sync + 'static,
+{
+    let (st, file) = (state.clone(), Arc::new(file));
+    let files = serve(move |req| {
+        let (st, file) = (st.clone(), file.clone());
+        async move { Some(file(&st, &req)) }
+    })
+    .await;
+    let (files_base, answer) = (files.base.clone(), Arc::new(answer));
+    let server = serve(move |req| {
+        let (st, fb, answer) = (state.clone(), files_base.clone(), answer.clone());
+        async move { answer(&st, &fb, req) }
+    })
+    .await;
+    (server, files)
 }
 
 /// Takes one from `counter` when it is above 0: whether a switch for the next so many

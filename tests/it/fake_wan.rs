@@ -68,14 +68,9 @@ impl FakeWan {
     pub async fn start() -> FakeWan {
         let state = Arc::new(State::default());
         state.run_ms.store(100, Ordering::SeqCst);
-        let base = Arc::new(std::sync::OnceLock::<String>::new());
-        let (st, b) = (state.clone(), base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, b) = (st.clone(), b.clone());
-            async move { answer(&st, b.get().map_or("", String::as_str), req) }
-        })
-        .await;
-        let _ = base.set(server.base.clone());
+        let server =
+            fake_vendor::serve_knowing_base(state.clone(), |st, base, req| answer(st, base, req))
+                .await;
         FakeWan {
             base: server.base.clone(),
             state,
