@@ -166,6 +166,9 @@ impl FakeMinimax {
     }
 }
 
+// The shared flows' switches; a submission "without an id" is answered base_resp 0 without a task id.
+fake_vendor::takes_submissions!(FakeMinimax, |body| body["prompt"].clone());
+
 /// An error as MiniMax gives it: HTTP 200, the code in `base_resp`.
 fn base_error(code: i64, msg: &str) -> Response<Full<Bytes>> {
     fake_vendor::json(

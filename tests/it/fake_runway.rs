@@ -100,6 +100,9 @@ impl FakeRunway {
     }
 }
 
+// The shared flows' switches; a submission "without an id" is answered 200 without an id.
+fake_vendor::takes_submissions!(FakeRunway, |(_, body)| body["promptText"].clone());
+
 fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
     fake_vendor::json(status, &json!({"error": message}))
 }

@@ -1,8 +1,8 @@
 //! What the fakes of real video vendors share: a small hyper server on loopback that hands
 //! each whole request to its vendor's handler (which may hang up without an answer), JSON
 //! answers, query parameters, switches that count down, the two ways a fake starts (one server
-//! that knows its own address, or an API beside a file host), and the playable MP4 their
-//! result URLs serve (a real H.264 video rendered once by the relay's own renderer).
+//! that knows its own address, or an API beside a file host), what the shared flows need of a
+//! fake that takes submissions, and the playable MP4 their result URLs serve (a real H.264 video rendered once by the relay's own renderer).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -125,6 +125,38 @@ where
     .await;
     (server, files)
 }
+
+/// What the shared flows need of a fake that takes submissions: its switches for the next
+/// submissions, and the prompts it was sent, read from its own wire.
+pub trait TakesSubmissions {
+    /// The next this many submissions are taken and their connection closed unanswered.
+    fn hang_up_submissions(&self) -> &AtomicU32;
+    /// The next this many submissions are taken and answered as accepted, without an id.
+    fn no_id_submissions(&self) -> &AtomicU32;
+    /// The prompt of each accepted submission, oldest first, as the vendor's wire carries it.
+    fn prompts(&self) -> Vec<Value>;
+}
+
+/// Implements [`TakesSubmissions`] for fake `$fake`, whose `state` holds the two switches and
+/// whose `submissions()` it reads each prompt from with `$prompt`.
+macro_rules! takes_submissions {
+    ($fake:ty, $prompt:expr) => {
+        impl $crate::fake_vendor::TakesSubmissions for $fake {
+            fn hang_up_submissions(&self) -> &std::sync::atomic::AtomicU32 {
+                &self.state.hang_up_submissions
+            }
+
+            fn no_id_submissions(&self) -> &std::sync::atomic::AtomicU32 {
+                &self.state.no_id_submissions
+            }
+
+            fn prompts(&self) -> Vec<serde_json::Value> {
+                self.submissions().iter().map($prompt).collect()
+            }
+        }
+    };
+}
+pub(crate) use takes_submissions;
 
 /// Takes one from `counter` when it is above 0: whether a switch for the next so many
 /// requests applies to this one.

@@ -189,6 +189,9 @@ impl FakeVidu {
     }
 }
 
+// The shared flows' switches; a submission "without an id" is answered without a task id.
+fake_vendor::takes_submissions!(FakeVidu, |(_, body)| body["prompt"].clone());
+
 /// Vidu's callback signature of a `POST` to `url` at `date` with `nonce`, under `key`.
 fn sign(url: &str, key: &str, date: &str, nonce: &str) -> String {
     use base64::Engine as _;

@@ -114,6 +114,9 @@ impl FakeXai {
     }
 }
 
+// The shared flows' switches; a submission "without an id" is answered 200 without a request_id.
+fake_vendor::takes_submissions!(FakeXai, |body| body["prompt"].clone());
+
 /// xAI's error body: a gRPC-style status text as `code`, the message as `error`.
 fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
     let code = match status {
