@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use crate::fake_jimeng::{ACCESS_KEY, FakeJimeng, SECRET_KEY};
 use crate::harness::{Body, Relay, png};
 use crate::vendor_flows::{
-    WAIT, admin_channel_test, asset, config, entries_of, failed_and_refunded, first_format,
-    library, never_sent_again, playable, second_format, settled,
+    WAIT, admin_channel_test, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, second_format, settled,
 };
 
 /// The secret key of the channels set up to be refused.
@@ -54,13 +54,14 @@ async fn both_formats_come_back_playable_and_settled_on_the_frames_asked() {
     let relay = Relay::start(&config(&text_channel("jimeng", &fake, 0, SECRET_KEY))).await;
     let (key_id, key) = relay.new_key("jimeng", Some(10_000)).await;
 
-    let id = first_format(&relay, &key, task("千军万马 on a grassland at dawn")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
     // 5 s of model_h3 at 10 a second; 121 frames are the 5 s asked.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
+    let (_, done) = completed_and_settled(
+        &relay,
+        (&key_id, &key),
+        task("千军万马 on a grassland at dawn"),
+        50,
+    )
+    .await;
     assert_eq!(
         fake.submissions()[0],
         json!({"req_key": "jimeng_t2v_v30", "prompt": "千军万马 on a grassland at dawn",

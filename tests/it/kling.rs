@@ -15,8 +15,9 @@ use serde_json::json;
 use crate::fake_kling::{ACCESS_KEY, FakeKling, SECRET_KEY};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_channel_tests, asset, callback_config, config, entries_of, failed_and_refunded,
-    first_format, library, never_sent_again, playable, poll_schedule, second_format, settled,
+    WAIT, assert_channel_tests, asset, callback_config, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, poll_schedule,
+    second_format, settled,
 };
 
 /// A `kling` channel in front of `fake`, serving both formats' models with kling-v2-6 and
@@ -42,19 +43,15 @@ async fn both_formats_come_back_playable_and_settled() {
     let (key_id, key) = relay.new_key("kling", Some(10_000)).await;
 
     // The OpenAI SDK's body, unchanged.
-    let id = first_format(
+    // 5 s of model_h3 at 10 a second, settled on the 5 s Kling reported.
+    let (id, _) = completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a rabbit reads the paper", "seconds": "5",
                "size": "1280x720"}),
+        50,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    // 5 s of model_h3 at 10 a second, settled on the 5 s Kling reported.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
 
     let (kind, sent) = &fake.submissions()[0];
     assert_eq!(kind, "text2video");

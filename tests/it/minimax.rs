@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use crate::fake_minimax::{API_KEY, FakeMinimax};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_channel_tests, asset, callback_config, config, entries_of, failed_and_refunded,
-    first_format, library, never_sent_again, playable, poll_schedule, second_format, settled,
+    WAIT, assert_channel_tests, asset, callback_config, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, poll_schedule,
+    second_format, settled,
 };
 
 /// A `minimax` channel in front of `fake`: the first format's model on Hailuo 2.3, the
@@ -46,19 +47,15 @@ async fn both_formats_come_back_playable_and_settled() {
     let relay = relay_with(&fake).await;
     let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
 
-    let id = first_format(
+    // MiniMax reports no length: 6 s of model_h3 at 10 a second, as asked.
+    completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a stylish walk down a neon street",
                "seconds": "6", "size": "1366x768"}),
+        60,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    // MiniMax reports no length: 6 s of model_h3 at 10 a second, as asked.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(60));
     // The size's tier, as Hailuo 2.3 names it: the smallest it makes as large as 1366x768.
     assert_eq!(
         fake.submissions()[0],

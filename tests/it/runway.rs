@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use crate::fake_runway::{API_KEY, FakeRunway, VERSION};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_channel_tests, asset, config, entries_of, failed_and_refunded, first_format,
-    library, never_sent_again, playable, refunded, second_format, settled,
+    WAIT, assert_channel_tests, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, refunded,
+    second_format, settled,
 };
 
 /// A `runway` channel in front of `fake` with `map` as its model map.
@@ -52,12 +53,13 @@ async fn both_formats_come_back_playable_and_settled_as_asked() {
     let relay = Relay::start(&config(&channel("runway", &fake, 0, API_KEY, TEXT))).await;
     let (key_id, key) = relay.new_key("runway", Some(10_000)).await;
 
-    let id = first_format(&relay, &key, task("a bunny hopping in a meadow")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
+    completed_and_settled(
+        &relay,
+        (&key_id, &key),
+        task("a bunny hopping in a meadow"),
+        50,
+    )
+    .await;
     let (path, sent) = fake.submissions()[0].clone();
     assert_eq!(path, "/v1/text_to_video");
     // The first format has no seed: none is sent.

@@ -1,9 +1,9 @@
 //! What the tests of real vendor kinds share: fast polls, tasks of both formats, frames and
-//! references as asset-library assets, the ledger of a task, a task that fails and is refunded,
-//! the flow that proves a submission that may have reached its vendor is never sent again, the
-//! channel test run in process or over the admin API, the relay's copy of a result downloaded
-//! and probed as a playable MP4, and the Google kinds' keys, ledgers, multipart bodies and
-//! byte-exact copies.
+//! references as asset-library assets, the ledger of a task, a task that is made and settled
+//! or fails and is refunded, the flow that proves a submission that may have reached its
+//! vendor is never sent again, the channel test run in process or over the admin API, the
+//! relay's copy of a result downloaded and probed as a playable MP4, and the Google kinds'
+//! keys, ledgers, multipart bodies and byte-exact copies.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -72,6 +72,24 @@ pub fn settled(price: i64) -> Vec<(String, i64)> {
 
 pub fn refunded(price: i64) -> Vec<(String, i64)> {
     vec![("prededuct".into(), -price), ("refund".into(), price)]
+}
+
+/// Creates a first-format task `body` as `key` (of `key_id`) that the vendor makes, waits for
+/// it: completed, the relay's copy a playable H.264 MP4, settled at `price`. Answers its id
+/// and record.
+pub async fn completed_and_settled(
+    relay: &Relay,
+    (key_id, key): (&str, &str),
+    body: Value,
+    price: i64,
+) -> (String, Value) {
+    let id = first_format(relay, key, body).await;
+    let done = relay.wait_video_as(key, &id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let info = playable(relay, key, &format!("/v1/videos/{id}/content")).await;
+    assert_eq!(info.codec, "avc1");
+    assert_eq!(entries_of(relay, key_id, &id).await, settled(price));
+    (id, done)
 }
 
 /// Creates a first-format task `body` as `key` (of `key_id`) that the vendor fails, waits for

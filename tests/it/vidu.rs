@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use crate::fake_vidu::{API_KEY, FakeVidu};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, admin_channel_test, asset, callback_config, config, entries_of, failed_and_refunded,
-    first_format, library, never_sent_again, playable, poll_schedule, refunded, second_format,
-    settled,
+    WAIT, admin_channel_test, asset, callback_config, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, poll_schedule,
+    refunded, second_format, settled,
 };
 
 /// The key of the channels set up to be refused.
@@ -58,18 +58,14 @@ async fn both_formats_come_back_playable_and_settled() {
     let relay = Relay::start(&config(&channel("vidu", &fake, 0, API_KEY))).await;
     let (key_id, key) = relay.new_key("vidu", Some(10_000)).await;
 
-    let id = first_format(
+    let (_, done) = completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a paper boat drifting on a pond at dawn",
                "seconds": "8", "size": "1280x720"}),
+        80,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(80));
     let (path, body) = &fake.submissions()[0];
     assert_eq!(path, "/ent/v2/text2video");
     assert_eq!(

@@ -12,8 +12,8 @@ use serde_json::json;
 use crate::fake_wan::{API_KEY, FakeWan};
 use crate::harness::{Relay, png};
 use crate::vendor_flows::{
-    WAIT, assert_channel_tests, asset, config, entries_of, failed_and_refunded, first_format,
-    library, never_sent_again, playable, second_format, settled,
+    WAIT, assert_channel_tests, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, second_format, settled,
 };
 
 /// A `wan` channel in front of `fake` with `map` as its model map.
@@ -35,18 +35,14 @@ async fn both_formats_come_back_playable_and_settled_on_usage() {
     let relay = Relay::start(&config(&channel("wan", &fake, 0, API_KEY, TEXT))).await;
     let (key_id, key) = relay.new_key("wan", Some(10_000)).await;
 
-    let id = first_format(
+    completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a kitten running in the moonlight",
                "seconds": "5", "size": "1280x720"}),
+        50,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
     let (path, sent) = fake.submissions()[0].clone();
     assert_eq!(
         path,

@@ -14,8 +14,8 @@ use serde_json::json;
 use crate::fake_xai::{API_KEY, FakeXai};
 use crate::harness::{Body, Relay, png};
 use crate::vendor_flows::{
-    WAIT, admin_channel_test, asset, config, entries_of, failed_and_refunded, first_format,
-    library, never_sent_again, playable, second_format, settled,
+    WAIT, admin_channel_test, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, second_format, settled,
 };
 
 /// The key of the channels set up to be refused.
@@ -47,19 +47,15 @@ async fn both_formats_come_back_playable_and_settled_on_the_reported_duration() 
     let (key_id, key) = relay.new_key("xai", Some(10_000)).await;
 
     // The OpenAI SDK's body, unchanged.
-    let id = first_format(
+    // 8 s of model_h3 at 10 a second, settled on the 8 s xAI reported.
+    let (_, done) = completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a paper boat drifting on a pond at dawn",
                "seconds": "8", "size": "1280x720"}),
+        80,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    // 8 s of model_h3 at 10 a second, settled on the 8 s xAI reported.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(80));
     assert_eq!(
         fake.submissions()[0],
         json!({"model": "grok-imagine-video", "prompt": "a paper boat drifting on a pond at dawn",
