@@ -130,7 +130,8 @@ impl FakeJimeng {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered without a task id.
+// The shared flows' switches; a submission "without an id" is answered
+// without a task id.
 fake_vendor::takes_submissions!(FakeJimeng, |body| body["prompt"].clone());
 
 /// The gateway's error body.

@@ -150,7 +150,8 @@ impl FakeKling {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered code 0 without a task id.
+// The shared flows' switches; a submission "without an id" is answered
+// code 0 without a task id.
 fake_vendor::takes_submissions!(FakeKling, |(_, body)| body["prompt"].clone());
 
 fn error(status: u16, code: i64, message: &str) -> Response<Full<Bytes>> {

@@ -166,7 +166,8 @@ impl FakeMinimax {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered base_resp 0 without a task id.
+// The shared flows' switches; a submission "without an id" is answered
+// base_resp 0 without a task id.
 fake_vendor::takes_submissions!(FakeMinimax, |body| body["prompt"].clone());
 
 /// An error as MiniMax gives it: HTTP 200, the code in `base_resp`.

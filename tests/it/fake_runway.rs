@@ -100,7 +100,8 @@ impl FakeRunway {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered 200 without an id.
+// The shared flows' switches; a submission "without an id" is answered
+// 200 without an id.
 fake_vendor::takes_submissions!(FakeRunway, |(_, body)| body["promptText"].clone());
 
 fn error(status: u16, message: &str) -> Response<Full<Bytes>> {

@@ -1,8 +1,9 @@
-//! What the fakes of real video vendors share: a small hyper server on loopback that hands
-//! each whole request to its vendor's handler (which may hang up without an answer), JSON
-//! answers, query parameters, switches that count down, the two ways a fake starts (one server
-//! that knows its own address, or an API beside a file host), what the shared flows need of a
-//! fake that takes submissions, and the playable MP4 their result URLs serve (a real H.264 video rendered once by the relay's own renderer).
+//! What the fakes of real video vendors share: a small hyper server on loopback that hands each
+//! whole request to its vendor's handler (which may hang up without an answer), JSON answers, query
+//! parameters, switches that count down, the two ways a fake starts (one server that knows its own
+//! address, or an API beside a file host), what the shared flows need of a fake that takes
+//! submissions, and the playable MP4 their result URLs serve (a real H.264 video rendered once by
+//! the relay's own renderer).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -189,7 +189,8 @@ impl FakeVidu {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered without a task id.
+// The shared flows' switches; a submission "without an id" is answered
+// without a task id.
 fake_vendor::takes_submissions!(FakeVidu, |(_, body)| body["prompt"].clone());
 
 /// Vidu's callback signature of a `POST` to `url` at `date` with `nonce`, under `key`.

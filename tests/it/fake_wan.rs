@@ -91,7 +91,8 @@ impl FakeWan {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered 200 without a task.
+// The shared flows' switches; a submission "without an id" is answered
+// 200 without a task.
 fake_vendor::takes_submissions!(FakeWan, |(_, body)| body["input"]["prompt"].clone());
 
 fn error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {

@@ -114,7 +114,8 @@ impl FakeXai {
     }
 }
 
-// The shared flows' switches; a submission "without an id" is answered 200 without a request_id.
+// The shared flows' switches; a submission "without an id" is answered
+// 200 without a request_id.
 fake_vendor::takes_submissions!(FakeXai, |body| body["prompt"].clone());
 
 /// xAI's error body: a gRPC-style status text as `code`, the message as `error`.
