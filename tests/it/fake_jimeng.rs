@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -98,19 +98,11 @@ impl FakeJimeng {
     pub async fn start() -> FakeJimeng {
         let state = Arc::new(State::default());
         state.run_ms.store(150, Ordering::SeqCst);
-        let st = state.clone();
-        let files = fake_vendor::serve(move |req| {
-            let st = st.clone();
-            async move { Some(file(&st, &req)) }
-        })
-        .await;
-        let files_base = Arc::new(OnceLock::<String>::new());
-        let _ = files_base.set(files.base.clone());
-        let (st, fb) = (state.clone(), files_base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, fb) = (st.clone(), fb.clone());
-            async move { answer(&st, fb.get().map_or("", String::as_str), req) }
-        })
+        let (server, files) = fake_vendor::serve_with_file_host(
+            state.clone(),
+            |st, req| file(st, req),
+            |st, files, req| answer(st, files, req),
+        )
         .await;
         FakeJimeng {
             base: server.base.clone(),
@@ -137,6 +129,10 @@ impl FakeJimeng {
             .push_back((status, code, message));
     }
 }
+
+// The shared flows' switches; a submission "without an id" is answered
+// without a task id.
+fake_vendor::takes_submissions!(FakeJimeng, |body| body["prompt"].clone());
 
 /// The gateway's error body.
 fn gateway(

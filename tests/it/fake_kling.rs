@@ -82,14 +82,7 @@ impl FakeKling {
     pub async fn start() -> FakeKling {
         let state = Arc::new(State::default());
         state.run_ms.store(100, Ordering::SeqCst);
-        let base = Arc::new(std::sync::OnceLock::<String>::new());
-        let (st, b) = (state.clone(), base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, b) = (st.clone(), b.clone());
-            async move { answer(&st, b.get().map_or("", String::as_str), req) }
-        })
-        .await;
-        let _ = base.set(server.base.clone());
+        let server = fake_vendor::serve_knowing_base(state.clone(), answer).await;
         FakeKling {
             base: server.base.clone(),
             state,
@@ -156,6 +149,10 @@ impl FakeKling {
             .push_back((status, code));
     }
 }
+
+// The shared flows' switches; a submission "without an id" is answered
+// code 0 without a task id.
+fake_vendor::takes_submissions!(FakeKling, |(_, body)| body["prompt"].clone());
 
 fn error(status: u16, code: i64, message: &str) -> Response<Full<Bytes>> {
     fake_vendor::json(

@@ -79,14 +79,7 @@ impl FakeMinimax {
     pub async fn start() -> FakeMinimax {
         let state = Arc::new(State::default());
         state.run_ms.store(100, Ordering::SeqCst);
-        let base = Arc::new(std::sync::OnceLock::<String>::new());
-        let (st, b) = (state.clone(), base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, b) = (st.clone(), b.clone());
-            async move { answer(&st, b.get().map_or("", String::as_str), req) }
-        })
-        .await;
-        let _ = base.set(server.base.clone());
+        let server = fake_vendor::serve_knowing_base(state.clone(), answer).await;
         FakeMinimax {
             base: server.base.clone(),
             state,
@@ -172,6 +165,10 @@ impl FakeMinimax {
         self.state.next_errors.lock().unwrap().push_back(code);
     }
 }
+
+// The shared flows' switches; a submission "without an id" is answered
+// base_resp 0 without a task id.
+fake_vendor::takes_submissions!(FakeMinimax, |body| body["prompt"].clone());
 
 /// An error as MiniMax gives it: HTTP 200, the code in `base_resp`.
 fn base_error(code: i64, msg: &str) -> Response<Full<Bytes>> {

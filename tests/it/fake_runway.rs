@@ -73,14 +73,9 @@ impl FakeRunway {
     pub async fn start() -> FakeRunway {
         let state = Arc::new(State::default());
         state.run_ms.store(100, Ordering::SeqCst);
-        let base = Arc::new(std::sync::OnceLock::<String>::new());
-        let (st, b) = (state.clone(), base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, b) = (st.clone(), b.clone());
-            async move { answer(&st, b.get().map_or("", String::as_str), req) }
-        })
-        .await;
-        let _ = base.set(server.base.clone());
+        let server =
+            fake_vendor::serve_knowing_base(state.clone(), |st, base, req| answer(st, base, req))
+                .await;
         FakeRunway {
             base: server.base.clone(),
             state,
@@ -104,6 +99,10 @@ impl FakeRunway {
             .push_back((status, message));
     }
 }
+
+// The shared flows' switches; a submission "without an id" is answered
+// 200 without an id.
+fake_vendor::takes_submissions!(FakeRunway, |(_, body)| body["promptText"].clone());
 
 fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
     fake_vendor::json(status, &json!({"error": message}))

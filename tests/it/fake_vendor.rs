@@ -1,7 +1,9 @@
-//! What the fakes of real video vendors share: a small hyper server on loopback that hands
-//! each whole request to its vendor's handler (which may hang up without an answer), JSON
-//! answers, query parameters, switches that count down, and the playable MP4 their result
-//! URLs serve (a real H.264 video rendered once by the relay's own renderer).
+//! What the fakes of real video vendors share: a small hyper server on loopback that hands each
+//! whole request to its vendor's handler (which may hang up without an answer), JSON answers, query
+//! parameters, switches that count down, the two ways a fake starts (one server that knows its own
+//! address, or an API beside a file host), what the shared flows need of a fake that takes
+//! submissions, and the playable MP4 their result URLs serve (a real H.264 video rendered once by
+//! the relay's own renderer).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -76,6 +78,86 @@ where
     });
     FakeServer { base, _stop: stop }
 }
+
+/// A fake's answer to one request; `None` hangs up without one.
+pub type Answer = Option<Response<Full<Bytes>>>;
+
+/// Serves `answer` over `state` on a fresh loopback port, handing it the server's own base
+/// URL (the fake's result URLs point back at it).
+pub async fn serve_knowing_base<S, F>(state: Arc<S>, answer: F) -> FakeServer
+where
+    S: Send + Sync + 'static,
+    F: Fn(&Arc<S>, &str, Request<Bytes>) -> Answer + Send + Sync + 'static,
+{
+    let base = Arc::new(OnceLock::<String>::new());
+    let (answer, b) = (Arc::new(answer), base.clone());
+    let server = serve(move |req| {
+        let (st, b, answer) = (state.clone(), b.clone(), answer.clone());
+        async move { answer(&st, b.get().map_or("", String::as_str), req) }
+    })
+    .await;
+    let _ = base.set(server.base.clone());
+    server
+}
+
+/// Serves `file` over `state` as a file host, then `answer` as the API, handing it the file
+/// host's base URL (a vendor whose results live on a host of their own): (API, file host).
+pub async fn serve_with_file_host<S, F, G>(
+    state: Arc<S>,
+    file: G,
+    answer: F,
+) -> (FakeServer, FakeServer)
+where
+    S: Send + Sync + 'static,
+    G: Fn(&Arc<S>, &Request<Bytes>) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    F: Fn(&Arc<S>, &str, Request<Bytes>) -> Answer + Send + Sync + 'static,
+{
+    let (st, file) = (state.clone(), Arc::new(file));
+    let files = serve(move |req| {
+        let (st, file) = (st.clone(), file.clone());
+        async move { Some(file(&st, &req)) }
+    })
+    .await;
+    let (files_base, answer) = (files.base.clone(), Arc::new(answer));
+    let server = serve(move |req| {
+        let (st, fb, answer) = (state.clone(), files_base.clone(), answer.clone());
+        async move { answer(&st, &fb, req) }
+    })
+    .await;
+    (server, files)
+}
+
+/// What the shared flows need of a fake that takes submissions: its switches for the next
+/// submissions, and the prompts it was sent, read from its own wire.
+pub trait TakesSubmissions {
+    /// The next this many submissions are taken and their connection closed unanswered.
+    fn hang_up_submissions(&self) -> &AtomicU32;
+    /// The next this many submissions are taken and answered as accepted, without an id.
+    fn no_id_submissions(&self) -> &AtomicU32;
+    /// The prompt of each accepted submission, oldest first, as the vendor's wire carries it.
+    fn prompts(&self) -> Vec<Value>;
+}
+
+/// Implements [`TakesSubmissions`] for fake `$fake`, whose `state` holds the two switches and
+/// whose `submissions()` it reads each prompt from with `$prompt`.
+macro_rules! takes_submissions {
+    ($fake:ty, $prompt:expr) => {
+        impl $crate::fake_vendor::TakesSubmissions for $fake {
+            fn hang_up_submissions(&self) -> &std::sync::atomic::AtomicU32 {
+                &self.state.hang_up_submissions
+            }
+
+            fn no_id_submissions(&self) -> &std::sync::atomic::AtomicU32 {
+                &self.state.no_id_submissions
+            }
+
+            fn prompts(&self) -> Vec<serde_json::Value> {
+                self.submissions().iter().map($prompt).collect()
+            }
+        }
+    };
+}
+pub(crate) use takes_submissions;
 
 /// Takes one from `counter` when it is above 0: whether a switch for the next so many
 /// requests applies to this one.

@@ -68,14 +68,9 @@ impl FakeWan {
     pub async fn start() -> FakeWan {
         let state = Arc::new(State::default());
         state.run_ms.store(100, Ordering::SeqCst);
-        let base = Arc::new(std::sync::OnceLock::<String>::new());
-        let (st, b) = (state.clone(), base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, b) = (st.clone(), b.clone());
-            async move { answer(&st, b.get().map_or("", String::as_str), req) }
-        })
-        .await;
-        let _ = base.set(server.base.clone());
+        let server =
+            fake_vendor::serve_knowing_base(state.clone(), |st, base, req| answer(st, base, req))
+                .await;
         FakeWan {
             base: server.base.clone(),
             state,
@@ -95,6 +90,10 @@ impl FakeWan {
             .push_back((status, code));
     }
 }
+
+// The shared flows' switches; a submission "without an id" is answered
+// 200 without a task.
+fake_vendor::takes_submissions!(FakeWan, |(_, body)| body["input"]["prompt"].clone());
 
 fn error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {
     fake_vendor::json(

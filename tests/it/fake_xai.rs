@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -82,19 +82,11 @@ impl FakeXai {
     pub async fn start() -> FakeXai {
         let state = Arc::new(State::default());
         state.run_ms.store(150, Ordering::SeqCst);
-        let st = state.clone();
-        let files = fake_vendor::serve(move |req| {
-            let st = st.clone();
-            async move { Some(file(&st, &req)) }
-        })
-        .await;
-        let files_base = Arc::new(OnceLock::<String>::new());
-        let _ = files_base.set(files.base.clone());
-        let (st, fb) = (state.clone(), files_base.clone());
-        let server = fake_vendor::serve(move |req| {
-            let (st, fb) = (st.clone(), fb.clone());
-            async move { answer(&st, fb.get().map_or("", String::as_str), req) }
-        })
+        let (server, files) = fake_vendor::serve_with_file_host(
+            state.clone(),
+            |st, req| file(st, req),
+            |st, files, req| answer(st, files, req),
+        )
         .await;
         FakeXai {
             base: server.base.clone(),
@@ -121,6 +113,10 @@ impl FakeXai {
             .push_back((status, message));
     }
 }
+
+// The shared flows' switches; a submission "without an id" is answered
+// 200 without a request_id.
+fake_vendor::takes_submissions!(FakeXai, |body| body["prompt"].clone());
 
 /// xAI's error body: a gRPC-style status text as `code`, the message as `error`.
 fn error(status: u16, message: &str) -> Response<Full<Bytes>> {

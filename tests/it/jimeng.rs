@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use crate::fake_jimeng::{ACCESS_KEY, FakeJimeng, SECRET_KEY};
 use crate::harness::{Body, Relay, png};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
-    refunded, second_format, settled,
+    WAIT, admin_channel_test, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, second_format, settled,
 };
 
 /// The secret key of the channels set up to be refused.
@@ -54,13 +54,14 @@ async fn both_formats_come_back_playable_and_settled_on_the_frames_asked() {
     let relay = Relay::start(&config(&text_channel("jimeng", &fake, 0, SECRET_KEY))).await;
     let (key_id, key) = relay.new_key("jimeng", Some(10_000)).await;
 
-    let id = first_format(&relay, &key, task("千军万马 on a grassland at dawn")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
     // 5 s of model_h3 at 10 a second; 121 frames are the 5 s asked.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
+    let (_, done) = completed_and_settled(
+        &relay,
+        (&key_id, &key),
+        task("千军万马 on a grassland at dawn"),
+        50,
+    )
+    .await;
     assert_eq!(
         fake.submissions()[0],
         json!({"req_key": "jimeng_t2v_v30", "prompt": "千军万马 on a grassland at dawn",
@@ -175,23 +176,12 @@ async fn failed_refused_and_expired_tasks_and_expired_links_are_refunded() {
         ),
         ("this one is [blocked] at once", "moderation_blocked"),
     ] {
-        let id = first_format(&relay, &key, task(prompt)).await;
-        let done = relay.wait_video_as(&key, &id, WAIT).await;
-        assert_eq!(done["status"], "failed", "{done}");
-        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
-        assert_eq!(
-            entries_of(&relay, &key_id, &id).await,
-            refunded(50),
-            "{prompt}"
-        );
+        let done = failed_and_refunded(&relay, (&key_id, &key), task(prompt), Some(code), 50).await;
         assert_no_secret(&done.to_string());
     }
     // A link that expired before the relay fetched it.
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 50).await;
     let k = relay
         .admin(Method::GET, &format!("/admin/keys/{key_id}"), Body::Empty)
         .await
@@ -221,21 +211,7 @@ async fn a_rate_limit_or_a_wrong_secret_fails_over_and_the_channel_test_says_whi
     assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
     assert_no_secret(&done.to_string());
 
-    let test = |name: &'static str| {
-        let relay = &relay;
-        async move {
-            let res = relay
-                .admin(
-                    Method::POST,
-                    &format!("/admin/channels/{name}/test"),
-                    Body::Empty,
-                )
-                .await;
-            assert_eq!(res.status, 200, "{name}: {}", res.text());
-            assert_no_secret(&res.text());
-            res.json()
-        }
-    };
+    let test = |name| admin_channel_test(&relay, name, assert_no_secret);
     let ok = test("first").await;
     assert_eq!(ok["kind"], "jimeng", "{ok}");
     assert_eq!(ok["status"], "ok", "{ok}");
@@ -251,35 +227,9 @@ async fn a_rate_limit_or_a_wrong_secret_fails_over_and_the_channel_test_says_whi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_jimeng_is_never_sent_again() {
     let (taker, spare) = (FakeJimeng::start().await, FakeJimeng::start().await);
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         text_channel("first", &taker, 10, SECRET_KEY),
-        text_channel("second", &spare, 0, SECRET_KEY)
+        text_channel("second", &spare, 0, SECRET_KEY),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("jimeng", Some(10_000)).await;
-
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|body| body["prompt"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
-        50,
-        10_000,
-        ("first", "second"),
-    )
-    .await;
+    never_sent_again((&taker, &spare), channels, "jimeng", task, 50).await;
 }

@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use http::Method;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::fake_kling::{ACCESS_KEY, FakeKling, SECRET_KEY};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
-    library, playable, poll_schedule, refunded, second_format, settled,
+    WAIT, assert_channel_tests, asset, callback_config, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, poll_schedule,
+    second_format, settled,
 };
 
 /// A `kling` channel in front of `fake`, serving both formats' models with kling-v2-6 and
@@ -42,19 +43,15 @@ async fn both_formats_come_back_playable_and_settled() {
     let (key_id, key) = relay.new_key("kling", Some(10_000)).await;
 
     // The OpenAI SDK's body, unchanged.
-    let id = first_format(
+    // 5 s of model_h3 at 10 a second, settled on the 5 s Kling reported.
+    let (id, _) = completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a rabbit reads the paper", "seconds": "5",
                "size": "1280x720"}),
+        50,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    // 5 s of model_h3 at 10 a second, settled on the 5 s Kling reported.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
 
     let (kind, sent) = &fake.submissions()[0];
     assert_eq!(kind, "text2video");
@@ -188,32 +185,39 @@ async fn failures_refusals_and_expired_results_are_refunded() {
     let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
 
     // The vendor fails the task.
-    let id = first_format(&relay, &key, task("this one [fail]s")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "upstream_error", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(
+        &relay,
+        (&key_id, &key),
+        task("this one [fail]s"),
+        Some("upstream_error"),
+        50,
+    )
+    .await;
 
     // Its risk control refuses the video: a content refusal, refunded.
-    let id = first_format(&relay, &key, task("this one is [refuse]d")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "moderation_blocked", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(
+        &relay,
+        (&key_id, &key),
+        task("this one is [refuse]d"),
+        Some("moderation_blocked"),
+        50,
+    )
+    .await;
 
     // It refuses the prompt at submission (code 1301): the same, and no other try.
-    let id = first_format(&relay, &key, task("this one is [blocked]")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "moderation_blocked", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(
+        &relay,
+        (&key_id, &key),
+        task("this one is [blocked]"),
+        Some("moderation_blocked"),
+        50,
+    )
+    .await;
 
     // The result URL has expired by the time the relay fetches it.
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    let done =
+        failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 50).await;
     // Nothing of the vendor reached the client.
     assert!(!done.to_string().contains("risk control"));
 }
@@ -252,18 +256,12 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
     assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
 
     // The channel test tells the operator which key works.
-    for (name, verdict) in [("first", "ok"), ("wrong-key", "key_refused")] {
-        let channel = relay
-            .app
-            .engine
-            .channels()
-            .iter()
-            .find(|c| c.name() == name)
-            .cloned()
-            .expect("the channel");
-        let check = channel.check().await;
-        assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
-    }
+    assert_channel_tests(
+        &relay,
+        &[("first", "ok"), ("wrong-key", "key_refused")],
+        &[],
+    )
+    .await;
     assert!(
         busy.state
             .calls
@@ -277,40 +275,16 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_kling_is_never_sent_again() {
     let (taker, spare) = (FakeKling::start().await, FakeKling::start().await);
-    // Many attempts allowed: none may be used on a submission Kling may have taken.
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         channel("first", &taker, 10, SECRET_KEY),
-        channel("second", &spare, 0, SECRET_KEY)
+        channel("second", &spare, 0, SECRET_KEY),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("kling", Some(10_000)).await;
-    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
-
-    // Taken, then the connection closed without an answer.
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    // Taken, and answered code 0 without a task id.
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    // Each reached the first channel once, the second never.
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|(_, body)| body["prompt"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
+    never_sent_again(
+        (&taker, &spare),
+        channels,
+        "kling",
+        |prompt| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"}),
         50,
-        10_000,
-        ("first", "second"),
     )
     .await;
 }

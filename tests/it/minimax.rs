@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use crate::fake_minimax::{API_KEY, FakeMinimax};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
-    library, playable, poll_schedule, refunded, second_format, settled,
+    WAIT, assert_channel_tests, asset, callback_config, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, poll_schedule,
+    second_format, settled,
 };
 
 /// A `minimax` channel in front of `fake`: the first format's model on Hailuo 2.3, the
@@ -46,19 +47,15 @@ async fn both_formats_come_back_playable_and_settled() {
     let relay = relay_with(&fake).await;
     let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
 
-    let id = first_format(
+    // MiniMax reports no length: 6 s of model_h3 at 10 a second, as asked.
+    completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a stylish walk down a neon street",
                "seconds": "6", "size": "1366x768"}),
+        60,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    // MiniMax reports no length: 6 s of model_h3 at 10 a second, as asked.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(60));
     // The size's tier, as Hailuo 2.3 names it: the smallest it makes as large as 1366x768.
     assert_eq!(
         fake.submissions()[0],
@@ -169,24 +166,21 @@ async fn errors_in_200s_failures_and_expired_urls_are_refunded() {
         ("its output is [refuse]d", "moderation_blocked"),
         ("its input is [blocked]", "moderation_blocked"),
     ] {
-        let id = first_format(&relay, &key, task(prompt)).await;
-        let done = relay.wait_video_as(&key, &id, WAIT).await;
-        assert_eq!(done["status"], "failed", "{done}");
-        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
-        assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(60));
+        failed_and_refunded(&relay, (&key_id, &key), task(prompt), Some(code), 60).await;
     }
     // A parameter the vendor refuses (status_code 2013 in a 200): the task fails, refunded.
     fake.fail_next(2013);
-    let id = first_format(&relay, &key, task("refused as a bad parameter")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(60));
+    failed_and_refunded(
+        &relay,
+        (&key_id, &key),
+        task("refused as a bad parameter"),
+        None,
+        60,
+    )
+    .await;
 
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(60));
+    failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 60).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,18 +208,12 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
     assert_eq!(spare.submissions().len(), 1);
     assert_eq!(entries_of(&relay, &key_id, &id).await, settled(60));
 
-    for (name, verdict) in [("first", "ok"), ("wrong-key", "key_refused")] {
-        let channel = relay
-            .app
-            .engine
-            .channels()
-            .iter()
-            .find(|c| c.name() == name)
-            .cloned()
-            .expect("the channel");
-        let check = channel.check().await;
-        assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
-    }
+    assert_channel_tests(
+        &relay,
+        &[("first", "ok"), ("wrong-key", "key_refused")],
+        &[],
+    )
+    .await;
     // The channel test called files/list, which the fake answers `ok` only with one of the
     // documented purposes (else 2013, an error).
     let calls = busy.state.calls.lock().unwrap().clone();
@@ -235,40 +223,16 @@ async fn a_rate_limit_or_a_refused_key_fails_over_to_another_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_minimax_is_never_sent_again() {
     let (taker, spare) = (FakeMinimax::start().await, FakeMinimax::start().await);
-    // Many attempts allowed: none may be used on a submission MiniMax may have taken.
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         channel("first", &taker, 10, API_KEY),
-        channel("second", &spare, 0, API_KEY)
+        channel("second", &spare, 0, API_KEY),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("minimax", Some(10_000)).await;
-    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "6", "size": "1366x768"});
-
-    // Taken, then the connection closed without an answer.
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    // Taken, and answered base_resp 0 without a task id.
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    // Each reached the first channel once, the second never.
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|body| body["prompt"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
+    never_sent_again(
+        (&taker, &spare),
+        channels,
+        "minimax",
+        |prompt| json!({"model": "model_h3", "prompt": prompt, "seconds": "6", "size": "1366x768"}),
         60,
-        10_000,
-        ("first", "second"),
     )
     .await;
 }

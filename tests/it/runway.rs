@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use crate::fake_runway::{API_KEY, FakeRunway, VERSION};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
-    refunded, second_format, settled,
+    WAIT, assert_channel_tests, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, refunded,
+    second_format, settled,
 };
 
 /// A `runway` channel in front of `fake` with `map` as its model map.
@@ -52,12 +53,13 @@ async fn both_formats_come_back_playable_and_settled_as_asked() {
     let relay = Relay::start(&config(&channel("runway", &fake, 0, API_KEY, TEXT))).await;
     let (key_id, key) = relay.new_key("runway", Some(10_000)).await;
 
-    let id = first_format(&relay, &key, task("a bunny hopping in a meadow")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
+    completed_and_settled(
+        &relay,
+        (&key_id, &key),
+        task("a bunny hopping in a meadow"),
+        50,
+    )
+    .await;
     let (path, sent) = fake.submissions()[0].clone();
     assert_eq!(path, "/v1/text_to_video");
     // The first format has no seed: none is sent.
@@ -224,18 +226,11 @@ async fn failures_refusals_and_expired_results_are_refunded() {
         ("this one [fail]s", "upstream_error"),
         ("its input is [refuse]d", "moderation_blocked"),
     ] {
-        let id = first_format(&relay, &key, task(prompt)).await;
-        let done = relay.wait_video_as(&key, &id, WAIT).await;
-        assert_eq!(done["status"], "failed", "{done}");
-        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
+        let done = failed_and_refunded(&relay, (&key_id, &key), task(prompt), Some(code), 50).await;
         assert!(!done.to_string().contains("SAFETY"), "{done}");
-        assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
     }
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 50).await;
     let k = relay
         .admin(Method::GET, &format!("/admin/keys/{key_id}"), Body::Empty)
         .await
@@ -273,19 +268,12 @@ async fn a_rate_limit_spent_credits_or_a_refused_key_fail_over() {
             .any(|(m, p, _)| m == "POST" && p == "/v1/text_to_video")
     );
 
-    for (name, verdict) in [("first", "ok"), ("wrong-key", "key_refused")] {
-        let channel = relay
-            .app
-            .engine
-            .channels()
-            .iter()
-            .find(|c| c.name() == name)
-            .cloned()
-            .expect("the channel");
-        let check = channel.check().await;
-        assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
-        assert!(!check.detail.contains(API_KEY), "{check:?}");
-    }
+    assert_channel_tests(
+        &relay,
+        &[("first", "ok"), ("wrong-key", "key_refused")],
+        &[API_KEY],
+    )
+    .await;
     assert!(
         busy.calls()
             .iter()
@@ -296,40 +284,11 @@ async fn a_rate_limit_spent_credits_or_a_refused_key_fail_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_runway_is_never_sent_again() {
     let (taker, spare) = (FakeRunway::start().await, FakeRunway::start().await);
-    // Many attempts allowed: none may be used on a submission Runway may have taken.
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         channel("first", &taker, 10, API_KEY, TEXT),
-        channel("second", &spare, 0, API_KEY, TEXT)
+        channel("second", &spare, 0, API_KEY, TEXT),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("runway", Some(10_000)).await;
-
-    // Taken, then the connection closed without an answer.
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    // Taken, and answered 200 without an id.
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|(_, body)| body["promptText"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
-        50,
-        10_000,
-        ("first", "second"),
-    )
-    .await;
+    never_sent_again((&taker, &spare), channels, "runway", task, 50).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

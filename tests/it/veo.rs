@@ -4,16 +4,15 @@
 //! refunded; a rate-limited channel or a refused key fails over to the next channel; the
 //! ledger is exact after each.
 
-use std::time::Duration;
-
-use base64::Engine as _;
 use http::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::fake_veo::{FakeVeo, VEO_KEY, veo_mp4};
-use crate::harness::{Body, Multipart, Relay, png};
-
-const WAIT: Duration = Duration::from_secs(30);
+use crate::harness::{Body, Relay, png};
+use crate::vendor_flows::{
+    GOOGLE_WAIT as WAIT, content, create_multipart, decoded, entries, key_of_group, ledger,
+    run_one, sdk_form,
+};
 
 /// The models: the first format's `model_h3` and a second-format `veo-3` of family `veo`.
 const MODELS: &str = r#"
@@ -54,79 +53,6 @@ model_map = {{ model_h3 = "veo-3.1-generate-preview", "veo-3" = "veo-3.1-generat
     )
 }
 
-/// A key of `group` with 1000 credits: (id, secret).
-async fn key(relay: &Relay, group: &str) -> (String, String) {
-    let res = relay
-        .admin(
-            Method::POST,
-            "/admin/keys",
-            Body::Json(json!({"name": "veo", "group": group, "quota": 1000})),
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let v = res.json();
-    (
-        v["id"].as_str().unwrap().to_owned(),
-        v["key"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// The ledger of `key_id` as (kind, amount), oldest first.
-async fn ledger(relay: &Relay, key_id: &str) -> Vec<(String, i64)> {
-    relay
-        .ledger(key_id)
-        .await
-        .iter()
-        .map(|e| {
-            (
-                e["kind"].as_str().unwrap().to_owned(),
-                e["amount"].as_i64().unwrap(),
-            )
-        })
-        .collect()
-}
-
-fn entries(list: &[(&str, i64)]) -> Vec<(String, i64)> {
-    list.iter().map(|(k, a)| ((*k).to_owned(), *a)).collect()
-}
-
-/// Creates a first-format task from a multipart body as the OpenAI SDK sends it.
-async fn create_multipart(relay: &Relay, secret: &str, form: Multipart) -> String {
-    let (ct, body) = form.build();
-    let res = relay
-        .call_as(secret, Method::POST, "/v1/videos", Body::Raw(ct, body), &[])
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    res.json()["id"].as_str().unwrap().to_owned()
-}
-
-fn sdk_form(prompt: &str) -> Multipart {
-    Multipart::new()
-        .text("model", "model_h3")
-        .text("prompt", prompt)
-        .text("seconds", "8")
-        .text("size", "1280x720")
-}
-
-/// The relay's copy of a finished first-format task: a playable MP4, the fake's.
-async fn content(relay: &Relay, secret: &str, id: &str) {
-    let done = relay.wait_video_as(secret, id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_clean(&done.to_string());
-    let video = relay
-        .call_as(
-            secret,
-            Method::GET,
-            &format!("/v1/videos/{id}/content"),
-            Body::Empty,
-            &[],
-        )
-        .await;
-    assert_eq!(video.status, 200);
-    assert_eq!(video.body.as_ref(), veo_mp4());
-    channels::mp4probe::probe(std::io::Cursor::new(video.body.to_vec())).expect("a playable MP4");
-}
-
 /// Nothing of the vendor reaches a client.
 fn assert_clean(text: &str) {
     for secret in [
@@ -140,34 +66,28 @@ fn assert_clean(text: &str) {
     }
 }
 
-fn decoded(image: &Value) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(image["bytesBase64Encoded"].as_str().unwrap())
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_formats_reach_veo_and_come_back_playable() {
     let fake = FakeVeo::start().await;
     let relay = Relay::start(&format!("{MODELS}{}", channel("veo", &fake, VEO_KEY, 0))).await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "veo", "gen2").await;
 
     // Text to video, as the SDK sends it.
     let text = create_multipart(&relay, &secret, sdk_form("a lighthouse at dusk")).await;
-    content(&relay, &secret, &text).await;
+    content(&relay, &secret, &text, assert_clean).await;
     // First frame, as the SDK's input_reference file part.
     let first = png(1280, 720);
     let form =
         sdk_form("the lighthouse wakes").file("input_reference", "f.png", "image/png", &first);
     let with_first = create_multipart(&relay, &secret, form).await;
-    content(&relay, &secret, &with_first).await;
+    content(&relay, &secret, &with_first, assert_clean).await;
     // First and last frame.
     let last = png(1280, 720);
     let form = sdk_form("from dusk to night")
         .file("first_frame", "f.png", "image/png", &first)
         .file("last_frame", "l.png", "image/png", &last);
     let with_both = create_multipart(&relay, &secret, form).await;
-    content(&relay, &secret, &with_both).await;
+    content(&relay, &secret, &with_both, assert_clean).await;
 
     let bodies = fake.bodies();
     assert_eq!(bodies.len(), 3, "{bodies:?}");
@@ -197,7 +117,7 @@ async fn both_formats_reach_veo_and_come_back_playable() {
     );
 
     // The second format with two reference images (Veo 3.1 takes them at 8 s).
-    let (gen_key_id, gen_secret) = key(&relay, "veo").await;
+    let (gen_key_id, gen_secret) = key_of_group(&relay, "veo", "veo").await;
     let image_a = crate::generations::active_image(&relay, &gen_secret, &png(320, 180)).await;
     let image_b = crate::generations::active_image(&relay, &gen_secret, &png(180, 320)).await;
     let res = relay
@@ -247,17 +167,11 @@ async fn both_formats_reach_veo_and_come_back_playable() {
     assert!(fake.refused().is_empty(), "{:?}", fake.refused());
 }
 
-/// Creates a text-to-video task as `secret` and waits for its end.
-async fn run_one(relay: &Relay, secret: &str, prompt: &str) -> Value {
-    let id = create_multipart(relay, secret, sdk_form(prompt)).await;
-    relay.wait_video_as(secret, &id, WAIT).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn veo_failures_refusals_and_expired_files_are_refunded() {
     let fake = FakeVeo::start().await;
     let relay = Relay::start(&format!("{MODELS}{}", channel("veo", &fake, VEO_KEY, 0))).await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "veo", "gen2").await;
 
     fake.set_flag(&fake.switches.fail, true);
     let done = run_one(&relay, &secret, "fails").await;
@@ -313,7 +227,7 @@ async fn veo_trouble_fails_over_to_the_next_channel() {
     ]
     .concat();
     let relay = Relay::start(&format!("{MODELS}{channels}")).await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "veo", "gen2").await;
 
     let done = run_one(&relay, &secret, "goes around").await;
     assert_eq!(done["status"], "completed", "{done}");

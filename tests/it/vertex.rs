@@ -7,9 +7,7 @@
 //! ledger is exact after each; `relay config check` names a missing or malformed key file.
 
 use std::path::Path;
-use std::time::Duration;
 
-use base64::Engine as _;
 use http::Method;
 use serde_json::{Value, json};
 
@@ -17,9 +15,11 @@ use crate::fake_veo::veo_mp4;
 use crate::fake_vertex::{
     FakeVertex, LOCATION, PROJECT, account_key, stranger_key, write_key_file,
 };
-use crate::harness::{Body, Multipart, Relay, png};
-
-const WAIT: Duration = Duration::from_secs(30);
+use crate::harness::{Body, Relay, png};
+use crate::vendor_flows::{
+    GOOGLE_WAIT as WAIT, assert_channel_tests, content, create_multipart, decoded, entries,
+    key_of_group, ledger, run_one, sdk_form,
+};
 
 /// The first format's `model_h3`, and second-format models of family `veo` (Veo 3.1 and 2).
 const MODELS: &str = r#"
@@ -72,85 +72,6 @@ model_map = {{ model_h3 = "veo-3.1-fast-generate-001", "veo-3" = "veo-3.1-genera
     )
 }
 
-/// A key of `group` with 1000 credits: (id, secret).
-async fn key(relay: &Relay, group: &str) -> (String, String) {
-    let res = relay
-        .admin(
-            Method::POST,
-            "/admin/keys",
-            Body::Json(json!({"name": "vertex", "group": group, "quota": 1000})),
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let v = res.json();
-    (
-        v["id"].as_str().unwrap().to_owned(),
-        v["key"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// The ledger of `key_id` as (kind, amount), oldest first.
-async fn ledger(relay: &Relay, key_id: &str) -> Vec<(String, i64)> {
-    relay
-        .ledger(key_id)
-        .await
-        .iter()
-        .map(|e| {
-            (
-                e["kind"].as_str().unwrap().to_owned(),
-                e["amount"].as_i64().unwrap(),
-            )
-        })
-        .collect()
-}
-
-fn entries(list: &[(&str, i64)]) -> Vec<(String, i64)> {
-    list.iter().map(|(k, a)| ((*k).to_owned(), *a)).collect()
-}
-
-fn sdk_form(prompt: &str) -> Multipart {
-    Multipart::new()
-        .text("model", "model_h3")
-        .text("prompt", prompt)
-        .text("seconds", "8")
-        .text("size", "1280x720")
-}
-
-/// Creates a first-format task from a multipart body as the OpenAI SDK sends it.
-async fn create_multipart(relay: &Relay, secret: &str, form: Multipart) -> String {
-    let (ct, body) = form.build();
-    let res = relay
-        .call_as(secret, Method::POST, "/v1/videos", Body::Raw(ct, body), &[])
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    res.json()["id"].as_str().unwrap().to_owned()
-}
-
-/// Creates a text-to-video first-format task and waits for its end.
-async fn run_one(relay: &Relay, secret: &str, prompt: &str) -> Value {
-    let id = create_multipart(relay, secret, sdk_form(prompt)).await;
-    relay.wait_video_as(secret, &id, WAIT).await
-}
-
-/// The relay's copy of a finished first-format task: the fake's MP4, byte for byte.
-async fn content(relay: &Relay, secret: &str, id: &str) {
-    let done = relay.wait_video_as(secret, id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_clean(&done.to_string());
-    let video = relay
-        .call_as(
-            secret,
-            Method::GET,
-            &format!("/v1/videos/{id}/content"),
-            Body::Empty,
-            &[],
-        )
-        .await;
-    assert_eq!(video.status, 200);
-    assert_eq!(video.body.as_ref(), veo_mp4());
-    channels::mp4probe::probe(std::io::Cursor::new(video.body.to_vec())).expect("a playable MP4");
-}
-
 /// A second-format task as `secret`, waited for: its record.
 async fn generation(relay: &Relay, secret: &str, request: Value) -> Value {
     let res = relay
@@ -196,12 +117,6 @@ fn assert_clean(text: &str) {
     }
 }
 
-fn decoded(image: &Value) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(image["bytesBase64Encoded"].as_str().unwrap())
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_formats_reach_vertex_with_one_token_and_come_back_playable() {
     let dir = tempfile::tempdir().unwrap();
@@ -212,22 +127,22 @@ async fn both_formats_reach_vertex_with_one_token_and_come_back_playable() {
         channel("vertex", &fake, &key_file, 0, "")
     ))
     .await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "vertex", "gen2").await;
 
     // Text to video, first frame, first and last frame: the OpenAI SDK's multipart bodies.
     let text = create_multipart(&relay, &secret, sdk_form("a lighthouse at dusk")).await;
-    content(&relay, &secret, &text).await;
+    content(&relay, &secret, &text, assert_clean).await;
     let first = png(1280, 720);
     let form =
         sdk_form("the lighthouse wakes").file("input_reference", "f.png", "image/png", &first);
     let with_first = create_multipart(&relay, &secret, form).await;
-    content(&relay, &secret, &with_first).await;
+    content(&relay, &secret, &with_first, assert_clean).await;
     let last = png(640, 360);
     let form = sdk_form("from dusk to night")
         .file("first_frame", "f.png", "image/png", &first)
         .file("last_frame", "l.png", "image/png", &last);
     let with_both = create_multipart(&relay, &secret, form).await;
-    content(&relay, &secret, &with_both).await;
+    content(&relay, &secret, &with_both, assert_clean).await;
 
     let bodies = fake.bodies();
     assert_eq!(bodies.len(), 3, "{bodies:?}");
@@ -254,7 +169,7 @@ async fn both_formats_reach_vertex_with_one_token_and_come_back_playable() {
 
     // The second format: a reference image on Veo 3.1 with a seed, and Veo 2 (no sound, so
     // no generateAudio, which Vertex AI refuses for it).
-    let (gen_key_id, gen_secret) = key(&relay, "veo").await;
+    let (gen_key_id, gen_secret) = key_of_group(&relay, "vertex", "veo").await;
     let image = crate::generations::active_image(&relay, &gen_secret, &png(320, 180)).await;
     let done = generation(
         &relay,
@@ -321,11 +236,11 @@ async fn a_cloud_storage_result_is_read_with_the_token_and_served_the_same() {
         channel("vertex-gcs", &fake, &key_file, 0, storage)
     ))
     .await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "vertex", "gen2").await;
 
     let id = create_multipart(&relay, &secret, sdk_form("a paper boat at dawn")).await;
-    content(&relay, &secret, &id).await;
-    let (gen_key_id, gen_secret) = key(&relay, "veo").await;
+    content(&relay, &secret, &id, assert_clean).await;
+    let (gen_key_id, gen_secret) = key_of_group(&relay, "vertex", "veo").await;
     let done = generation(
         &relay,
         &gen_secret,
@@ -367,7 +282,7 @@ async fn an_expired_or_short_lived_token_is_replaced() {
         channel("vertex", &fake, &key_file, 0, "")
     ))
     .await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "vertex", "gen2").await;
 
     let done = run_one(&relay, &secret, "first").await;
     assert_eq!(done["status"], "completed", "{done}");
@@ -419,7 +334,7 @@ async fn vertex_failures_and_refusals_are_refunded() {
         channel("vertex", &fake, &key_file, 0, "")
     ))
     .await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "vertex", "gen2").await;
 
     fake.set_flag(&fake.switches.fail, true);
     let done = run_one(&relay, &secret, "fails").await;
@@ -474,7 +389,7 @@ async fn a_rate_limit_or_a_refused_key_fails_over_and_the_channel_test_says_whic
     ]
     .concat();
     let relay = Relay::start(&format!("{MODELS}{channels}")).await;
-    let (key_id, secret) = key(&relay, "gen2").await;
+    let (key_id, secret) = key_of_group(&relay, "vertex", "gen2").await;
 
     let done = run_one(&relay, &secret, "goes around").await;
     assert_eq!(done["status"], "completed", "{done}");
@@ -509,23 +424,16 @@ async fn a_rate_limit_or_a_refused_key_fails_over_and_the_channel_test_says_whic
     );
 
     // The channel test: a token and the model's record; the stranger's key is refused.
-    for (name, verdict) in [
-        ("vertex-busy", "ok"),
-        ("vertex-stranger", "key_refused"),
-        ("vertex-ok", "ok"),
-    ] {
-        let channel = relay
-            .app
-            .engine
-            .channels()
-            .iter()
-            .find(|c| c.name() == name)
-            .cloned()
-            .expect("the channel");
-        let check = channel.check().await;
-        assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
-        assert!(!check.detail.contains("ya29."), "{check:?}");
-    }
+    assert_channel_tests(
+        &relay,
+        &[
+            ("vertex-busy", "ok"),
+            ("vertex-stranger", "key_refused"),
+            ("vertex-ok", "ok"),
+        ],
+        &["ya29."],
+    )
+    .await;
     assert_eq!(troubled.model_gets(), 1);
     assert_eq!(good.model_gets(), 1);
     assert_eq!(

@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 use crate::fake_vidu::{API_KEY, FakeVidu};
 use crate::harness::{Body, Relay, png, poll_until};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, callback_config, config, entries_of, first_format,
-    library, playable, poll_schedule, refunded, second_format, settled,
+    WAIT, admin_channel_test, asset, callback_config, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, poll_schedule,
+    refunded, second_format, settled,
 };
 
 /// The key of the channels set up to be refused.
@@ -57,18 +58,14 @@ async fn both_formats_come_back_playable_and_settled() {
     let relay = Relay::start(&config(&channel("vidu", &fake, 0, API_KEY))).await;
     let (key_id, key) = relay.new_key("vidu", Some(10_000)).await;
 
-    let id = first_format(
+    let (_, done) = completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a paper boat drifting on a pond at dawn",
                "seconds": "8", "size": "1280x720"}),
+        80,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(80));
     let (path, body) = &fake.submissions()[0];
     assert_eq!(path, "/ent/v2/text2video");
     assert_eq!(
@@ -210,29 +207,21 @@ async fn failed_and_refused_tasks_and_expired_links_are_refunded() {
         ("this one will [fail]", "upstream_error"),
         ("this one Vidu will [refuse]", "moderation_blocked"),
     ] {
-        let id = first_format(&relay, &key, task(prompt)).await;
-        let done = relay.wait_video_as(&key, &id, WAIT).await;
-        assert_eq!(done["status"], "failed", "{done}");
-        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
-        assert_eq!(
-            entries_of(&relay, &key_id, &id).await,
-            refunded(50),
-            "{prompt}"
-        );
+        failed_and_refunded(&relay, (&key_id, &key), task(prompt), Some(code), 50).await;
     }
     // Refused at submission (the prompt did not pass review): refunded, no other channel.
     fake.fail_next(400, "AuditSubmitIllegal", "submit is illegal");
-    let id = first_format(&relay, &key, task("refused at once")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(done["error"]["code"], "moderation_blocked", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(
+        &relay,
+        (&key_id, &key),
+        task("refused at once"),
+        Some("moderation_blocked"),
+        50,
+    )
+    .await;
     // A link that expired before the relay fetched it.
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 50).await;
     let k = relay
         .admin(Method::GET, &format!("/admin/keys/{key_id}"), Body::Empty)
         .await
@@ -298,36 +287,16 @@ async fn rate_limits_spent_credits_and_a_refused_key_fail_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_vidu_is_never_sent_again() {
     let (taker, spare) = (FakeVidu::start().await, FakeVidu::start().await);
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         channel("first", &taker, 10, API_KEY),
-        channel("second", &spare, 0, API_KEY)
+        channel("second", &spare, 0, API_KEY),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("vidu", Some(10_000)).await;
-    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
-
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|(_, body)| body["prompt"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
+    never_sent_again(
+        (&taker, &spare),
+        channels,
+        "vidu",
+        |prompt| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"}),
         50,
-        10_000,
-        ("first", "second"),
     )
     .await;
 }
@@ -405,16 +374,7 @@ async fn the_channel_test_reads_the_credits() {
     )))
     .await;
     for (name, status, http) in [("good", "ok", 200), ("wrong", "key_refused", 401)] {
-        let res = relay
-            .admin(
-                Method::POST,
-                &format!("/admin/channels/{name}/test"),
-                Body::Empty,
-            )
-            .await;
-        assert_eq!(res.status, 200, "{name}: {}", res.text());
-        assert_no_secret(&res.text());
-        let v = res.json();
+        let v = admin_channel_test(&relay, name, assert_no_secret).await;
         assert_eq!(v["kind"], "vidu", "{v}");
         assert_eq!(v["status"], status, "{v}");
         assert_eq!(v["http_status"], http, "{v}");

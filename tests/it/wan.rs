@@ -7,13 +7,13 @@
 
 use std::sync::atomic::Ordering;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::fake_wan::{API_KEY, FakeWan};
 use crate::harness::{Relay, png};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
-    refunded, second_format, settled,
+    WAIT, assert_channel_tests, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, second_format, settled,
 };
 
 /// A `wan` channel in front of `fake` with `map` as its model map.
@@ -35,18 +35,14 @@ async fn both_formats_come_back_playable_and_settled_on_usage() {
     let relay = Relay::start(&config(&channel("wan", &fake, 0, API_KEY, TEXT))).await;
     let (key_id, key) = relay.new_key("wan", Some(10_000)).await;
 
-    let id = first_format(
+    completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a kitten running in the moonlight",
                "seconds": "5", "size": "1280x720"}),
+        50,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
     let (path, sent) = fake.submissions()[0].clone();
     assert_eq!(
         path,
@@ -215,17 +211,10 @@ async fn failures_refusals_and_expired_results_are_refunded() {
         ("its output is [refuse]d", "moderation_blocked"),
         ("its input is [blocked]", "moderation_blocked"),
     ] {
-        let id = first_format(&relay, &key, task(prompt)).await;
-        let done = relay.wait_video_as(&key, &id, WAIT).await;
-        assert_eq!(done["status"], "failed", "{done}");
-        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
-        assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+        failed_and_refunded(&relay, (&key_id, &key), task(prompt), Some(code), 50).await;
     }
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 50).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,57 +241,27 @@ async fn a_throttled_account_or_a_refused_key_fails_over() {
     assert_eq!(spare.submissions().len(), 1);
     assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
 
-    for (name, verdict) in [("first", "ok"), ("wrong-key", "key_refused")] {
-        let channel = relay
-            .app
-            .engine
-            .channels()
-            .iter()
-            .find(|c| c.name() == name)
-            .cloned()
-            .expect("the channel");
-        let check = channel.check().await;
-        assert_eq!(check.verdict.as_str(), verdict, "{name}: {check:?}");
-    }
+    assert_channel_tests(
+        &relay,
+        &[("first", "ok"), ("wrong-key", "key_refused")],
+        &[],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_dashscope_is_never_sent_again() {
     let (taker, spare) = (FakeWan::start().await, FakeWan::start().await);
-    // Many attempts allowed: none may be used on a submission DashScope may have taken.
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         channel("first", &taker, 10, API_KEY, TEXT),
-        channel("second", &spare, 0, API_KEY, TEXT)
+        channel("second", &spare, 0, API_KEY, TEXT),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("wan", Some(10_000)).await;
-    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
-
-    // Taken, then the connection closed without an answer.
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    // Taken, and answered 200 without a task.
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    // Each reached the first channel once, the second never.
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|(_, body)| body["input"]["prompt"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
+    never_sent_again(
+        (&taker, &spare),
+        channels,
+        "wan",
+        |prompt| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"}),
         50,
-        10_000,
-        ("first", "second"),
     )
     .await;
 }

@@ -9,13 +9,13 @@
 use std::sync::atomic::Ordering;
 
 use http::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::fake_xai::{API_KEY, FakeXai};
 use crate::harness::{Body, Relay, png};
 use crate::vendor_flows::{
-    WAIT, assert_never_sent_again, asset, config, entries_of, first_format, library, playable,
-    refunded, second_format, settled,
+    WAIT, admin_channel_test, asset, completed_and_settled, config, entries_of,
+    failed_and_refunded, first_format, library, never_sent_again, playable, second_format, settled,
 };
 
 /// The key of the channels set up to be refused.
@@ -47,19 +47,15 @@ async fn both_formats_come_back_playable_and_settled_on_the_reported_duration() 
     let (key_id, key) = relay.new_key("xai", Some(10_000)).await;
 
     // The OpenAI SDK's body, unchanged.
-    let id = first_format(
+    // 8 s of model_h3 at 10 a second, settled on the 8 s xAI reported.
+    let (_, done) = completed_and_settled(
         &relay,
-        &key,
+        (&key_id, &key),
         json!({"model": "model_h3", "prompt": "a paper boat drifting on a pond at dawn",
                "seconds": "8", "size": "1280x720"}),
+        80,
     )
     .await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let info = playable(&relay, &key, &format!("/v1/videos/{id}/content")).await;
-    assert_eq!(info.codec, "avc1");
-    // 8 s of model_h3 at 10 a second, settled on the 8 s xAI reported.
-    assert_eq!(entries_of(&relay, &key_id, &id).await, settled(80));
     assert_eq!(
         fake.submissions()[0],
         json!({"model": "grok-imagine-video", "prompt": "a paper boat drifting on a pond at dawn",
@@ -172,15 +168,7 @@ async fn failed_expired_and_withheld_jobs_and_expired_links_are_refunded() {
         ("this one will [expire]", "upstream_error"),
         ("this one xAI will [withhold]", "moderation_blocked"),
     ] {
-        let id = first_format(&relay, &key, task(prompt)).await;
-        let done = relay.wait_video_as(&key, &id, WAIT).await;
-        assert_eq!(done["status"], "failed", "{done}");
-        assert_eq!(done["error"]["code"], code, "{prompt}: {done}");
-        assert_eq!(
-            entries_of(&relay, &key_id, &id).await,
-            refunded(50),
-            "{prompt}"
-        );
+        failed_and_refunded(&relay, (&key_id, &key), task(prompt), Some(code), 50).await;
     }
     let expired = first_format(&relay, &key, task("this one will [expire] too")).await;
     let done = relay.wait_video_as(&key, &expired, WAIT).await;
@@ -190,10 +178,7 @@ async fn failed_expired_and_withheld_jobs_and_expired_links_are_refunded() {
     );
     // A link that expired before the relay fetched it.
     fake.state.expire_results.store(true, Ordering::SeqCst);
-    let id = first_format(&relay, &key, task("fetched too late")).await;
-    let done = relay.wait_video_as(&key, &id, WAIT).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert_eq!(entries_of(&relay, &key_id, &id).await, refunded(50));
+    failed_and_refunded(&relay, (&key_id, &key), task("fetched too late"), None, 50).await;
     // Every credit came back.
     let k = relay
         .admin(Method::GET, &format!("/admin/keys/{key_id}"), Body::Empty)
@@ -235,21 +220,7 @@ async fn a_rate_limit_or_a_refused_key_fails_over_and_the_channel_test_reads_the
     assert_eq!(entries_of(&relay, &key_id, &id).await, settled(50));
 
     // The channel test, through the admin API: the key's record.
-    let test = |name: &'static str| {
-        let relay = &relay;
-        async move {
-            let res = relay
-                .admin(
-                    Method::POST,
-                    &format!("/admin/channels/{name}/test"),
-                    Body::Empty,
-                )
-                .await;
-            assert_eq!(res.status, 200, "{name}: {}", res.text());
-            assert_no_secret(&res.text());
-            res.json()
-        }
-    };
+    let test = |name| admin_channel_test(&relay, name, assert_no_secret);
     let ok = test("first").await;
     assert_eq!(ok["kind"], "xai", "{ok}");
     assert_eq!(ok["status"], "ok", "{ok}");
@@ -298,40 +269,16 @@ async fn exhausted_credits_fail_over_and_rest_the_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_may_have_reached_xai_is_never_sent_again() {
     let (taker, spare) = (FakeXai::start().await, FakeXai::start().await);
-    // Many attempts allowed: none may be used on a submission xAI may have taken.
-    let channels = format!(
-        "submit_attempts = 8\n{}{}",
+    let channels = (
         channel("first", &taker, 10, API_KEY),
-        channel("second", &spare, 0, API_KEY)
+        channel("second", &spare, 0, API_KEY),
     );
-    let relay = Relay::start(&config(&channels)).await;
-    let (key_id, key) = relay.new_key("xai", Some(10_000)).await;
-    let task = |prompt: &str| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"});
-
-    // Taken, then the connection closed without an answer.
-    taker.state.hang_up_submissions.store(1, Ordering::SeqCst);
-    let closed = first_format(&relay, &key, task("closed on me")).await;
-    relay.wait_video_as(&key, &closed, WAIT).await;
-    // Taken, and answered 200 without a request_id.
-    taker.state.no_id_submissions.store(1, Ordering::SeqCst);
-    let blank = first_format(&relay, &key, task("answered without an id")).await;
-    relay.wait_video_as(&key, &blank, WAIT).await;
-
-    // Each reached the first channel once, the second never.
-    let prompts: Vec<Value> = taker
-        .submissions()
-        .iter()
-        .map(|body| body["prompt"].clone())
-        .collect();
-    assert_eq!(prompts, ["closed on me", "answered without an id"]);
-    assert!(spare.submissions().is_empty());
-    assert_never_sent_again(
-        &relay,
-        (&key_id, &key),
-        &[&closed, &blank],
+    never_sent_again(
+        (&taker, &spare),
+        channels,
+        "xai",
+        |prompt| json!({"model": "model_h3", "prompt": prompt, "seconds": "5", "size": "1280x720"}),
         50,
-        10_000,
-        ("first", "second"),
     )
     .await;
 }
