@@ -334,7 +334,10 @@ async fn dispatch(
                 Route::AdminTasks => admin::tasks(app, query).await,
                 Route::AdminWebhooks => webhooks::list(app, query).await,
                 Route::AdminChannels => admin::channels(app).await,
-                Route::TestChannel(name) => channel_test::admin(app, name).await,
+                // Boxed: a channel test's future (a whole channel built and called) is
+                // larger than every other route's together, and inline it would size every
+                // request's future.
+                Route::TestChannel(name) => Box::pin(channel_test::admin(app, name)).await,
                 _ => error(&ErrorCode::NotFound.into()),
             }
         }

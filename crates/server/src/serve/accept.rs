@@ -2,14 +2,18 @@
 //! ([`super::conns`]), hands each to a connection thread ([`super::workers`]) that speaks
 //! HTTP/1.1 or HTTP/2 to it, and on shutdown stops accepting, drains and flushes.
 
+use std::convert::Infallible;
 use std::fmt::Display;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use http::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -20,6 +24,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::formats::{assets, batch_run, chat_billing, idempotency};
+use crate::ground::http::Answer;
 use crate::ops::webhooks;
 use crate::router;
 use crate::serve::coarse_timer::{CoarseSleep, CoarseTimer};
@@ -167,10 +172,7 @@ pub async fn serve(
                     let started = Arc::new(AtomicBool::new(false));
                     let seen = started.clone();
                     let client = peer.ip();
-                    let service = service_fn(move |req| {
-                        seen.store(true, Ordering::Relaxed);
-                        router::handle(app.clone(), client, req)
-                    });
+                    let service = service(app, client, seen);
                     let io = TokioIo::new(stream);
                     let first_request = FirstRequest {
                         head,
@@ -182,7 +184,10 @@ pub async fn serve(
                         first_request.drive(conn, peer).await;
                     } else {
                         let conn = builder.serve_connection(io, service).into_owned();
-                        first_request.drive(watcher.watch(conn), peer).await;
+                        // Boxed: hyper-util's connection (able to serve either protocol) is
+                        // several times HTTP/1's own, and inline it would size the task of
+                        // every connection, HTTP/1 ones too.
+                        Box::pin(first_request.drive(watcher.watch(conn), peer)).await;
                     }
                 });
             }
@@ -247,6 +252,30 @@ async fn sweep_limits(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// The service of a connection from client address `client`: [`router::handle`], setting
+/// `seen` at the first request.
+///
+/// Each request's future is boxed. hyper keeps one box of the service's future for as long as
+/// an HTTP/1 connection lives, sized for the largest route's future (tens of KiB, the routes'
+/// state machines nested in it); inline, every open connection held that much, idle or while
+/// its answer streams. Boxed per request, the future takes its memory only until its answer's
+/// head is out.
+fn service(
+    app: Arc<App>,
+    client: IpAddr,
+    seen: Arc<AtomicBool>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Answer,
+    Error = Infallible,
+    Future = Pin<Box<impl Future<Output = Result<Answer, Infallible>> + Send>>,
+> + Clone {
+    service_fn(move |req| {
+        seen.store(true, Ordering::Relaxed);
+        Box::pin(router::handle(app.clone(), client, req))
+    })
+}
+
 /// What an HTTP/2 connection opens with.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -291,5 +320,39 @@ impl FirstRequest<'_> {
             Some(Err(e)) => tracing::debug!("connection from {peer}: {e}"),
             None => tracing::debug!("connection from {peer}: no request within {timeout:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future of the service `make` makes.
+    fn future_size<S: hyper::service::Service<Request<Incoming>>>(
+        _make: fn(Arc<App>, IpAddr, Arc<AtomicBool>) -> S,
+    ) -> usize {
+        std::mem::size_of::<S::Future>()
+    }
+
+    /// The size of the future `f` returns.
+    fn handle_size<F>(_f: fn(Arc<App>, IpAddr, Request<Incoming>) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_connection_keeps_only_a_pointer_to_its_request_future() {
+        // What hyper keeps for each connection's life: one pointer.
+        assert_eq!(future_size(service), std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn a_request_future_stays_small() {
+        // What every request allocates and moves: the largest route's future (a message's,
+        // about 14 KiB; the channel test's, twice that, is boxed apart).
+        let size = handle_size(router::handle);
+        assert!(
+            size <= 16 * 1024,
+            "router::handle's future takes {size} bytes"
+        );
     }
 }
