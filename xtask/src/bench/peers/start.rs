@@ -225,15 +225,24 @@ impl PeerKind {
                      server:\n  host: \"127.0.0.1\"\n  port: 8080\n  dev_mode: true\n\
                      providers:\n  - name: \"bench-upstream\"\n    provider_type: \"anthropic\"\n    \
                      api_key: \"upstream-key\"\n    base_url: \"http://{upstream}\"\n    weight: 1.0\n    \
-                     rpm: 100000000\n    tpm: 100000000000\n    max_concurrent_requests: 100000\n    \
+                     endpoint_access: private_network\n    \
+                     rpm: 100000000\n    tpm: 4000000000\n    max_concurrent_requests: 100000\n    \
                      timeout: 30\n    max_retries: 0\n    models:\n      - \"bench-chat\"\n    enabled: true\n\
                      router:\n  strategy: \"round_robin\"\n\
+                     storage:\n  database:\n    url: \"sqlite::memory:\"\n    enabled: false\n    \
+                     max_connections: 1\n    connection_timeout: 5\n    ssl: false\n  redis:\n    \
+                     url: \"redis://127.0.0.1:1\"\n    enabled: false\n    max_connections: 1\n    \
+                     connection_timeout: 5\n    cluster: false\n\
+                     guardrails:\n  enabled: false\n\
+                     monitoring:\n  metrics:\n    enabled: false\n    port: 9090\n    \
+                     path: \"/metrics\"\n    interval_seconds: 15\n  tracing:\n    enabled: false\n  \
+                     health:\n    path: \"/health\"\n    detailed: false\n\
                      auth:\n  enable_jwt: false\n  enable_api_key: false\n  allow_anonymous: true\n  \
                      jwt_secret: \"\"\n  jwt_expiration: 86400\n  api_key_header: \"Authorization\"\n\
                      pricing:\n  source: \"embedded://model_prices_extended\"\n  allow_degraded: false\n  \
                      unpriced_model_policy: allow_unpriced\n  unpriced_fallback_cost_per_1k_tokens: 0.0\n\
                      rate_limit:\n  enabled: false\n  strategy: token_bucket\n  default_rpm: 100000000\n  \
-                     default_tpm: 100000000000\n"
+                     default_tpm: 4000000000\n"
                 ),
             )?,
             PeerKind::Portkey => {}
