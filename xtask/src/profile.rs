@@ -1,6 +1,7 @@
 //! `cargo xtask profile`: the instructions the relay executes per request, counted by
 //! callgrind, for a whole `/v1/messages` answer and a streamed one (from the simulator's chat
-//! model, and from an `anthropic` channel to the bench's fake upstream, the bench's path) and a
+//! model, and from an `anthropic` channel to the bench's fake upstream, the bench's path, over
+//! plain HTTP and over TLS with HTTP/2, the `tls` section's path) and a
 //! `GET /v1/videos/{id}` poll. Counts do not depend on the machine's load, so a regression
 //! shows without noise.
 //!
@@ -20,6 +21,7 @@ use anyhow::{Context, bail};
 
 use crate::bench::party::Party;
 use crate::bench::relays::messages_config;
+use crate::bench::tls::Certs;
 use crate::cmd;
 
 pub const USAGE: &str = "usage: cargo xtask profile [--requests N] [--relay PATH]
@@ -27,7 +29,8 @@ pub const USAGE: &str = "usage: cargo xtask profile [--requests N] [--relay PATH
   Runs the release relay under callgrind (installs valgrind from Debian's packages when it is
   missing) and prints the instructions it executes per request for a whole /v1/messages
   answer and a streamed one (the simulator's chat model, then an anthropic channel to the
-  bench's fake upstream, run by this xtask as a process of its own) and a GET /v1/videos/{id}
+  bench's fake upstream, run by this xtask as a process of its own, over plain HTTP and over
+  TLS) and a GET /v1/videos/{id}
   poll, as a Markdown table. N requests of each kind are counted (default 200) after a warm-up,
   with the relay's connection threads not spinning between requests ([server] spin_us = 0).
   --relay PATH profiles that relay binary instead of building this tree's (to compare builds).";
@@ -37,6 +40,8 @@ const MESSAGE: &str = r#"{"model":"sim-chat","max_tokens":64,"messages":[{"role"
 const STREAM: &str = r#"{"model":"sim-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 const NATIVE: &str = r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 const NATIVE_STREAM: &str = r#"{"model":"bench-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
+const TLS: &str = r#"{"model":"tls-chat","max_tokens":64,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
+const TLS_STREAM: &str = r#"{"model":"tls-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello there, relay"}]}"#;
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut requests: u64 = 200;
@@ -80,13 +85,23 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     // file's models and channels replace the default's, so the simulator's are listed again.
     let xtask = std::env::current_exe().context("this xtask's path")?;
     let fake = Party::start(&xtask, "fake-messages", &[])?;
+    // The same upstream over TLS (HTTP/2 by ALPN), trusted through the channel's CA file.
+    let certs = Certs::make()?;
+    let tls_stats = work.join("tls-stats");
+    let tls_fake = Party::start(&xtask, "fake-messages", &certs.party_args(&tls_stats))?;
     let text = format!(
-        "{}[simulator]\ntask_secs = 3600\n\
+        "{}[models.tls-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
+         output_price_per_mtok = 3000\n\
+         [[channels]]\nname = \"tls-upstream\"\nkind = \"anthropic\"\nmodels = [\"tls-chat\"]\n\
+         base_url = \"https://{}\"\napi_key = \"upstream-key\"\nca_file = {:?}\n\
+         [simulator]\ntask_secs = 3600\n\
          [models.sim-chat]\nkind = \"chat\"\ninput_price_per_mtok = 1000\n\
          output_price_per_mtok = 3000\n\
          [[channels]]\nname = \"simulator\"\nkind = \"simulator\"\n\
          models = [\"model_h3\", \"sim-chat\"]\n",
-        messages_config(fake.addr)
+        messages_config(fake.addr),
+        tls_fake.addr,
+        certs.ca.to_str().context("the CA file's path")?,
     );
     // Connection threads that do not spin between requests: what is counted is the requests'
     // own work, not how many times a thread looked for more while it waited (a build older
@@ -148,6 +163,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         ("stream (/v1/messages, stream: true)", Kind::Message(STREAM)),
         ("whole answer, anthropic channel", Kind::Message(NATIVE)),
         ("stream, anthropic channel", Kind::Message(NATIVE_STREAM)),
+        (
+            "whole answer, anthropic channel over TLS",
+            Kind::Message(TLS),
+        ),
+        (
+            "stream, anthropic channel over TLS",
+            Kind::Message(TLS_STREAM),
+        ),
         ("poll (GET /v1/videos/{id})", Kind::Poll),
     ] {
         let send = |conn: &mut Conn| -> anyhow::Result<()> {
@@ -179,6 +202,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     drop(conn);
     drop(relay);
     drop(fake);
+    drop(tls_fake);
 
     println!("| request | instructions per request |\n|---|---:|");
     for (name, per) in rows {

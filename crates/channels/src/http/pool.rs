@@ -29,13 +29,12 @@
 //! on to the next: nothing was sent).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::task::AtomicWaker;
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri};
@@ -49,8 +48,12 @@ use tokio::net::TcpStream;
 use tower_service::Service;
 
 pub(crate) mod h1;
+mod h2;
+mod sweeper;
 
-use crate::http::deadline::Deadline;
+pub(crate) use self::h2::Stream;
+use self::h2::{Opener, Opening, Pending, Shared, h2_answer, h2_request};
+use self::sweeper::Sweeper;
 
 /// How the pool reaches an origin: TLS (ALPN picks HTTP/2 or HTTP/1.1) or plain TCP, through
 /// the SSRF guard or a proxy's tunnel.
@@ -150,52 +153,6 @@ struct OriginConns {
     speaks_h1: bool,
 }
 
-/// An HTTP/2 connection that requests share.
-struct Shared {
-    send: http2::SendRequest<Body>,
-    /// Its streams open: each answer holds a [`Stream`] until its body ends or is dropped.
-    open: Arc<AtomicUsize>,
-    /// When a stream last began on it: one with none open is closed once it has been unused
-    /// for the idle timeout, so a burst's extra connections go once the load is back down.
-    used: Instant,
-}
-
-/// One stream of a shared HTTP/2 connection, counted while its answer lasts.
-pub(crate) struct Stream(Arc<AtomicUsize>);
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A connection being opened that requests wait on.
-struct Pending {
-    opening: tokio::sync::watch::Receiver<Opening>,
-    /// The requests waiting on it: no more than one connection's streams, the rest wait on
-    /// (or open) another.
-    waiting: usize,
-}
-
-/// How the opening of a connection that others wait on went, as far as they need to know.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Opening {
-    /// Still connecting; once it is up (and shared if HTTP/2) the sender goes.
-    Pending,
-    /// It failed: each waiting request opens its own, to fail (or not) with its own error.
-    Failed,
-}
-
-/// Held by the request that opens a connection others wait on: they go on when it is dropped
-/// (the connection is up) or says it failed.
-struct Opener(tokio::sync::watch::Sender<Opening>);
-
-impl Opener {
-    fn failed(&self) {
-        self.0.send_replace(Opening::Failed);
-    }
-}
-
 #[derive(Default)]
 struct Lane {
     /// In the order they were first met.
@@ -235,6 +192,22 @@ impl Lane {
             }
         };
         &mut self.origins[at]
+    }
+
+    /// The lane's sweeper, started on this thread's runtime if none runs (none outside one).
+    fn sweeper(&mut self, pool: &Arc<Pool>, at: usize) -> Option<Arc<Sweeper>> {
+        if self.sweeper.is_none() {
+            self.sweeper = Sweeper::start(pool, at);
+        }
+        self.sweeper.clone()
+    }
+
+    /// Has `sweeper` time the lane's connections, if its timer is not set yet.
+    fn time(&mut self, sweeper: &Arc<Sweeper>) {
+        if !self.timed {
+            self.timed = true;
+            sweeper.wake_by_ref();
+        }
     }
 }
 
@@ -336,10 +309,7 @@ impl Pool {
     fn put(self: &Arc<Self>, lane_at: usize, origin: &Origin, mut one: One) {
         let now = Instant::now();
         let mut lane = self.lane(lane_at);
-        if lane.sweeper.is_none() {
-            lane.sweeper = Sweeper::start(self, lane_at);
-        }
-        let Some(sweeper) = lane.sweeper.clone() else {
+        let Some(sweeper) = lane.sweeper(self, lane_at) else {
             // No runtime to sweep on: kept unwatched.
             return self.keep(&mut lane, origin, one, now);
         };
@@ -350,10 +320,7 @@ impl Pool {
         {
             return;
         }
-        if !lane.timed {
-            lane.timed = true;
-            sweeper.wake_by_ref();
-        }
+        lane.time(&sweeper);
         self.keep(&mut lane, origin, one, now);
     }
 
@@ -372,83 +339,11 @@ impl Pool {
         }
     }
 
-    /// Lets go of `lane`'s idle connections that the upstream closed or that expired, each
-    /// kept one watched again by `waker`: when the oldest of those left expires, if any.
-    fn sweep(&self, lane: usize, waker: &Waker) -> Option<Instant> {
-        let now = Instant::now();
-        let mut cx = Context::from_waker(waker);
-        let mut lane = self.lane(lane);
-        let mut next: Option<Instant> = None;
-        let mut at = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
-        for conns in &mut lane.origins {
-            conns.idle.retain_mut(|idle| {
-                now.duration_since(idle.since) < self.idle_timeout
-                    && !idle.one.conn.is_closed(&mut cx)
-            });
-            if let Some(oldest) = conns.idle.first() {
-                at(oldest.since + self.idle_timeout);
-            }
-            // A shared connection goes once it has had no stream open for the idle timeout;
-            // one with streams open is looked at again an idle timeout later.
-            conns.shared.retain(|shared| {
-                let streams = shared.open.load(Ordering::Relaxed);
-                let unused = now.duration_since(shared.used) >= self.idle_timeout;
-                !shared.send.is_closed() && (streams > 0 || !unused)
-            });
-            for shared in &conns.shared {
-                let streams = shared.open.load(Ordering::Relaxed);
-                at(if streams > 0 {
-                    now + self.idle_timeout
-                } else {
-                    shared.used + self.idle_timeout
-                });
-            }
-        }
-        lane.timed = next.is_some();
-        next
-    }
-
     /// How many idle HTTP/1.1 connections this thread's lane keeps.
     #[cfg(test)]
     pub(crate) fn idle(&self) -> usize {
         let lane = LANE.with(Cell::get);
         self.lane(lane).origins.iter().map(|o| o.idle.len()).sum()
-    }
-
-    /// Offers `send`, a new HTTP/2 connection, to the requests to `origin` on `lane`, with one
-    /// stream of it taken (the opener's), and has the lane's sweeper close it once unused.
-    fn share(
-        self: &Arc<Self>,
-        lane_at: usize,
-        origin: &Origin,
-        send: http2::SendRequest<Body>,
-    ) -> Stream {
-        let open = Arc::new(AtomicUsize::new(1));
-        let mut lane = self.lane(lane_at);
-        lane.entry(origin).shared.push(Shared {
-            send,
-            open: open.clone(),
-            used: Instant::now(),
-        });
-        if lane.sweeper.is_none() {
-            lane.sweeper = Sweeper::start(self, lane_at);
-        }
-        if !lane.timed
-            && let Some(sweeper) = lane.sweeper.clone()
-        {
-            lane.timed = true;
-            sweeper.wake_by_ref();
-        }
-        Stream(open)
-    }
-
-    /// Stops offering the shared connection that `stream` was taken from, which failed.
-    fn unshare(&self, lane: usize, origin: &Origin, stream: &Stream) {
-        if let Some(conns) = self.lane(lane).find(origin) {
-            conns
-                .shared
-                .retain(|shared| !Arc::ptr_eq(&shared.open, &stream.0));
-        }
     }
 
     /// Sends `req` (to `uri`, its URI) on a pooled connection or a new one and waits for the
@@ -725,33 +620,6 @@ pub(crate) enum AnswerBody {
     },
 }
 
-/// The request for an HTTP/2 connection: the whole URI, the same method, headers and body.
-fn h2_request(parts: &Parts, uri: &Uri, body: &Bytes) -> Request<Body> {
-    let mut req = Request::new(Full::new(body.clone()));
-    *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = uri.clone();
-    *req.headers_mut() = parts.headers.clone();
-    req
-}
-
-fn h2_answer(res: hyper::Response<Incoming>, stream: Stream) -> Answer {
-    use hyper::body::Body as _;
-    let (parts, body) = res.into_parts();
-    let body = if body.is_end_stream() {
-        AnswerBody::Empty
-    } else {
-        AnswerBody::H2 {
-            body,
-            _stream: stream,
-        }
-    };
-    Answer {
-        status: parts.status,
-        headers: Headers::Map(parts.headers),
-        body,
-    }
-}
-
 /// Runs a new connection's I/O on this thread's runtime until it closes.
 fn drive(
     driver: impl Future<Output = Result<(), hyper::Error>> + Send + 'static,
@@ -779,72 +647,6 @@ fn host_value(origin: &Origin) -> Option<HeaderValue> {
             HeaderValue::from_str(all.rsplit('@').next().unwrap_or(all)).ok()
         }
         _ => HeaderValue::from_str(authority.host()).ok(),
-    }
-}
-
-/// What wakes a lane's sweeper task: the socket of one of the lane's idle connections, which
-/// the reactor readies when the upstream closes it, or a connection put in a lane whose oldest
-/// idle connection's expiry is not timed yet. One per lane that ever had an idle connection.
-#[derive(Default)]
-struct Sweeper {
-    task: AtomicWaker,
-    woken: AtomicBool,
-}
-
-impl Wake for Sweeper {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.wake();
-    }
-}
-
-impl Sweeper {
-    /// Starts the sweeper of `pool`'s `lane` on this thread's runtime (none outside one: then
-    /// requests alone let go of what they find closed or expired).
-    fn start(pool: &Arc<Pool>, lane: usize) -> Option<Arc<Sweeper>> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let sweeper = Arc::new(Sweeper::default());
-        runtime.spawn(Sweeper::run(Arc::downgrade(pool), lane, sweeper.clone()));
-        Some(sweeper)
-    }
-
-    /// Sweeps the lane whenever it is woken or its oldest idle connection expires, until the
-    /// pool is gone.
-    async fn run(pool: Weak<Pool>, lane: usize, sweeper: Arc<Sweeper>) {
-        // Should the runtime end first, the next connection put in the lane starts another.
-        struct Stopped(Weak<Pool>, usize);
-        impl Drop for Stopped {
-            fn drop(&mut self) {
-                if let Some(pool) = self.0.upgrade() {
-                    pool.lane(self.1).sweeper = None;
-                }
-            }
-        }
-        let _stopped = Stopped(pool.clone(), lane);
-        let waker = Waker::from(sweeper.clone());
-        let mut timer = Deadline::default();
-        let mut expiry: Option<Instant> = None;
-        loop {
-            std::future::poll_fn(|cx| {
-                sweeper.task.register(cx.waker());
-                if sweeper.woken.swap(false, Ordering::AcqRel) {
-                    return std::task::Poll::Ready(());
-                }
-                match expiry {
-                    Some(at) => timer.poll_until(at.into(), cx),
-                    None => std::task::Poll::Pending,
-                }
-            })
-            .await;
-            let Some(pool) = pool.upgrade() else {
-                return;
-            };
-            expiry = pool.sweep(lane, &waker);
-        }
     }
 }
 

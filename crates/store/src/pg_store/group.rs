@@ -27,7 +27,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tokio::sync::mpsc;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 
 use super::ledger::{self, LEDGER_ID_PREFIX};
 use super::names::{task_kind, task_status};
@@ -376,23 +376,14 @@ pub(super) async fn write_blind(
             client
                 .execute(
                     &statement,
-                    &[
-                        &t.ids,
-                        &t.created,
-                        &t.owners,
-                        &t.kinds,
-                        &t.statuses,
-                        &t.models,
-                        &t.due,
-                        &t.params,
-                        &t.records,
+                    &t.then(&[
                         &entry_ids,
                         &entry_keys,
                         &entry_tasks,
                         &entry_kinds,
                         &amounts,
                         &ats,
-                    ],
+                    ]),
                 )
                 .await
                 .sql("create tasks: write")
@@ -433,6 +424,24 @@ impl<'a> TaskColumns<'a> {
             params: tasks.iter().map(|c| c.row.params.as_str()).collect(),
             records: tasks.iter().map(|c| Json(&c.row.rest)).collect(),
         }
+    }
+
+    /// A statement's parameters: these columns (`$1` to `$9`, in the `INSERT`'s order), then
+    /// `rest`.
+    fn then<'s>(&'s self, rest: &[&'s (dyn ToSql + Sync)]) -> Vec<&'s (dyn ToSql + Sync)> {
+        let mut all: Vec<&'s (dyn ToSql + Sync)> = vec![
+            &self.ids,
+            &self.created,
+            &self.owners,
+            &self.kinds,
+            &self.statuses,
+            &self.models,
+            &self.due,
+            &self.params,
+            &self.records,
+        ];
+        all.extend_from_slice(rest);
+        all
     }
 }
 
@@ -554,16 +563,7 @@ async fn write(
     client
         .execute(
             statement,
-            &[
-                &t.ids,
-                &t.created,
-                &t.owners,
-                &t.kinds,
-                &t.statuses,
-                &t.models,
-                &t.due,
-                &t.params,
-                &t.records,
+            &t.then(&[
                 &key_ids,
                 &keys,
                 &idem_owners,
@@ -577,7 +577,7 @@ async fn write(
                 &amounts,
                 &balances,
                 &ats,
-            ],
+            ]),
         )
         .await
         .sql("create tasks: write")?;
