@@ -100,6 +100,9 @@ where
     }
 }
 
+/// What the fake counts for any message, as Anthropic's `count_tokens` answers.
+const COUNT: &str = r#"{"input_tokens":12}"#;
+
 /// The TLS and pacing flags of a party.
 #[derive(Default)]
 pub struct TlsArgs {
@@ -112,9 +115,14 @@ pub struct TlsArgs {
     pub event_ms: u64,
 }
 
-/// The fake native upstream: the whole message, or the stream when the body asks for one.
+/// The fake native upstream: the whole message, or the stream when the body asks for one; and
+/// `POST /v1/messages/count_tokens` (Anthropic's token counting, which a peer asks before each
+/// message), a count.
 pub(super) async fn fake_messages(req: Request<Incoming>) -> Response<Body> {
     static STREAM: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    if req.uri().path().ends_with("/count_tokens") {
+        return full(Bytes::from_static(COUNT.as_bytes()), "application/json");
+    }
     let body = req
         .into_body()
         .collect()

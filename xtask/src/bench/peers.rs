@@ -16,7 +16,7 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use self::start::{Peer, PeerKind, REQUEST};
+use self::start::{MODEL, Peer, PeerKind, request};
 use super::generator::{Gen, Load};
 use super::load::mib;
 use super::measure::{ATTEMPTS, Run, Watch, measured};
@@ -39,7 +39,12 @@ struct Rows {
     stream1: Run,
 }
 
-fn load(addr: std::net::SocketAddr, stream: bool, headers: Vec<(&'static str, String)>) -> Load {
+fn load(
+    addr: std::net::SocketAddr,
+    model: &str,
+    stream: bool,
+    headers: Vec<(&'static str, String)>,
+) -> Load {
     Load {
         addr,
         conns: CONNS,
@@ -47,19 +52,17 @@ fn load(addr: std::net::SocketAddr, stream: bool, headers: Vec<(&'static str, St
         method: "POST",
         path: "/v1/messages".into(),
         headers,
-        body: if stream {
-            REQUEST.replacen('{', "{\"stream\":true,", 1)
-        } else {
-            REQUEST.to_owned()
-        },
+        body: request(model, stream),
         paths_file: None,
     }
 }
 
-/// The four runs of one party, `server` its process (and `own` every process of the bench).
+/// The four runs of one party asked for `model`, `server` its process (and `own` every process
+/// of the bench).
 fn measure_party(
     ctx: &Ctx,
     name: &str,
+    model: &str,
     addr: std::net::SocketAddr,
     headers: &[(&'static str, String)],
     server: u32,
@@ -67,7 +70,9 @@ fn measure_party(
 ) -> anyhow::Result<Rows> {
     let watch = Watch { server, own };
     let run = |stream: bool, n: usize| {
-        let load = load(addr, stream, headers.to_vec()).conns(n).secs(ctx.secs);
+        let load = load(addr, model, stream, headers.to_vec())
+            .conns(n)
+            .secs(ctx.secs);
         let kind = if stream { "streams" } else { "whole answers" };
         let label = format!("peers, {kind}: {name}, {}, wrk", conns(n));
         measured(&ctx.gens, Gen::Wrk, &load, &watch, ATTEMPTS, &label)
@@ -134,6 +139,7 @@ pub fn run(
         measure_party(
             ctx,
             "floor proxy",
+            MODEL,
             floor.addr,
             &anthropic("upstream-key"),
             floor.pid(),
@@ -142,6 +148,7 @@ pub fn run(
         measure_party(
             ctx,
             "relay",
+            MODEL,
             relay.addr,
             &anthropic(&relay.key),
             relay.pid(),
@@ -167,6 +174,7 @@ pub fn run(
             measure_party(
                 ctx,
                 &kind.label(),
+                kind.model(),
                 peer.addr,
                 &peer.headers(),
                 peer.pid(),

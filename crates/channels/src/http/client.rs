@@ -5,14 +5,12 @@
 //! arrives) and an idle timeout (the longest silence inside a streamed body). Bodies are
 //! streamed, never buffered unless asked.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, StatusCode};
-use hyper::body::Body;
 use tokio::time::Instant;
 
 use crate::http::deadline::Deadline;
@@ -181,7 +179,7 @@ impl UpstreamHttp {
                     unsent: true,
                 });
             }
-            Err(ExchangeError::Http(e)) => {
+            Err(ExchangeError::H2(e)) => {
                 return Err(UpstreamError::Send {
                     url: url(),
                     message: error_chain(&e),
@@ -369,23 +367,24 @@ impl UpstreamBody {
     }
 }
 
-/// The next piece of data of an HTTP/2 body (other frames passed over); `None` at its end.
+/// The next piece of data of an HTTP/2 body; `None` at its end. What is read is given back to
+/// the upstream's window at once, as hyper does: the relay holds no more than the piece.
 fn poll_h2(
-    body: &mut hyper::body::Incoming,
+    body: &mut ::h2::RecvStream,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Option<Bytes>, String>> {
     loop {
-        match Pin::new(&mut *body).poll_frame(cx) {
-            Poll::Ready(None) => return Poll::Ready(Ok(None)),
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(error_chain(&e))),
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data()
-                    && !data.is_empty()
-                {
+        match std::task::ready!(body.poll_data(cx)) {
+            None => return Poll::Ready(Ok(None)),
+            Some(Err(e)) => return Poll::Ready(Err(error_chain(&e))),
+            Some(Ok(data)) => {
+                // The stream is still open while its data is read; giving back can only fail
+                // once it is reset, which the next poll reports.
+                let _ = body.flow_control().release_capacity(data.len());
+                if !data.is_empty() {
                     return Poll::Ready(Ok(Some(data)));
                 }
             }
-            Poll::Pending => return Poll::Pending,
         }
     }
 }

@@ -38,12 +38,9 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http2;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::Connection;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
@@ -52,16 +49,14 @@ mod h2;
 mod sweeper;
 
 pub(crate) use self::h2::Stream;
-use self::h2::{Opener, Opening, Pending, Shared, h2_answer, h2_request};
+use self::h2::{Failure, Opener, Opening, Pending, Shared, h2_answer};
 use self::sweeper::Sweeper;
 
 /// How the pool reaches an origin: TLS (ALPN picks HTTP/2 or HTTP/1.1) or plain TCP, through
 /// the SSRF guard or a proxy's tunnel.
 pub(crate) type Connector = HttpsConnector<crate::http::network::Dial>;
 
-type Body = Full<Bytes>;
-
-/// An upstream connection's bytes, as HTTP/1.1 reads and writes them.
+/// An upstream connection's bytes, as HTTP/1.1 and HTTP/2 read and write them.
 pub(crate) type Io = TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>;
 
 /// How many pools a client keeps: one per lane (see [`set_lane`]).
@@ -105,7 +100,7 @@ pub(crate) enum ExchangeError {
     /// Opening the connection (TCP, the guard, TLS).
     Connect(Box<dyn std::error::Error + Send + Sync>),
     /// The HTTP/2 handshake on a new connection, or an exchange on one.
-    Http(hyper::Error),
+    H2(::h2::Error),
     /// An HTTP/1.1 exchange.
     H1(h1::Error),
     /// No answer's head within the first-byte time.
@@ -213,7 +208,7 @@ impl Lane {
 
 enum Taken {
     One(One),
-    Shared(http2::SendRequest<Body>, Stream),
+    Shared(::h2::client::SendRequest<Bytes>, Stream),
     /// A connection that may speak HTTP/2 is being opened: wait for it.
     Wait(tokio::sync::watch::Receiver<Opening>),
     /// Nothing to take: open a connection, which others wait on if an opener comes with it.
@@ -262,7 +257,7 @@ impl Pool {
         let conns = lane.entry(origin);
         let now = Instant::now();
         if !conns.shared.is_empty() {
-            conns.shared.retain(|shared| !shared.send.is_closed());
+            conns.shared.retain(|shared| !shared.closed.get());
             let room = conns
                 .shared
                 .iter_mut()
@@ -386,33 +381,17 @@ impl Pool {
                         Err(e) => return Err(ExchangeError::H1(e)),
                     }
                 }
-                Taken::Shared(mut conn, stream) => {
+                Taken::Shared(send, stream) => {
                     let until = Instant::now() + first_byte;
-                    let ready = tokio::time::timeout_at(until.into(), conn.ready()).await;
-                    match ready {
-                        Err(_) => return Err(ExchangeError::FirstByte),
-                        Ok(Err(_)) => {
+                    match h2::exchange(send, &parts, uri, &body, until).await {
+                        Ok(res) => return Ok(h2_answer(res, stream)),
+                        Err(Failure::TimedOut) => return Err(ExchangeError::FirstByte),
+                        Err(Failure::Failed(e)) => return Err(ExchangeError::H2(e)),
+                        // Going away: not offered again, and the request goes on another.
+                        Err(Failure::Unsent) => {
                             self.unshare(lane, &origin, &stream);
                             continue;
                         }
-                        Ok(Ok(())) => {}
-                    }
-                    let sent = tokio::time::timeout_at(
-                        until.into(),
-                        conn.try_send_request(h2_request(&parts, uri, &body)),
-                    )
-                    .await
-                    .map_err(|_| ExchangeError::FirstByte)?;
-                    match sent {
-                        Ok(res) => return Ok(h2_answer(res, stream)),
-                        Err(mut e) => match e.take_message() {
-                            // The connection is going away: not offered again.
-                            Some(_) => {
-                                self.unshare(lane, &origin, &stream);
-                                continue;
-                            }
-                            None => return Err(ExchangeError::Http(e.into_error())),
-                        },
                     }
                 }
                 Taken::Wait(mut opening) => {
@@ -481,28 +460,23 @@ impl Pool {
             Err(_) => return Err(failed(ExchangeError::Connect(BEFORE_FIRST_BYTE.into()))),
         };
         if io.connected().is_negotiated_h2() {
-            let handshake = tokio::time::timeout_at(
-                until.into(),
-                http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .handshake(io),
-            )
-            .await
-            .map_err(|_| failed(ExchangeError::FirstByte))?;
+            let handshake = tokio::time::timeout_at(until.into(), h2::handshake(TokioIo::new(io)))
+                .await
+                .map_err(|_| failed(ExchangeError::FirstByte))?;
             // Nothing of the request has left before the handshake is done.
-            let (mut conn, driver) =
+            let (send, closed) =
                 handshake.map_err(|e| failed(ExchangeError::Connect(Box::new(e))))?;
-            drive(driver, "upstream HTTP/2 connection");
-            let stream = self.share(lane, &origin, conn.clone());
+            let stream = self.share(lane, &origin, send.clone(), closed);
             // Those waiting take the shared connection now.
             drop(opener);
-            let answered = tokio::time::timeout_at(
-                until.into(),
-                conn.send_request(h2_request(parts, uri, &body)),
-            )
-            .await
-            .map_err(|_| ExchangeError::FirstByte)?;
-            return Ok(h2_answer(answered.map_err(ExchangeError::Http)?, stream));
+            return match h2::exchange(send, parts, uri, &body, until).await {
+                Ok(res) => Ok(h2_answer(res, stream)),
+                Err(Failure::TimedOut) => Err(ExchangeError::FirstByte),
+                Err(Failure::Failed(e)) => Err(ExchangeError::H2(e)),
+                Err(Failure::Unsent) => Err(ExchangeError::Connect(
+                    "the new HTTP/2 connection closed before the request could be sent".into(),
+                )),
+            };
         }
         if opener.is_some() {
             // Those waiting open their own at once, as will the next burst.
@@ -615,21 +589,9 @@ pub(crate) enum AnswerBody {
     },
     /// Read from a shared HTTP/2 connection, one of whose streams it holds until it ends.
     H2 {
-        body: Incoming,
+        body: ::h2::RecvStream,
         _stream: Stream,
     },
-}
-
-/// Runs a new connection's I/O on this thread's runtime until it closes.
-fn drive(
-    driver: impl Future<Output = Result<(), hyper::Error>> + Send + 'static,
-    what: &'static str,
-) {
-    tokio::spawn(async move {
-        if let Err(e) = driver.await {
-            tracing::debug!("{what}: {e}");
-        }
-    });
 }
 
 /// The `Host` of `origin`: its host, with the port unless it is the scheme's own.

@@ -1,5 +1,6 @@
 //! The peers: their pinned versions, how each is installed under `target/bench/peers`, how each
-//! is configured to send `bench-chat` to the fake upstream, started, checked and stopped.
+//! is configured to send its model (see [`PeerKind::model`]) to the fake upstream, started,
+//! checked and stopped.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,9 +11,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-/// The request of every row: the `messages` section's.
-pub(super) const REQUEST: &str =
-    r#"{"model":"bench-chat","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}"#;
+/// The request of every row (the `messages` section's) for `model`, whole or streamed.
+pub(super) fn request(model: &str, stream: bool) -> String {
+    let stream = if stream { "\"stream\":true," } else { "" };
+    format!(
+        r#"{{{stream}"model":"{model}","max_tokens":64,"messages":[{{"role":"user","content":"Say hello."}}]}}"#
+    )
+}
+
+/// The model the relay and the floor are asked for.
+pub(super) const MODEL: &str = "bench-chat";
 
 /// litellm-rs on crates.io, its `gateway` binary (the `sqlite` feature brings the storage the
 /// binary requires; no database is configured).
@@ -50,6 +58,16 @@ impl PeerKind {
             PeerKind::LitellmRs => "litellm-rs",
             PeerKind::Portkey => "portkey",
             PeerKind::Litellm => "litellm",
+        }
+    }
+
+    /// The model the peer is asked for: `bench-chat`, but for litellm-rs, whose native
+    /// Messages path serves only a model of a Claude family it knows (it bills by its own
+    /// catalogue, and asks the upstream's `count_tokens` before each message), Claude Haiku 4.5.
+    pub fn model(self) -> &'static str {
+        match self {
+            PeerKind::LitellmRs => "claude-haiku-4-5",
+            PeerKind::Portkey | PeerKind::Litellm => MODEL,
         }
     }
 
@@ -227,7 +245,7 @@ impl PeerKind {
                      api_key: \"upstream-key\"\n    base_url: \"http://{upstream}\"\n    weight: 1.0\n    \
                      endpoint_access: private_network\n    \
                      rpm: 100000000\n    tpm: 4000000000\n    max_concurrent_requests: 100000\n    \
-                     timeout: 30\n    max_retries: 0\n    models:\n      - \"bench-chat\"\n    enabled: true\n\
+                     timeout: 30\n    max_retries: 0\n    models:\n      - \"{model}\"\n    enabled: true\n\
                      router:\n  strategy: \"round_robin\"\n\
                      storage:\n  database:\n    url: \"sqlite::memory:\"\n    enabled: false\n    \
                      max_connections: 1\n    connection_timeout: 5\n    ssl: false\n  redis:\n    \
@@ -242,7 +260,8 @@ impl PeerKind {
                      pricing:\n  source: \"embedded://model_prices_extended\"\n  allow_degraded: false\n  \
                      unpriced_model_policy: allow_unpriced\n  unpriced_fallback_cost_per_1k_tokens: 0.0\n\
                      rate_limit:\n  enabled: false\n  strategy: token_bucket\n  default_rpm: 100000000\n  \
-                     default_tpm: 4000000000\n"
+                     default_tpm: 4000000000\n",
+                    model = self.model()
                 ),
             )?,
             PeerKind::Portkey => {}
@@ -353,11 +372,7 @@ impl Peer {
 
     /// One request, whole or streamed, on a connection of its own: status and body.
     fn ask(&self, stream: bool) -> anyhow::Result<(u16, String)> {
-        let body = if stream {
-            REQUEST.replacen('{', "{\"stream\":true,", 1)
-        } else {
-            REQUEST.to_owned()
-        };
+        let body = request(self.kind.model(), stream);
         let mut conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
         conn.set_read_timeout(Some(Duration::from_secs(30)))?;
         let mut req = format!(
@@ -450,5 +465,23 @@ impl Drop for Peer {
             .args(["-KILL", "--", &format!("-{}", self.child.id())])
             .status();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_is_the_messages_sections_for_each_model() {
+        let whole: serde_json::Value =
+            serde_json::from_str(&request(PeerKind::LitellmRs.model(), false)).unwrap();
+        assert_eq!(whole["model"], "claude-haiku-4-5");
+        assert_eq!(whole["max_tokens"], 64);
+        assert!(whole.get("stream").is_none());
+        let stream: serde_json::Value = serde_json::from_str(&request(MODEL, true)).unwrap();
+        assert_eq!(stream["stream"], true);
+        assert_eq!(stream["model"], "bench-chat");
+        assert_eq!(stream["messages"][0]["content"], "Say hello.");
     }
 }

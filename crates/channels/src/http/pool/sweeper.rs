@@ -33,7 +33,7 @@ impl Pool {
             conns.shared.retain(|shared| {
                 let streams = shared.open.load(Ordering::Relaxed);
                 let unused = now.duration_since(shared.used) >= self.idle_timeout;
-                !shared.send.is_closed() && (streams > 0 || !unused)
+                !shared.closed.get() && (streams > 0 || !unused)
             });
             for shared in &conns.shared {
                 let streams = shared.open.load(Ordering::Relaxed);

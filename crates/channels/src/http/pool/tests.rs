@@ -426,3 +426,132 @@ async fn streams_past_a_connections_share_go_on_another_and_the_unused_ones_clos
     burst(&http, addr, 10).await;
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 4);
 }
+
+/// What the HTTP/2 upstream of [`h2_upstream`] saw of a request: its method, path, headers and
+/// the length of its body.
+struct SeenRequest {
+    method: http::Method,
+    path: String,
+    headers: http::HeaderMap,
+    body: usize,
+}
+
+/// A TLS upstream speaking only HTTP/2 that notes each request whole and answers `GET /big`
+/// with 3 MiB (more than a stream's receive window) and anything else with `hello`.
+async fn h2_upstream() -> (String, SocketAddr, Arc<Mutex<Vec<SeenRequest>>>) {
+    use http_body_util::BodyExt as _;
+    let (ca, mut config) = crate::http::test_tls::signed_server("127.0.0.1");
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let shared = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let seen = shared.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await.unwrap().to_bytes();
+                        let answer = if parts.uri.path() == "/big" {
+                            Bytes::from(vec![b'x'; 3 << 20])
+                        } else {
+                            Bytes::from_static(b"hello")
+                        };
+                        seen.lock().unwrap().push(SeenRequest {
+                            method: parts.method,
+                            path: parts.uri.path().to_owned(),
+                            headers: parts.headers,
+                            body: body.len(),
+                        });
+                        Ok::<_, Infallible>(Response::new(Full::new(answer)))
+                    }
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+            });
+        }
+    });
+    (ca, addr, seen)
+}
+
+#[tokio::test]
+async fn over_http2_a_request_goes_whole_less_the_headers_http2_forbids() {
+    let (ca, addr, seen) = h2_upstream().await;
+    let mut file = None;
+    let http = trusting(&ca, &mut file);
+    // A body larger than the upstream's first window (64 KiB): sent as the window opens.
+    let body = Bytes::from(vec![b'{'; 300 * 1024]);
+    let req = Request::post(format!("https://{addr}/v1/messages?beta=true"))
+        .header("x-api-key", "secret-key")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "1")
+        .header("keep-alive", "timeout=5")
+        .header("te", "gzip")
+        .header("upgrade", "websocket")
+        .body(body.clone())
+        .unwrap();
+    let res = http.send(req).await.unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(res.body.collect(1024).await.unwrap(), "hello");
+    // A GET: no body, no content-length.
+    get_tls(&http, addr, "/v1/models").await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    let post = &seen[0];
+    assert_eq!(post.method, http::Method::POST);
+    assert_eq!(post.path, "/v1/messages");
+    assert_eq!(post.body, body.len());
+    assert_eq!(post.headers["x-api-key"], "secret-key");
+    assert_eq!(
+        post.headers["content-length"],
+        body.len().to_string().as_str()
+    );
+    for gone in ["connection", "x-hop", "keep-alive", "te", "upgrade"] {
+        assert!(
+            !post.headers.contains_key(gone),
+            "{gone}: {:?}",
+            post.headers
+        );
+    }
+    let get = &seen[1];
+    assert_eq!(get.method, http::Method::GET);
+    assert_eq!(get.body, 0);
+    assert!(
+        !get.headers.contains_key("content-length"),
+        "{:?}",
+        get.headers
+    );
+}
+
+#[tokio::test]
+async fn over_http2_an_answer_larger_than_the_window_is_read_whole() {
+    let (ca, addr, _) = h2_upstream().await;
+    let mut file = None;
+    let http = trusting(&ca, &mut file);
+    // 3 MiB through a 2 MiB window: what is read is given back as it is read. Twice on the
+    // one connection, so the connection's window is given back too.
+    for _ in 0..2 {
+        let big = get_tls(&http, addr, "/big").await;
+        assert_eq!(big.len(), 3 << 20);
+        assert!(big.iter().all(|b| *b == b'x'));
+    }
+}
+
+async fn get_tls(http: &UpstreamHttp, addr: SocketAddr, path: &str) -> Bytes {
+    let req = Request::get(format!("https://{addr}{path}"))
+        .body(Bytes::new())
+        .unwrap();
+    let res = http.send(req).await.unwrap();
+    assert_eq!(res.status, 200);
+    res.body.collect(8 << 20).await.unwrap()
+}
