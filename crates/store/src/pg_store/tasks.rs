@@ -370,9 +370,21 @@ async fn write_version(
     }))
 }
 
+/// The statement of [`claim`]: `$1` now, `$2` the lease's end, `$3` the most rows.
+pub(super) const CLAIM: &str = "WITH due AS ( \
+                SELECT id, due_ms FROM tasks WHERE due_ms <= $1 \
+                ORDER BY due_ms, id LIMIT $3 FOR UPDATE SKIP LOCKED \
+             ) \
+             UPDATE tasks SET due_ms = $2, \
+                record = jsonb_set(tasks.record, '{next_poll_ms}', to_jsonb($2::bigint)) \
+             FROM due WHERE tasks.id = ANY(ARRAY(SELECT id FROM due)) AND tasks.id = due.id \
+             RETURNING tasks.params, tasks.record::text, due.due_ms, tasks.xmin::text";
+
 /// [`crate::Store::claim_due`]: one statement. The due rows up to `limit`, earliest first,
 /// are locked, skipping rows another transaction holds, and leased: their due time (and the
-/// record's `next_poll_ms`) moves to `now_ms + lease_ms`.
+/// record's `next_poll_ms`) moves to `now_ms + lease_ms`. The rows are updated by their ids
+/// (`id = ANY(...)`, the primary key's index): joined only to the locked rows, the statement's
+/// generic plan (prepared, a `LIMIT` it cannot see) hashed the whole table for every claim.
 pub(super) async fn claim(
     store: &PgStore,
     now_ms: u64,
@@ -384,21 +396,9 @@ pub(super) async fn claim(
     let until = big(now_ms.saturating_add(lease_ms)).min(i64::MAX - 1);
     let n = big(limit as u64);
     let client = store.client("claim due tasks").await?;
-    let rows = txn::query(
-        &client,
-        "claim due tasks",
-        "WITH due AS ( \
-                SELECT id, due_ms FROM tasks WHERE due_ms <= $1 \
-                ORDER BY due_ms, id LIMIT $3 FOR UPDATE SKIP LOCKED \
-             ) \
-             UPDATE tasks SET due_ms = $2, \
-                record = jsonb_set(tasks.record, '{next_poll_ms}', to_jsonb($2::bigint)) \
-             FROM due WHERE tasks.id = due.id \
-             RETURNING tasks.params, tasks.record::text, due.due_ms, tasks.xmin::text",
-        &[&now, &until, &n],
-    )
-    .await
-    .map_err(Fault::into_store)?;
+    let rows = txn::query(&client, "claim due tasks", CLAIM, &[&now, &until, &n])
+        .await
+        .map_err(Fault::into_store)?;
     let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
         let was: i64 = row

@@ -149,6 +149,45 @@ async fn two_instances_never_claim_the_same_task() {
     assert_eq!(all.len() as u64, TASKS);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_the_rows_it_claims_not_the_table() {
+    let schema = PgSchema::new().await;
+    PgStore::connect(&schema.url, 1).await.unwrap();
+    let client = postgres(&schema.url).await;
+    // A few thousand tasks, none due, not yet analyzed (as in the first minute after a burst
+    // of creations): a claim's generic plan (the one a prepared statement keeps) should reach
+    // them through the due index and the primary key alone.
+    client
+        .batch_execute(
+            "INSERT INTO tasks SELECT 'task_' || lpad(g::text, 8, '0'), 'c' || g, 'owner', \
+                'video', 'running', 'm', 1000000 + g, repeat('p', 300), \
+                jsonb_build_object('id', 'task_' || g, 'x', repeat('r', 400)) \
+             FROM generate_series(1, 3000) g; \
+             SET plan_cache_mode = force_generic_plan",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "PREPARE claim(bigint, bigint, bigint) AS {}",
+            super::tasks::CLAIM
+        ))
+        .await
+        .unwrap();
+    let plan: Vec<String> = client
+        .query("EXPLAIN EXECUTE claim(5, 6, 256)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(
+        plan.iter().all(|line| !line.contains("Seq Scan")),
+        "{}",
+        plan.join("\n")
+    );
+}
+
 /// Statements prepared on the one connection of `store`'s pool.
 async fn prepared(store: &PgStore) -> usize {
     store.pool.get().await.unwrap().statement_cache.size()
