@@ -29,15 +29,17 @@
 //! on to the next: nothing was sent).
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use ::h2::RecvStream;
+use ::h2::client::SendRequest;
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::TokioIo;
@@ -49,8 +51,8 @@ mod h2;
 mod sweeper;
 
 pub(crate) use self::h2::Stream;
-use self::h2::{Failure, Opener, Opening, Pending, Shared, h2_answer};
-use self::sweeper::Sweeper;
+use self::h2::{Closed, Failure, Opener, Opening, Pending, STREAMS_PER_H2};
+use self::sweeper::{Sweeper, Swept};
 
 /// How the pool reaches an origin: TLS (ALPN picks HTTP/2 or HTTP/1.1) or plain TCP, through
 /// the SSRF guard or a proxy's tunnel.
@@ -71,11 +73,6 @@ const IDLE_PER_ORIGIN: usize = 1024;
 /// then the one met first. A client that fetches result files meets a new host now and then;
 /// a channel's own client, one.
 const ORIGINS_PER_LANE: usize = 64;
-
-/// Streams a lane opens at once on one HTTP/2 connection before it opens another: the fewest
-/// a server should allow (RFC 9113, 6.5.2). More would wait in the connection's own queue for
-/// one of its streams to end, which a long answer's may not do for minutes.
-const STREAMS_PER_H2: usize = 100;
 
 /// An idle connection older than this is closed rather than reused.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -148,6 +145,18 @@ struct OriginConns {
     speaks_h1: bool,
 }
 
+/// An HTTP/2 connection that requests share.
+struct Shared {
+    send: SendRequest<Bytes>,
+    /// Set once the connection has closed (its task has ended).
+    closed: Closed,
+    /// Its streams open: each answer holds a [`Stream`] until its body ends or is dropped.
+    open: Arc<AtomicUsize>,
+    /// When a stream last began on it: one with none open is closed once it has been unused
+    /// for the idle timeout, so a burst's extra connections go once the load is back down.
+    used: Instant,
+}
+
 #[derive(Default)]
 struct Lane {
     /// In the order they were first met.
@@ -208,7 +217,7 @@ impl Lane {
 
 enum Taken {
     One(One),
-    Shared(::h2::client::SendRequest<Bytes>, Stream),
+    Shared(SendRequest<Bytes>, Stream),
     /// A connection that may speak HTTP/2 is being opened: wait for it.
     Wait(tokio::sync::watch::Receiver<Opening>),
     /// Nothing to take: open a connection, which others wait on if an opener comes with it.
@@ -339,6 +348,38 @@ impl Pool {
     pub(crate) fn idle(&self) -> usize {
         let lane = LANE.with(Cell::get);
         self.lane(lane).origins.iter().map(|o| o.idle.len()).sum()
+    }
+
+    /// Offers `send`, a new HTTP/2 connection, to the requests to `origin` on `lane`, with one
+    /// stream of it taken (the opener's), and has the lane's sweeper close it once unused.
+    fn share(
+        self: &Arc<Self>,
+        lane_at: usize,
+        origin: &Origin,
+        send: SendRequest<Bytes>,
+        closed: Closed,
+    ) -> Stream {
+        let open = Arc::new(AtomicUsize::new(1));
+        let mut lane = self.lane(lane_at);
+        lane.entry(origin).shared.push(Shared {
+            send,
+            closed,
+            open: open.clone(),
+            used: Instant::now(),
+        });
+        if let Some(sweeper) = lane.sweeper(self, lane_at) {
+            lane.time(&sweeper);
+        }
+        Stream(open)
+    }
+
+    /// Stops offering the shared connection that `stream` was taken from, which failed.
+    fn unshare(&self, lane: usize, origin: &Origin, stream: &Stream) {
+        if let Some(conns) = self.lane(lane).find(origin) {
+            conns
+                .shared
+                .retain(|shared| !Arc::ptr_eq(&shared.open, &stream.0));
+        }
     }
 
     /// Sends `req` (to `uri`, its URI) on a pooled connection or a new one and waits for the
@@ -589,9 +630,26 @@ pub(crate) enum AnswerBody {
     },
     /// Read from a shared HTTP/2 connection, one of whose streams it holds until it ends.
     H2 {
-        body: ::h2::RecvStream,
+        body: RecvStream,
         _stream: Stream,
     },
+}
+
+fn h2_answer(res: Response<RecvStream>, stream: Stream) -> Answer {
+    let (parts, body) = res.into_parts();
+    let body = if body.is_end_stream() {
+        AnswerBody::Empty
+    } else {
+        AnswerBody::H2 {
+            body,
+            _stream: stream,
+        }
+    };
+    Answer {
+        status: parts.status,
+        headers: Headers::Map(parts.headers),
+        body,
+    }
 }
 
 /// The `Host` of `origin`: its host, with the port unless it is the scheme's own.
@@ -609,6 +667,48 @@ fn host_value(origin: &Origin) -> Option<HeaderValue> {
             HeaderValue::from_str(all.rsplit('@').next().unwrap_or(all)).ok()
         }
         _ => HeaderValue::from_str(authority.host()).ok(),
+    }
+}
+
+impl Swept for Pool {
+    /// Lets go of `lane`'s idle connections that the upstream closed or that expired, each
+    /// kept one watched again by `waker`: when the oldest of those left expires, if any.
+    fn sweep(&self, lane: usize, waker: &Waker) -> Option<Instant> {
+        let now = Instant::now();
+        let mut cx = Context::from_waker(waker);
+        let mut lane = self.lane(lane);
+        let mut next: Option<Instant> = None;
+        let mut at = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
+        for conns in &mut lane.origins {
+            conns.idle.retain_mut(|idle| {
+                now.duration_since(idle.since) < self.idle_timeout
+                    && !idle.one.conn.is_closed(&mut cx)
+            });
+            if let Some(oldest) = conns.idle.first() {
+                at(oldest.since + self.idle_timeout);
+            }
+            // A shared connection goes once it has had no stream open for the idle timeout;
+            // one with streams open is looked at again an idle timeout later.
+            conns.shared.retain(|shared| {
+                let streams = shared.open.load(Ordering::Relaxed);
+                let unused = now.duration_since(shared.used) >= self.idle_timeout;
+                !shared.closed.get() && (streams > 0 || !unused)
+            });
+            for shared in &conns.shared {
+                let streams = shared.open.load(Ordering::Relaxed);
+                at(if streams > 0 {
+                    now + self.idle_timeout
+                } else {
+                    shared.used + self.idle_timeout
+                });
+            }
+        }
+        lane.timed = next.is_some();
+        next
+    }
+
+    fn stopped(&self, lane: usize) {
+        self.lane(lane).sweeper = None;
     }
 }
 

@@ -1,6 +1,7 @@
-//! The HTTP/2 connections a lane's requests share: at most [`STREAMS_PER_H2`] streams on
-//! each, counted by the [`Stream`] each answer holds, and the connections being opened that a
-//! burst's requests wait on ([`Pending`], [`Opener`]) rather than each opening one.
+//! HTTP/2 as the pool speaks it (the `h2` crate, from each request's own task): a connection's
+//! handshake and settings, a request's exchange, the [`Stream`] each answer holds (at most
+//! [`STREAMS_PER_H2`] on a connection), and the connections being opened that a burst's
+//! requests wait on ([`Pending`], [`Opener`]) rather than each opening one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,19 +14,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, HeaderName, TE, TRANSFER_ENCODING
 use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, Uri};
 
-use super::{Answer, AnswerBody, Headers, Io, Origin, Pool, STREAMS_PER_H2};
-
-/// An HTTP/2 connection that requests share.
-pub(super) struct Shared {
-    pub(super) send: SendRequest<Bytes>,
-    /// Set once the connection has closed (its task has ended).
-    pub(super) closed: Closed,
-    /// Its streams open: each answer holds a [`Stream`] until its body ends or is dropped.
-    pub(super) open: Arc<AtomicUsize>,
-    /// When a stream last began on it: one with none open is closed once it has been unused
-    /// for the idle timeout, so a burst's extra connections go once the load is back down.
-    pub(super) used: Instant,
-}
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Whether an HTTP/2 connection has closed: set by the task that drives it when it ends.
 #[derive(Clone, Default)]
@@ -73,44 +62,13 @@ impl Opener {
     }
 }
 
-impl Pool {
-    /// Offers `send`, a new HTTP/2 connection, to the requests to `origin` on `lane`, with one
-    /// stream of it taken (the opener's), and has the lane's sweeper close it once unused.
-    pub(super) fn share(
-        self: &Arc<Self>,
-        lane_at: usize,
-        origin: &Origin,
-        send: SendRequest<Bytes>,
-        closed: Closed,
-    ) -> Stream {
-        let open = Arc::new(AtomicUsize::new(1));
-        let mut lane = self.lane(lane_at);
-        lane.entry(origin).shared.push(Shared {
-            send,
-            closed,
-            open: open.clone(),
-            used: Instant::now(),
-        });
-        if let Some(sweeper) = lane.sweeper(self, lane_at) {
-            lane.time(&sweeper);
-        }
-        Stream(open)
-    }
-
-    /// Stops offering the shared connection that `stream` was taken from, which failed.
-    pub(super) fn unshare(&self, lane: usize, origin: &Origin, stream: &Stream) {
-        if let Some(conns) = self.lane(lane).find(origin) {
-            conns
-                .shared
-                .retain(|shared| !Arc::ptr_eq(&shared.open, &stream.0));
-        }
-    }
-}
-
 /// Opens HTTP/2 on `io`, a new connection whose ALPN chose it, with hyper's client settings
 /// (2 MiB a stream and 5 MiB the connection to receive, no server push), its I/O driven by a
 /// task of this thread's runtime until it closes.
-pub(super) async fn handshake(io: Io) -> Result<(SendRequest<Bytes>, Closed), ::h2::Error> {
+pub(super) async fn handshake<T>(io: T) -> Result<(SendRequest<Bytes>, Closed), ::h2::Error>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (send, conn) = ::h2::client::Builder::new()
         .initial_max_send_streams(STREAMS_PER_H2)
         .initial_window_size(STREAM_WINDOW)
@@ -131,6 +89,11 @@ pub(super) async fn handshake(io: Io) -> Result<(SendRequest<Bytes>, Closed), ::
     });
     Ok((send, closed))
 }
+
+/// Streams a lane opens at once on one HTTP/2 connection before it opens another: the fewest
+/// a server should allow (RFC 9113, 6.5.2). More would wait in the connection's own queue for
+/// one of its streams to end, which a long answer's may not do for minutes.
+pub(super) const STREAMS_PER_H2: usize = 100;
 
 /// What a stream may receive before the relay reads it (hyper's client's default).
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -237,21 +200,4 @@ fn forbidden(name: &HeaderName) -> bool {
         || name == TE
         || name == KEEP_ALIVE
         || name == PROXY_CONNECTION
-}
-
-pub(super) fn h2_answer(res: Response<RecvStream>, stream: Stream) -> Answer {
-    let (parts, body) = res.into_parts();
-    let body = if body.is_end_stream() {
-        AnswerBody::Empty
-    } else {
-        AnswerBody::H2 {
-            body,
-            _stream: stream,
-        }
-    };
-    Answer {
-        status: parts.status,
-        headers: Headers::Map(parts.headers),
-        body,
-    }
 }

@@ -1,53 +1,26 @@
-//! A lane's sweeper: the task that lets go of the lane's idle connections the upstream closed
-//! or that expired, and of the shared HTTP/2 connections left unused.
+//! A lane's sweeper: the task that has the pool let go of the lane's idle connections the
+//! upstream closed or that expired, and of the shared HTTP/2 connections left unused, whenever
+//! a socket or its timer wakes it.
+
+/// What a sweeper sweeps: a pool's lanes.
+pub(super) trait Swept: Send + Sync + 'static {
+    /// Lets go of what `lane` no longer needs, each kept idle connection watched again by
+    /// `waker`: when to look again, if anything is left to time.
+    fn sweep(&self, lane: usize, waker: &Waker) -> Option<Instant>;
+
+    /// The lane's sweeper has stopped (its runtime ended): the next connection kept there
+    /// starts another.
+    fn stopped(&self, lane: usize);
+}
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Wake, Waker};
+use std::task::{Wake, Waker};
 use std::time::Instant;
 
 use futures_util::task::AtomicWaker;
 
-use super::Pool;
 use crate::http::deadline::Deadline;
-
-impl Pool {
-    /// Lets go of `lane`'s idle connections that the upstream closed or that expired, each
-    /// kept one watched again by `waker`: when the oldest of those left expires, if any.
-    fn sweep(&self, lane: usize, waker: &Waker) -> Option<Instant> {
-        let now = Instant::now();
-        let mut cx = Context::from_waker(waker);
-        let mut lane = self.lane(lane);
-        let mut next: Option<Instant> = None;
-        let mut at = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
-        for conns in &mut lane.origins {
-            conns.idle.retain_mut(|idle| {
-                now.duration_since(idle.since) < self.idle_timeout
-                    && !idle.one.conn.is_closed(&mut cx)
-            });
-            if let Some(oldest) = conns.idle.first() {
-                at(oldest.since + self.idle_timeout);
-            }
-            // A shared connection goes once it has had no stream open for the idle timeout;
-            // one with streams open is looked at again an idle timeout later.
-            conns.shared.retain(|shared| {
-                let streams = shared.open.load(Ordering::Relaxed);
-                let unused = now.duration_since(shared.used) >= self.idle_timeout;
-                !shared.closed.get() && (streams > 0 || !unused)
-            });
-            for shared in &conns.shared {
-                let streams = shared.open.load(Ordering::Relaxed);
-                at(if streams > 0 {
-                    now + self.idle_timeout
-                } else {
-                    shared.used + self.idle_timeout
-                });
-            }
-        }
-        lane.timed = next.is_some();
-        next
-    }
-}
 
 /// What wakes a lane's sweeper task: the socket of one of the lane's idle connections, which
 /// the reactor readies when the upstream closes it, or a connection put in a lane whose oldest
@@ -72,7 +45,7 @@ impl Wake for Sweeper {
 impl Sweeper {
     /// Starts the sweeper of `pool`'s `lane` on this thread's runtime (none outside one: then
     /// requests alone let go of what they find closed or expired).
-    pub(super) fn start(pool: &Arc<Pool>, lane: usize) -> Option<Arc<Sweeper>> {
+    pub(super) fn start<P: Swept>(pool: &Arc<P>, lane: usize) -> Option<Arc<Sweeper>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let sweeper = Arc::new(Sweeper::default());
         runtime.spawn(Sweeper::run(Arc::downgrade(pool), lane, sweeper.clone()));
@@ -81,13 +54,13 @@ impl Sweeper {
 
     /// Sweeps the lane whenever it is woken or its oldest idle connection expires, until the
     /// pool is gone.
-    async fn run(pool: Weak<Pool>, lane: usize, sweeper: Arc<Sweeper>) {
+    async fn run<P: Swept>(pool: Weak<P>, lane: usize, sweeper: Arc<Sweeper>) {
         // Should the runtime end first, the next connection put in the lane starts another.
-        struct Stopped(Weak<Pool>, usize);
-        impl Drop for Stopped {
+        struct Stopped<P: Swept>(Weak<P>, usize);
+        impl<P: Swept> Drop for Stopped<P> {
             fn drop(&mut self) {
                 if let Some(pool) = self.0.upgrade() {
-                    pool.lane(self.1).sweeper = None;
+                    pool.stopped(self.1);
                 }
             }
         }
