@@ -80,9 +80,12 @@ fn client() -> UpstreamHttp {
 }
 
 async fn get(http: &UpstreamHttp, addr: SocketAddr, path: &str) -> Bytes {
-    let req = Request::get(format!("http://{addr}{path}"))
-        .body(Bytes::new())
-        .unwrap();
+    get_from(http, &format!("http://{addr}{path}")).await
+}
+
+/// `GET url`, answered 200: its body, up to 8 MiB.
+async fn get_from(http: &UpstreamHttp, url: &str) -> Bytes {
+    let req = Request::get(url).body(Bytes::new()).unwrap();
     let res = http.send(req).await.unwrap();
     assert_eq!(res.status, 200);
     res.body.collect(8 << 20).await.unwrap()
@@ -548,10 +551,5 @@ async fn over_http2_an_answer_larger_than_the_window_is_read_whole() {
 }
 
 async fn get_tls(http: &UpstreamHttp, addr: SocketAddr, path: &str) -> Bytes {
-    let req = Request::get(format!("https://{addr}{path}"))
-        .body(Bytes::new())
-        .unwrap();
-    let res = http.send(req).await.unwrap();
-    assert_eq!(res.status, 200);
-    res.body.collect(8 << 20).await.unwrap()
+    get_from(http, &format!("https://{addr}{path}")).await
 }
