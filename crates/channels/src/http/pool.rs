@@ -424,12 +424,12 @@ impl Pool {
                 }
                 Taken::Shared(send, stream) => {
                     let until = Instant::now() + first_byte;
-                    match h2::exchange(send, &parts, uri, &body, until).await {
+                    let sent = h2::exchange(send, &parts, uri, &body, until).await;
+                    match h2_outcome(sent) {
                         Ok(res) => return Ok(h2_answer(res, stream)),
-                        Err(Failure::TimedOut) => return Err(ExchangeError::FirstByte),
-                        Err(Failure::Failed(e)) => return Err(ExchangeError::H2(e)),
+                        Err(Some(e)) => return Err(e),
                         // Going away: not offered again, and the request goes on another.
-                        Err(Failure::Unsent) => {
+                        Err(None) => {
                             self.unshare(lane, &origin, &stream);
                             continue;
                         }
@@ -510,13 +510,14 @@ impl Pool {
             let stream = self.share(lane, &origin, send.clone(), closed);
             // Those waiting take the shared connection now.
             drop(opener);
-            return match h2::exchange(send, parts, uri, &body, until).await {
+            let sent = h2::exchange(send, parts, uri, &body, until).await;
+            return match h2_outcome(sent) {
                 Ok(res) => Ok(h2_answer(res, stream)),
-                Err(Failure::TimedOut) => Err(ExchangeError::FirstByte),
-                Err(Failure::Failed(e)) => Err(ExchangeError::H2(e)),
-                Err(Failure::Unsent) => Err(ExchangeError::Connect(
-                    "the new HTTP/2 connection closed before the request could be sent".into(),
-                )),
+                Err(e) => Err(e.unwrap_or_else(|| {
+                    ExchangeError::Connect(
+                        "the new HTTP/2 connection closed before the request could be sent".into(),
+                    )
+                })),
             };
         }
         if opener.is_some() {
@@ -633,6 +634,17 @@ pub(crate) enum AnswerBody {
         body: RecvStream,
         _stream: Stream,
     },
+}
+
+/// An HTTP/2 exchange's failure as the pool's error; `None` when nothing of the request left.
+fn h2_outcome(
+    sent: Result<Response<RecvStream>, Failure>,
+) -> Result<Response<RecvStream>, Option<ExchangeError>> {
+    sent.map_err(|failure| match failure {
+        Failure::TimedOut => Some(ExchangeError::FirstByte),
+        Failure::Failed(e) => Some(ExchangeError::H2(e)),
+        Failure::Unsent => None,
+    })
 }
 
 fn h2_answer(res: Response<RecvStream>, stream: Stream) -> Answer {
