@@ -61,8 +61,12 @@
 //! one statement on a pooled connection, without a transaction.
 //!
 //! Durability is PostgreSQL's: a step (a task creation too, whose group commits before it
-//! returns) returns after its commit, which the server has made durable (with the default
-//! `synchronous_commit = on`, never changed here), so [`Store::flush`] has nothing to do.
+//! returns) returns after its commit, which the server has made durable (as the session's
+//! `synchronous_commit` says, `on` by default), so [`Store::flush`] has nothing to do. A
+//! group of creations, which holds its keys' rows, commits with `synchronous_commit` off so
+//! that it lets them go at once, and is followed by a transaction writing one empty logical
+//! message whose durable commit covers the group's: the group's callers are answered after
+//! both ([`txn::Commits`]).
 //! Connections use plain TCP (no TLS yet).
 //!
 //! | module    | holds                                                                  |

@@ -17,7 +17,9 @@
 //! unused, each entry new and within its key's quota): a creation that fails one is answered
 //! with its error and writes nothing, the others are written. Each caller is answered after
 //! the commit, so a creation returns exactly when its task, its entries and its record are
-//! durable, as the single step would.
+//! durable, as the single step would. The group's commit does not wait for its WAL flush (its
+//! keys' rows are let go at once, for the groups of other relays sharing the database); a
+//! transaction sent with it waits for a flush that covers it ([`Commits`]).
 //!
 //! A group the database fails (a lost connection, a deadlock, a conflict the reads could not
 //! see) is rolled back whole and each of its creations then runs as a single step of its own
@@ -34,7 +36,7 @@ use super::names::{task_kind, task_status};
 use super::pool::PgStore;
 use super::queues::{Committer, Creation};
 use super::tasks;
-use super::txn::{Fault, Sql, big, decode, retry};
+use super::txn::{Commits, Fault, Sql, big, decode, retry};
 use crate::idempotency::held_by;
 use crate::{IdemRecord, Key, LedgerDraft, StoreError};
 
@@ -205,7 +207,7 @@ async fn attempt(
 ) -> Result<Vec<Result<(), StoreError>>, Fault> {
     let client = store.client(WHAT).await?;
     if blind(group) {
-        match write_blind(&client, group).await {
+        match write_blind(&client, store.commits, group).await {
             Ok(()) => return Ok(group.iter().map(|_| Ok(())).collect()),
             Err(fault) => tracing::debug!(
                 creations = group.len(),
@@ -214,7 +216,7 @@ async fn attempt(
             ),
         }
     }
-    let answers = attempt_on(&client, group).await;
+    let answers = attempt_on(&client, store.commits, group).await;
     if answers.is_err() && client.batch_execute("ROLLBACK").await.is_err() {
         drop(deadpool_postgres::Object::take(client));
     }
@@ -225,6 +227,7 @@ async fn attempt(
 /// `COMMIT` (a `COMMIT` after a failed write rolls back: the write's error is the answer).
 async fn attempt_on(
     client: &deadpool_postgres::Client,
+    commits: Commits,
     group: &[Creation],
 ) -> Result<Vec<Result<(), StoreError>>, Fault> {
     // Prepared before anything is sent, so that each request of the pipelines below goes out
@@ -272,7 +275,7 @@ async fn attempt_on(
     // Sent together, run in this order: the keys locked first (in id order, as every step
     // that locks several does), then the records.
     let (_, key_rows, record_rows, entry_rows, task_rows) = tokio::try_join!(
-        async { client.batch_execute("BEGIN").await.sql(WHAT) },
+        async { client.batch_execute(commits.begin).await.sql(WHAT) },
         async {
             client
                 .query(&reads[0], &[&key_ids])
@@ -331,7 +334,7 @@ async fn attempt_on(
         .collect();
     tokio::try_join!(write(client, &write_statement, &found, &writes), async {
         client
-            .batch_execute("COMMIT")
+            .batch_execute(commits.commit)
             .await
             .sql("create tasks: commit")
     },)?;
@@ -352,6 +355,7 @@ fn blind(group: &[Creation]) -> bool {
 /// refused (or failed): the `COMMIT` after it rolled everything back.
 pub(super) async fn write_blind(
     client: &deadpool_postgres::Client,
+    commits: Commits,
     group: &[Creation],
 ) -> Result<(), Fault> {
     let statement = client.prepare_cached(WRITE_BLIND).await.sql(WHAT)?;
@@ -371,7 +375,7 @@ pub(super) async fn write_blind(
     let amounts: Vec<i64> = drafts.iter().map(|(d, _)| d.amount).collect();
     let ats: Vec<i64> = drafts.iter().map(|(_, at)| big(*at)).collect();
     tokio::try_join!(
-        async { client.batch_execute("BEGIN").await.sql(WHAT) },
+        async { client.batch_execute(commits.begin).await.sql(WHAT) },
         async {
             client
                 .execute(
@@ -390,7 +394,7 @@ pub(super) async fn write_blind(
         },
         async {
             client
-                .batch_execute("COMMIT")
+                .batch_execute(commits.commit)
                 .await
                 .sql("create tasks: commit")
         },

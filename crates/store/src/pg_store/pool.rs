@@ -9,6 +9,7 @@ use tokio_postgres::NoTls;
 
 use super::migrate::migrate;
 use super::queues::{Committer, Mover};
+use super::txn::Commits;
 use super::versions::Versions;
 use crate::StoreError;
 
@@ -32,6 +33,8 @@ pub struct PgStore {
     /// The task rows this store claimed or moved last, with their versions: a transition
     /// starts from one without reading it ([`super::versions`]).
     pub(super) versions: Arc<Versions>,
+    /// How the transactions that lock a key's row begin and commit.
+    pub(super) commits: Commits,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -69,11 +72,13 @@ impl PgStore {
             committer: None,
             mover: None,
             versions: Arc::default(),
+            commits: Commits::PLAIN,
         };
         let mut client = store.client("connect").await?;
         migrate(&mut client).await?;
+        let commits = Commits::probe(&client).await;
         drop(client);
-        Ok(store)
+        Ok(PgStore { commits, ..store })
     }
 
     /// A connection of the pool; `what` names the step in an error.

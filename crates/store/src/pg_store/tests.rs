@@ -409,7 +409,9 @@ async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
         creation(&task(&ids[3], "key_a", Queued, Some(1)), "key_a", 30),
     ];
     let client = store.client("test").await.unwrap();
-    super::group::write_blind(&client, &group).await.unwrap();
+    super::group::write_blind(&client, store.commits, &group)
+        .await
+        .unwrap();
     let a = store.key("key_a").await.unwrap().unwrap();
     assert_eq!((a.quota, a.quota_used), (Some(10), 90));
     let b = store.key("key_b").await.unwrap().unwrap();
@@ -436,7 +438,7 @@ async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
             creation(&task(&ids[5], "key_x", Queued, Some(1)), "key_x", 1),
         ],
     ] {
-        let err = super::group::write_blind(&client, &refused)
+        let err = super::group::write_blind(&client, store.commits, &refused)
             .await
             .unwrap_err()
             .into_store();
@@ -458,6 +460,7 @@ async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
     // The connection is usable again: its transaction was rolled back.
     super::group::write_blind(
         &client,
+        store.commits,
         &[creation(
             &task(&ids[5], "key_a", Queued, Some(1)),
             "key_a",
@@ -468,6 +471,59 @@ async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
     .unwrap();
     let a = store.key("key_a").await.unwrap().unwrap();
     assert_eq!((a.quota, a.quota_used), (Some(0), 100));
+}
+
+/// A group of creations commits without waiting for its flush (its keys' rows let go at
+/// once) where the server lets the session write the logical message whose durable commit
+/// follows it, and waits for each commit where it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_commit_early_where_the_server_lets_them_flush_after() {
+    let schema = PgSchema::new().await;
+    let store = PgStore::connect(&schema.url, 2).await.unwrap();
+    assert_eq!(store.commits, super::txn::Commits::EARLY);
+    let client = store.client("test").await.unwrap();
+    // A server that refuses the message (here a function of the schema's, found before the
+    // catalog's, raising as a refused permission does): the commits are the plain ones.
+    let name = &schema.name;
+    client
+        .batch_execute(&format!(
+            "CREATE FUNCTION {name}.pg_logical_emit_message(boolean, text, text) \
+             RETURNS pg_lsn LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'permission denied'; END $$; \
+             SET search_path = {name}, pg_catalog"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        super::txn::Commits::probe(&client).await,
+        super::txn::Commits::PLAIN
+    );
+    client
+        .batch_execute(&format!(
+            "SET search_path = {name}; DROP FUNCTION {name}.pg_logical_emit_message"
+        ))
+        .await
+        .unwrap();
+    // Early commits write what they commit, and the flush after them is its own transaction.
+    store
+        .create_key(&key("key_a", "ha", Some(10)))
+        .await
+        .unwrap();
+    let id = tid("video", 0);
+    super::group::write_blind(
+        &client,
+        store.commits,
+        &[creation(&task(&id, "key_a", Queued, Some(1)), "key_a", 4)],
+    )
+    .await
+    .unwrap();
+    let status = client
+        .query_one("SELECT current_setting('synchronous_commit')", &[])
+        .await
+        .unwrap();
+    assert_eq!(status.get::<_, String>(0), "on");
+    assert!(store.task(&id).await.unwrap().is_some());
+    assert_eq!(store.key("key_a").await.unwrap().unwrap().quota, Some(6));
 }
 
 /// Three relay instances creating tasks at once on one key: exactly as many creations as

@@ -17,6 +17,55 @@ use crate::StoreError;
 /// Times a transaction is run when PostgreSQL keeps answering that it must be run again.
 const ATTEMPTS: usize = 5;
 
+/// How a transaction that locks rows other steps wait on (a key's quota) begins and commits.
+///
+/// A commit holds its row locks until its WAL record is flushed: a key's row, which every
+/// creation of the key's tasks locks, would be held through one flush after another, and the
+/// groups of creations of several relays sharing the database would take turns at it. Such a
+/// transaction begins with `synchronous_commit` off, so that its commit lets the locks go at
+/// once, and is followed, before anyone is answered, by a transaction of its own that writes
+/// one WAL record (an empty logical message) and commits as the session's `synchronous_commit`
+/// says: its flush (or its replication, where the server waits for a standby) covers every
+/// record before it, the early commit's among them. A caller is answered only after both, so
+/// nothing it was told is written can be lost; what a crash between the two loses, nobody
+/// was answered for. Where the server refuses the message ([`Commits::probe`]), both are the
+/// plain `BEGIN` and `COMMIT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Commits {
+    pub(super) begin: &'static str,
+    pub(super) commit: &'static str,
+}
+
+impl Commits {
+    pub(super) const EARLY: Commits = Commits {
+        begin: "BEGIN; SET LOCAL synchronous_commit TO off",
+        commit: "COMMIT; SELECT pg_logical_emit_message(true, 'relay', 'flush')",
+    };
+
+    pub(super) const PLAIN: Commits = Commits {
+        begin: "BEGIN",
+        commit: "COMMIT",
+    };
+
+    /// The early commits where the server lets this session write the message that flushes
+    /// them, else the plain ones.
+    pub(super) async fn probe(client: &deadpool_postgres::Client) -> Commits {
+        match client
+            .simple_query("SELECT pg_logical_emit_message(true, 'relay', 'flush')")
+            .await
+        {
+            Ok(_) => Commits::EARLY,
+            Err(e) => {
+                tracing::warn!(
+                    "PostgreSQL: task creations hold their key's row until their commit is                      flushed (pg_logical_emit_message refused: {})",
+                    backend("probe", &e)
+                );
+                Commits::PLAIN
+            }
+        }
+    }
+}
+
 /// Why an attempt at a step failed.
 #[derive(Debug)]
 pub(super) enum Fault {
