@@ -43,6 +43,18 @@ pub async fn call_once(addr: SocketAddr, call: &Call) -> anyhow::Result<(u16, By
 }
 
 /// (user+system CPU ticks, RSS KiB, peak RSS KiB) of a process.
+/// Ticks process `pid` spent in the kernel (its system time).
+pub fn kernel_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(") ")
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .nth(12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn proc_stats(pid: u32) -> (u64, u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::generator::{Gen, Generators, Load};
-use super::load::{TICKS_PER_SEC, proc_stats};
+use super::load::{TICKS_PER_SEC, kernel_ticks, proc_stats};
 use super::loadgen::Outcome;
 
 /// Foreign CPU above this (percent of one core) makes a run disturbed.
@@ -41,6 +41,9 @@ pub struct Run {
     pub out: Outcome,
     /// CPU of the server under test per request answered, in µs.
     pub cpu_us: f64,
+    /// The part of `cpu_us` spent in the kernel (system time: its sockets' reads and writes,
+    /// the loopback's TCP under them, its waits for events).
+    pub kernel_us: f64,
     /// Its RSS at the end and at its peak during the run, in KiB.
     pub rss_end_kib: u64,
     pub rss_peak_kib: u64,
@@ -200,6 +203,7 @@ struct Snapshot {
     machine: MachineTicks,
     own: u64,
     server: u64,
+    server_kernel: u64,
     threads: BTreeMap<u32, (String, u64, u64)>,
 }
 
@@ -210,6 +214,7 @@ impl Snapshot {
             machine: MachineTicks::now(),
             own: self_ticks() + watch.own.iter().map(|p| proc_stats(*p).0).sum::<u64>(),
             server: proc_stats(watch.server).0,
+            server_kernel: kernel_ticks(watch.server),
             threads: threads(watch.server),
         }
     }
@@ -317,7 +322,7 @@ fn least_disturbed<const N: usize>(
         let again = !quiet && attempt < attempts && gens.take_rerun();
         for run in &these {
             eprintln!(
-                "bench: {label}{}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request, foreign CPU {:.1}% of a core, stolen {:.1}%{}",
+                "bench: {label}{}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, {:.1} µs CPU/request ({:.1} in the kernel), foreign CPU {:.1}% of a core, stolen {:.1}%{}",
                 if N > 1 {
                     format!(" ({})", run.generator.name())
                 } else {
@@ -327,6 +332,7 @@ fn least_disturbed<const N: usize>(
                 run.out.p50_us,
                 run.out.p99_us,
                 run.cpu_us,
+                run.kernel_us,
                 run.foreign_pct,
                 run.stolen_pct,
                 match (quiet, again) {
@@ -418,6 +424,8 @@ fn summarize(
         generator,
         conns,
         cpu_us: server as f64 * tick_us / requests,
+        kernel_us: after.server_kernel.saturating_sub(before.server_kernel) as f64 * tick_us
+            / requests,
         out,
         rss_end_kib,
         rss_peak_kib: rss_peak_kib.max(rss_end_kib),
@@ -486,6 +494,7 @@ mod tests {
             },
             own: 300,
             server: 100,
+            server_kernel: 30,
             threads: BTreeMap::from([(7, thread(10, 100)), (8, thread(20, 100))]),
         };
         let after = Snapshot {
@@ -499,6 +508,7 @@ mod tests {
             },
             own: 1150,
             server: 500,
+            server_kernel: 270,
             threads: BTreeMap::from([(7, thread(30, 4100)), (8, thread(20, 100))]),
         };
         let out = Outcome {
@@ -509,6 +519,8 @@ mod tests {
         let run = summarize(Gen::Wrk, 32, out, &before, &after, 2048, 1024);
         // 400 ticks of the server = 4 s of CPU over 40,000 requests.
         assert!((run.cpu_us - 100.0).abs() < 1e-9);
+        // 240 of them in the kernel: 60 µs a request.
+        assert!((run.kernel_us - 60.0).abs() < 1e-9);
         // 900 - 850 = 50 foreign ticks over 5 s: 10% of a core, 6% of it niced.
         assert!((run.foreign_pct - 10.0).abs() < 1e-9);
         assert!((run.niced_pct - 6.0).abs() < 1e-9);
@@ -538,6 +550,7 @@ mod tests {
             },
             own: busy,
             server: 0,
+            server_kernel: 0,
             threads: BTreeMap::new(),
         };
         let out = Outcome {
@@ -566,6 +579,7 @@ mod tests {
             machine: MachineTicks::default(),
             own: 0,
             server: 0,
+            server_kernel: 0,
             threads: BTreeMap::new(),
         };
         let run = |requests| {

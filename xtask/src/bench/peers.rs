@@ -227,16 +227,20 @@ fn lines(report: &mut Report, all: &[Rows], notes: &[String]) -> anyhow::Result<
             .iter()
             .map(|p| {
                 format!(
-                    "{} {:.1} µs ({:.1}×)",
+                    "{} {:.1} µs ({:.1} in the kernel; {:.1}×)",
                     p.name,
                     f(p).cpu_us,
+                    f(p).kernel_us,
                     f(p).cpu_us / mine.max(1e-9)
                 )
             })
             .collect();
         report.ratio(format!(
-            "peers, {kind}, CPU per request at {CONNS} conns: relay {mine:.1} µs, floor {:.1} µs; {}",
+            "peers, {kind}, CPU per request at {CONNS} conns: relay {mine:.1} µs ({:.1} in the \
+             kernel), floor {:.1} µs ({:.1} in the kernel); {}",
+            f(relay).kernel_us,
             f(floor).cpu_us,
+            f(floor).kernel_us,
             each.join(", ")
         ));
         report.target(
@@ -302,9 +306,10 @@ fn table(all: &[Rows], notes: &[String]) -> String {
     let mut out = String::from(
         "Every party in front of the same fake messages upstream, sent the same `POST /v1/messages` \
          by `wrk`; req/s and CPU at 32 connections, p50 / p99 at one; CPU is the party's \
-         process's user + system time per request, RSS its `VmRSS` after the whole answers at 32 \
+         process's user + system time per request (in brackets the system time: the kernel's work \
+         for its sockets, loopback TCP included), RSS its `VmRSS` after the whole answers at 32 \
          connections; foreign CPU the most any of its four runs saw.\n\n\
-         | party | whole: req/s | p50 / p99 µs | CPU µs/req | streams: req/s | p50 / p99 µs | CPU µs/req | RSS MiB | foreign CPU |\n\
+         | party | whole: req/s | p50 / p99 µs | CPU µs/req (kernel) | streams: req/s | p50 / p99 µs | CPU µs/req (kernel) | RSS MiB | foreign CPU |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     for r in all {
@@ -313,16 +318,18 @@ fn table(all: &[Rows], notes: &[String]) -> String {
             .map(|x| x.foreign_pct)
             .fold(0.0, f64::max);
         out.push_str(&format!(
-            "| {} | {} | {:.0} / {:.0} | {:.1} | {} | {:.0} / {:.0} | {:.1} | {:.1} | {foreign:.1}% |\n",
+            "| {} | {} | {:.0} / {:.0} | {:.1} ({:.1}) | {} | {:.0} / {:.0} | {:.1} ({:.1}) | {:.1} | {foreign:.1}% |\n",
             r.name,
             thousands(r.whole.rps()),
             r.whole1.out.p50_us,
             r.whole1.out.p99_us,
             r.whole.cpu_us,
+            r.whole.kernel_us,
             thousands(r.stream.rps()),
             r.stream1.out.p50_us,
             r.stream1.out.p99_us,
             r.stream.cpu_us,
+            r.stream.kernel_us,
             mib(r.whole.rss_end_kib),
         ));
     }

@@ -149,13 +149,14 @@ fn run_row(what: &str, r: &Run) -> String {
         .map(|(a, b)| format!(" (first byte {a:.0} / {b:.0})"))
         .unwrap_or_default();
     format!(
-        "| {what} | {} | {} | {}{errors} | {:.0} / {:.0}{ttfb} | {:.1} | {:.1} / {:.1} | {:.1}% ({:.1}% niced) | {:.1}%{} | {} |\n",
+        "| {what} | {} | {} | {}{errors} | {:.0} / {:.0}{ttfb} | {:.1} ({:.1}) | {:.1} / {:.1} | {:.1}% ({:.1}% niced) | {:.1}%{} | {} |\n",
         r.generator.name(),
         r.conns,
         thousands(r.rps()),
         r.out.p50_us,
         r.out.p99_us,
         r.cpu_us,
+        r.kernel_us,
         mib(r.rss_end_kib),
         mib(r.rss_peak_kib),
         r.foreign_pct,
@@ -218,10 +219,12 @@ pub fn render(report: &Report, secs: u64) -> String {
         out.push_str(
             "## Runs\n\n\
              CPU and RSS are the server's under test (the relay, the floor proxy, the fake, the\n\
-             hello server or a peer gateway) alone; foreign CPU is what other processes used\n\
+             hello server or a peer gateway) alone, in brackets the part of it in the kernel (its\n\
+             sockets' reads and writes, the loopback's TCP under them); foreign CPU is what other\n\
+             processes used\n\
              meanwhile, stolen CPU what the hypervisor took from the machine while it had work,\n\
              each in percent of one core.\n\n\
-             | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request | RSS end / peak MiB | foreign CPU | stolen CPU | runs |\n\
+             | path | generator | conns | req/s | p50 / p99 µs | CPU µs/request (kernel) | RSS end / peak MiB | foreign CPU | stolen CPU | runs |\n\
              |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for (what, run) in &report.runs {
@@ -376,6 +379,7 @@ mod tests {
                 ..Default::default()
             },
             cpu_us: 10.0,
+            kernel_us: 0.0,
             rss_end_kib: 1024,
             rss_peak_kib: 2048,
             foreign_pct: 1.0,

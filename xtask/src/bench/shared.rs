@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 
 use super::generator::{Gen, Generators, Load};
-use super::load::{Call, TICKS_PER_SEC, call_once, proc_stats};
+use super::load::{Call, TICKS_PER_SEC, call_once, kernel_ticks, proc_stats};
 use super::loadgen::Outcome;
 use super::measure::{MachineTicks, Run, pct_of_core};
 use super::party::Party;
@@ -67,7 +67,9 @@ fn spread(
     conns: usize,
 ) -> anyhow::Result<Spread> {
     let relay_ticks = || pids.iter().map(|p| proc_stats(*p).0).sum::<u64>();
+    let relay_kernel = || pids.iter().map(|p| kernel_ticks(*p)).sum::<u64>();
     let started = Instant::now();
+    let kernel0 = relay_kernel();
     let (machine0, relays0, pg0, own0, fake0) = (
         MachineTicks::now(),
         relay_ticks(),
@@ -96,6 +98,7 @@ fn spread(
         own_ticks(),
         proc_stats(fake).0,
     );
+    let kernel = relay_kernel().saturating_sub(kernel0);
     let mut out = Outcome::default();
     for o in outs {
         let o = o?;
@@ -121,6 +124,7 @@ fn spread(
             generator: Gen::Wrk,
             conns,
             cpu_us: relays as f64 * tick_us / requests,
+            kernel_us: kernel as f64 * tick_us / requests,
             out,
             rss_end_kib: rss,
             rss_peak_kib: rss,
