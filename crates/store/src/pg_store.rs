@@ -63,10 +63,10 @@
 //! Durability is PostgreSQL's: a step (a task creation too, whose group commits before it
 //! returns) returns after its commit, which the server has made durable (as the session's
 //! `synchronous_commit` says, `on` by default), so [`Store::flush`] has nothing to do. A
-//! group of creations, which holds its keys' rows, commits with `synchronous_commit` off so
-//! that it lets them go at once, and is followed by a transaction writing one empty logical
-//! message whose durable commit covers the group's: the group's callers are answered after
-//! both ([`txn::Commits`]).
+//! step that holds a key's row (a group of creations, a transition with ledger entries, a
+//! batch of charges) commits with `synchronous_commit` off so that it lets the row go at once,
+//! and is followed by a transaction writing one empty logical message whose durable commit
+//! covers the step's: the step returns after both ([`txn::Commits`]).
 //! Connections use plain TCP (no TLS yet).
 //!
 //! | module    | holds                                                                  |
@@ -238,12 +238,22 @@ impl Store for PgStore {
         let at = unix_secs();
         let what = format!("transition task {id}");
         let what = what.as_str();
+        // With ledger entries the key's row is locked: the commit lets it go early.
+        let commits = if ledger.is_empty() {
+            txn::Commits::PLAIN
+        } else {
+            self.commits
+        };
         retry(what, || async move {
             let mut client = self.client(what).await?;
             let tx = client.transaction().await.sql(what)?;
-            let task = tasks::transition(&tx, id, from, to, update).await?;
+            let (_, task) = tokio::try_join!(
+                commits.let_go(&tx, what),
+                tasks::transition(&tx, id, from, to, update)
+            )?;
             ledger::apply(&tx, ledger, at).await?;
             tx.commit().await.sql(what)?;
+            commits.flushed(&client, what).await?;
             Ok(task)
         })
         .await

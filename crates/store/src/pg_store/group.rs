@@ -92,12 +92,14 @@ pub(super) async fn single(store: &PgStore, creation: &Creation) -> Result<(), S
     retry(what, || async move {
         let mut client = store.client(what).await?;
         let tx = client.transaction().await.sql(what)?;
+        store.commits.let_go(&tx, what).await?;
         if let Some((ticket, answer)) = &creation.idem {
             super::idempotency::complete(&tx, ticket, answer).await?;
         }
         tasks::insert(&tx, &creation.task, &creation.row).await?;
         ledger::apply(&tx, &creation.ledger, creation.at).await?;
-        tx.commit().await.sql(what)
+        tx.commit().await.sql(what)?;
+        store.commits.flushed(&client, what).await
     })
     .await
 }
@@ -275,7 +277,7 @@ async fn attempt_on(
     // Sent together, run in this order: the keys locked first (in id order, as every step
     // that locks several does), then the records.
     let (_, key_rows, record_rows, entry_rows, task_rows) = tokio::try_join!(
-        async { client.batch_execute(commits.begin).await.sql(WHAT) },
+        async { client.batch_execute(commits.begin()).await.sql(WHAT) },
         async {
             client
                 .query(&reads[0], &[&key_ids])
@@ -334,7 +336,7 @@ async fn attempt_on(
         .collect();
     tokio::try_join!(write(client, &write_statement, &found, &writes), async {
         client
-            .batch_execute(commits.commit)
+            .batch_execute(commits.commit())
             .await
             .sql("create tasks: commit")
     },)?;
@@ -375,7 +377,7 @@ pub(super) async fn write_blind(
     let amounts: Vec<i64> = drafts.iter().map(|(d, _)| d.amount).collect();
     let ats: Vec<i64> = drafts.iter().map(|(_, at)| big(*at)).collect();
     tokio::try_join!(
-        async { client.batch_execute(commits.begin).await.sql(WHAT) },
+        async { client.batch_execute(commits.begin()).await.sql(WHAT) },
         async {
             client
                 .execute(
@@ -394,7 +396,7 @@ pub(super) async fn write_blind(
         },
         async {
             client
-                .batch_execute(commits.commit)
+                .batch_execute(commits.commit())
                 .await
                 .sql("create tasks: commit")
         },

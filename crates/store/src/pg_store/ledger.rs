@@ -150,13 +150,16 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
         let mut ids: Vec<&str> = charges.iter().map(|c| c.key_id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
-        let rows = txn::query(
-            &tx,
-            "charges: lock keys",
-            "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-            &[&ids],
-        )
-        .await?;
+        let params: txn::Params = &[&ids];
+        let (_, rows) = tokio::try_join!(
+            store.commits.let_go(&tx, "charges: begin"),
+            txn::query(
+                &tx,
+                "charges: lock keys",
+                "SELECT id, record::text FROM keys WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+                params,
+            )
+        )?;
         let mut keys: BTreeMap<String, (Key, bool)> = BTreeMap::new();
         for row in &rows {
             let id: String = row.try_get(0).sql("charges: read key")?;
@@ -239,6 +242,7 @@ pub(super) async fn charges(store: &PgStore, charges: &[Charge]) -> Result<Vec<i
             .await?;
         }
         tx.commit().await.sql("charges: commit")?;
+        store.commits.flushed(&client, "charges: flush").await?;
         Ok(taken)
     })
     .await

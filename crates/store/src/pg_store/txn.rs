@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Transaction};
 use serde::de::DeserializeOwned;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -17,52 +17,87 @@ use crate::StoreError;
 /// Times a transaction is run when PostgreSQL keeps answering that it must be run again.
 const ATTEMPTS: usize = 5;
 
-/// How a transaction that locks rows other steps wait on (a key's quota) begins and commits.
+/// How a transaction that locks rows other steps wait on (a key's quota) commits.
 ///
 /// A commit holds its row locks until its WAL record is flushed: a key's row, which every
-/// creation of the key's tasks locks, would be held through one flush after another, and the
-/// groups of creations of several relays sharing the database would take turns at it. Such a
-/// transaction begins with `synchronous_commit` off, so that its commit lets the locks go at
-/// once, and is followed, before anyone is answered, by a transaction of its own that writes
-/// one WAL record (an empty logical message) and commits as the session's `synchronous_commit`
-/// says: its flush (or its replication, where the server waits for a standby) covers every
-/// record before it, the early commit's among them. A caller is answered only after both, so
-/// nothing it was told is written can be lost; what a crash between the two loses, nobody
-/// was answered for. Where the server refuses the message ([`Commits::probe`]), both are the
-/// plain `BEGIN` and `COMMIT`.
+/// creation of the key's tasks, every settlement or refund and every charge locks, would be
+/// held through one flush after another, and the steps of several relays sharing the database
+/// would take turns at it. Such a transaction runs with `synchronous_commit` off, so that its
+/// commit lets the locks go at once, and is followed, before anyone is answered, by a
+/// transaction of its own that writes one WAL record (an empty logical message) and commits as
+/// the session's `synchronous_commit` says: its flush (or its replication, where the server
+/// waits for a standby) covers every record before it, the early commit's among them. A caller
+/// is answered only after both, so nothing it was told is written can be lost; what a crash
+/// between the two loses, nobody was answered for. Where the server refuses the message
+/// ([`Commits::probe`]), such transactions commit the plain way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Commits {
-    pub(super) begin: &'static str,
-    pub(super) commit: &'static str,
+    early: bool,
 }
 
-impl Commits {
-    pub(super) const EARLY: Commits = Commits {
-        begin: "BEGIN; SET LOCAL synchronous_commit TO off",
-        commit: "COMMIT; SELECT pg_logical_emit_message(true, 'relay', 'flush')",
-    };
+/// Sent in a transaction: its commit does not wait for its flush.
+const LET_GO: &str = "SET LOCAL synchronous_commit TO off";
+/// A transaction of its own whose durable commit covers every commit before it.
+const FLUSH: &str = "SELECT pg_logical_emit_message(true, 'relay', 'flush')";
 
-    pub(super) const PLAIN: Commits = Commits {
-        begin: "BEGIN",
-        commit: "COMMIT",
-    };
+impl Commits {
+    pub(super) const EARLY: Commits = Commits { early: true };
+    pub(super) const PLAIN: Commits = Commits { early: false };
 
     /// The early commits where the server lets this session write the message that flushes
     /// them, else the plain ones.
     pub(super) async fn probe(client: &deadpool_postgres::Client) -> Commits {
-        match client
-            .simple_query("SELECT pg_logical_emit_message(true, 'relay', 'flush')")
-            .await
-        {
+        match client.simple_query(FLUSH).await {
             Ok(_) => Commits::EARLY,
             Err(e) => {
                 tracing::warn!(
-                    "PostgreSQL: task creations hold their key's row until their commit is                      flushed (pg_logical_emit_message refused: {})",
+                    "PostgreSQL: steps hold their key's row until their commit is flushed \
+                     (pg_logical_emit_message refused: {})",
                     backend("probe", &e)
                 );
                 Commits::PLAIN
             }
         }
+    }
+
+    /// A transaction's `BEGIN`, as one message with what makes its commit early.
+    pub(super) fn begin(self) -> &'static str {
+        if self.early {
+            "BEGIN; SET LOCAL synchronous_commit TO off"
+        } else {
+            "BEGIN"
+        }
+    }
+
+    /// Its `COMMIT`, as one message with the flush's transaction after it.
+    pub(super) fn commit(self) -> &'static str {
+        if self.early {
+            "COMMIT; SELECT pg_logical_emit_message(true, 'relay', 'flush')"
+        } else {
+            "COMMIT"
+        }
+    }
+
+    /// In a transaction begun otherwise: makes its commit early. Sent when first polled, so
+    /// that it goes out with the statement polled after it, in one round trip.
+    pub(super) async fn let_go(self, tx: &Transaction<'_>, what: &str) -> Result<(), Fault> {
+        if self.early {
+            tx.batch_execute(LET_GO).await.sql(what)?;
+        }
+        Ok(())
+    }
+
+    /// After such a transaction's commit, on its connection: returns once its commit is as
+    /// durable as a plain one would have been.
+    pub(super) async fn flushed(
+        self,
+        client: &deadpool_postgres::Client,
+        what: &str,
+    ) -> Result<(), Fault> {
+        if self.early {
+            client.batch_execute(FLUSH).await.sql(what)?;
+        }
+        Ok(())
     }
 }
 
