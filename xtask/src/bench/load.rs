@@ -42,20 +42,8 @@ pub async fn call_once(addr: SocketAddr, call: &Call) -> anyhow::Result<(u16, By
     Ok((status, body))
 }
 
-/// (user+system CPU ticks, RSS KiB, peak RSS KiB) of a process.
-/// Ticks process `pid` spent in the kernel (its system time).
-pub fn kernel_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(") ")
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .nth(12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-pub fn proc_stats(pid: u32) -> (u64, u64, u64) {
+/// CPU ticks of process `pid`: user + system, and system alone (its time in the kernel).
+pub fn cpu_ticks(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(") ")
@@ -63,14 +51,20 @@ pub fn proc_stats(pid: u32) -> (u64, u64, u64) {
         .unwrap_or("")
         .split_whitespace()
         .collect();
-    let ticks = fields
-        .get(11)
-        .and_then(|u| u.parse::<u64>().ok())
-        .unwrap_or(0)
-        + fields
-            .get(12)
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or(0);
+    // utime and stime: the 12th and 13th fields after the command's name.
+    let field = |n: usize| {
+        fields
+            .get(n)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (user, system) = (field(11), field(12));
+    (user + system, system)
+}
+
+/// (user+system CPU ticks, RSS KiB, peak RSS KiB) of a process.
+pub fn proc_stats(pid: u32) -> (u64, u64, u64) {
+    let ticks = cpu_ticks(pid).0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |name: &str| {
         status

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::generator::{Gen, Generators, Load};
-use super::load::{TICKS_PER_SEC, kernel_ticks, proc_stats};
+use super::load::{TICKS_PER_SEC, cpu_ticks, proc_stats};
 use super::loadgen::Outcome;
 
 /// Foreign CPU above this (percent of one core) makes a run disturbed.
@@ -209,12 +209,13 @@ struct Snapshot {
 
 impl Snapshot {
     fn take(watch: &Watch) -> Snapshot {
+        let (server, server_kernel) = cpu_ticks(watch.server);
         Snapshot {
             at: Instant::now(),
             machine: MachineTicks::now(),
-            own: self_ticks() + watch.own.iter().map(|p| proc_stats(*p).0).sum::<u64>(),
-            server: proc_stats(watch.server).0,
-            server_kernel: kernel_ticks(watch.server),
+            own: self_ticks() + watch.own.iter().map(|p| cpu_ticks(*p).0).sum::<u64>(),
+            server,
+            server_kernel,
             threads: threads(watch.server),
         }
     }

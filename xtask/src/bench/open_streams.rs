@@ -30,7 +30,7 @@ use hyper::{Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
 
-use super::load::{TICKS_PER_SEC, mib, proc_stats};
+use super::load::{TICKS_PER_SEC, cpu_ticks, mib, proc_stats};
 use super::loadgen::{Parsed, parse, request_bytes};
 use super::measure::MachineTicks;
 use super::party::{Body, Party, TlsArgs, full};
@@ -566,9 +566,9 @@ fn measure(
     )?;
     let (_, idle_kib, _) = proc_stats(server);
     let _ = std::fs::write(format!("/proc/{server}/clear_refs"), "5");
-    let ticks = |pids: &[u32]| pids.iter().map(|p| proc_stats(*p).0).sum::<u64>();
+    let ticks = |pids: &[u32]| pids.iter().map(|p| cpu_ticks(*p).0).sum::<u64>();
     let (server0, own0, self0, machine0) = (
-        proc_stats(server).0,
+        cpu_ticks(server).0,
         ticks(own),
         self_ticks(),
         MachineTicks::now(),
@@ -610,7 +610,7 @@ fn measure(
     let secs = started.elapsed().as_secs_f64();
     let (_, _, peak_kib) = proc_stats(server);
     let (server1, own1, self1, machine1) = (
-        proc_stats(server).0,
+        cpu_ticks(server).0,
         ticks(own),
         self_ticks(),
         MachineTicks::now(),

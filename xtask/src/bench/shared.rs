@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 
 use super::generator::{Gen, Generators, Load};
-use super::load::{Call, TICKS_PER_SEC, call_once, kernel_ticks, proc_stats};
+use super::load::{Call, TICKS_PER_SEC, call_once, cpu_ticks, proc_stats};
 use super::loadgen::Outcome;
 use super::measure::{MachineTicks, Run, pct_of_core};
 use super::party::Party;
@@ -33,13 +33,13 @@ fn postgres_ticks() -> u64 {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.trim() == "postgres")
         })
-        .map(|pid| proc_stats(pid).0)
+        .map(|pid| cpu_ticks(pid).0)
         .sum()
 }
 
 /// Ticks of this process and the children it waited for (the load generators).
 fn own_ticks() -> u64 {
-    proc_stats(std::process::id()).0 + {
+    cpu_ticks(std::process::id()).0 + {
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
         stat.rsplit(") ")
             .next()
@@ -66,16 +66,19 @@ fn spread(
     fake: u32,
     conns: usize,
 ) -> anyhow::Result<Spread> {
-    let relay_ticks = || pids.iter().map(|p| proc_stats(*p).0).sum::<u64>();
-    let relay_kernel = || pids.iter().map(|p| kernel_ticks(*p)).sum::<u64>();
+    // The relays' CPU ticks, user + system and system alone, summed.
+    let relay_ticks = || {
+        pids.iter()
+            .map(|p| cpu_ticks(*p))
+            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y))
+    };
     let started = Instant::now();
-    let kernel0 = relay_kernel();
-    let (machine0, relays0, pg0, own0, fake0) = (
-        MachineTicks::now(),
+    let ((relays0, kernel0), machine0, pg0, own0, fake0) = (
         relay_ticks(),
+        MachineTicks::now(),
         postgres_ticks(),
         own_ticks(),
-        proc_stats(fake).0,
+        cpu_ticks(fake).0,
     );
     let outs: Vec<anyhow::Result<Outcome>> = std::thread::scope(|s| {
         let handles: Vec<_> = loads
@@ -91,14 +94,14 @@ fn spread(
             .collect()
     });
     let secs = started.elapsed().as_secs_f64();
-    let (machine1, relays1, pg1, own1, fake1) = (
-        MachineTicks::now(),
+    let ((relays1, kernel1), machine1, pg1, own1, fake1) = (
         relay_ticks(),
+        MachineTicks::now(),
         postgres_ticks(),
         own_ticks(),
-        proc_stats(fake).0,
+        cpu_ticks(fake).0,
     );
-    let kernel = relay_kernel().saturating_sub(kernel0);
+    let kernel = kernel1.saturating_sub(kernel0);
     let mut out = Outcome::default();
     for o in outs {
         let o = o?;

@@ -36,9 +36,19 @@ pub(super) struct Commits {
 }
 
 /// Sent in a transaction: its commit does not wait for its flush.
-const LET_GO: &str = "SET LOCAL synchronous_commit TO off";
+macro_rules! let_go {
+    () => {
+        "SET LOCAL synchronous_commit TO off"
+    };
+}
 /// A transaction of its own whose durable commit covers every commit before it.
-const FLUSH: &str = "SELECT pg_logical_emit_message(true, 'relay', 'flush')";
+macro_rules! flush {
+    () => {
+        "SELECT pg_logical_emit_message(true, 'relay', 'flush')"
+    };
+}
+const LET_GO: &str = let_go!();
+const FLUSH: &str = flush!();
 
 impl Commits {
     pub(super) const EARLY: Commits = Commits { early: true };
@@ -63,7 +73,7 @@ impl Commits {
     /// A transaction's `BEGIN`, as one message with what makes its commit early.
     pub(super) fn begin(self) -> &'static str {
         if self.early {
-            "BEGIN; SET LOCAL synchronous_commit TO off"
+            concat!("BEGIN; ", let_go!())
         } else {
             "BEGIN"
         }
@@ -72,7 +82,7 @@ impl Commits {
     /// Its `COMMIT`, as one message with the flush's transaction after it.
     pub(super) fn commit(self) -> &'static str {
         if self.early {
-            "COMMIT; SELECT pg_logical_emit_message(true, 'relay', 'flush')"
+            concat!("COMMIT; ", flush!())
         } else {
             "COMMIT"
         }
