@@ -23,12 +23,15 @@ impl Engine {
         self.metrics.ledger(&entries);
     }
 
-    /// Stores a new task with its pre-deduction, durably, and wakes the engine to submit it.
+    /// Stores a new task with its pre-deduction, durably, and hands it to the loop to submit.
     pub async fn enqueue(&self, task: &Task) -> Result<(), StoreError> {
         let ledger = prededuct(task);
-        self.store.create_task(task, &ledger).await?;
+        let leased = self.leased(task);
+        self.store
+            .create_task(leased.as_ref().unwrap_or(task), &ledger)
+            .await?;
         self.metrics.ledger(&ledger);
-        self.wake();
+        self.started(leased);
         Ok(())
     }
 
@@ -41,12 +44,35 @@ impl Engine {
         answer: &IdemAnswer,
     ) -> Result<(), StoreError> {
         let ledger = prededuct(task);
+        let leased = self.leased(task);
         self.store
-            .create_task_idempotent(task, &ledger, ticket, answer)
+            .create_task_idempotent(leased.as_ref().unwrap_or(task), &ledger, ticket, answer)
             .await?;
         self.metrics.ledger(&ledger);
-        self.wake();
+        self.started(leased);
         Ok(())
+    }
+
+    /// New `task` as it is stored to be handed to the loop: claimed by this relay, its next
+    /// look at the end of a lease from now, as a claim would leave it ([`crate::handed`]).
+    /// `None` when the loop has too many waiting already: the task is stored due now.
+    fn leased(&self, task: &Task) -> Option<Task> {
+        if !self.handed.has_room() {
+            return None;
+        }
+        let lease = self.settings.claim_lease_secs.max(1).saturating_mul(1000);
+        let mut leased = task.clone();
+        leased.next_poll_ms = Some(now_ms().saturating_add(lease));
+        Some(leased)
+    }
+
+    /// A new task was stored: handed to the loop when it was stored leased, else the loop
+    /// looks at the store for it.
+    fn started(&self, leased: Option<Task>) {
+        match leased {
+            Some(task) => self.handed.push(task),
+            None => self.wake(),
+        }
     }
 
     /// Cancels a task that has not ended, refunding its pre-deduction, and asks its upstream

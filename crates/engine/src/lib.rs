@@ -14,6 +14,7 @@ pub mod clock;
 mod commit;
 mod download;
 pub mod formats;
+mod handed;
 mod intake;
 mod jobs;
 pub mod metrics;

@@ -4,7 +4,8 @@
 //! every other claimer for a lease (`claim_lease_secs`), so relays sharing a store never work
 //! on one task at once, and a dead relay's tasks are taken over when their leases run out.
 //! Every status change is a `transition`, so a cancel racing a completion settles or refunds
-//! exactly once, whoever wins.
+//! exactly once, whoever wins. A new task needs no claim: the request that stored it stored it
+//! claimed by this relay and handed it over in memory ([`crate::handed`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ use crate::submit::{ambiguous, submit, under_way};
 const CONCURRENCY: usize = 64;
 /// Due tasks fetched per pass.
 const BATCH: usize = 256;
-/// How often the engine looks for due tasks when nothing wakes it.
+/// How often the engine looks for due tasks when nothing asks it to sooner.
 const TICK: Duration = Duration::from_millis(100);
 /// Steps that must have ended before the engine looks again at once, when its last look
 /// found more due tasks than it could start.
@@ -34,60 +35,91 @@ const REFILL: u32 = (CONCURRENCY / 4) as u32;
 /// them, instead of one per wake. A new task's first step waits at most this long.
 const WAKE_GAP: Duration = Duration::from_millis(5);
 
+/// What ended the loop's wait.
+#[derive(Clone, Copy, PartialEq)]
+enum Woken {
+    /// A request changed a task's schedule: look at the store (after [`WAKE_GAP`]).
+    Store,
+    /// A new task was handed over ([`crate::handed`]).
+    Handed,
+    /// A tick went by since the last look at the store.
+    Tick,
+    /// Steps ended after every slot was taken.
+    Refilled,
+    Shutdown,
+}
+
 /// Runs until `shutdown` turns true, then waits (bounded) for the steps under way.
 pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
     let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut looked = tokio::time::Instant::now();
+    // Whether the loop is to look at the store for due tasks when it has room: not when only
+    // new tasks were handed over, which need no claim.
+    let mut look = true;
     loop {
         if *shutdown.borrow() {
             break;
         }
         let lease_ms = engine.settings.claim_lease_secs.max(1).saturating_mul(1000);
-        // Claim no more than can start now: a claimed task waits for its lease otherwise.
+        // Start no more than there are slots for: a claimed task waits for its lease otherwise.
         let free = permits.available_permits().min(BATCH);
-        let claimed = if free == 0 {
+        let handed = engine.handed.take(free, now_ms(), lease_ms);
+        let room = free - handed.len();
+        let claimed = if room == 0 || !look {
             Ok(Vec::new())
         } else {
+            look = false;
             looked = tokio::time::Instant::now();
-            engine.store.claim_due(now_ms(), lease_ms, free).await
+            engine.store.claim_due(now_ms(), lease_ms, room).await
         };
-        // Every step slot taken, or as many due tasks as there were free slots: more may be
-        // due now, so look again as soon as some steps have ended, not a tick later (a tick
-        // of 64 steps would cap the engine at 640 steps a second).
-        let saturated = free == 0 || claimed.as_ref().is_ok_and(|due| due.len() == free);
-        match claimed {
-            Ok(due) => {
-                let now = now_ms();
-                for store::Claim { task, due_ms } in due {
-                    engine.metrics.claimed(now.saturating_sub(due_ms));
-                    let fresh = in_flight
-                        .lock()
-                        .map(|mut set| set.insert(task.id.clone()))
-                        .unwrap_or(false);
-                    if !fresh {
-                        continue;
-                    }
-                    let Ok(permit) = permits.clone().acquire_owned().await else {
-                        break;
-                    };
-                    let engine = engine.clone();
-                    let in_flight = in_flight.clone();
-                    tokio::spawn(async move {
-                        let id = task.id.clone();
-                        let claim = (task.status, task.next_poll_ms);
-                        tokio::select! {
-                            () = step(&engine, task) => {}
-                            () = hold(&engine, &id, claim, lease_ms) => {}
-                        }
-                        if let Ok(mut set) = in_flight.lock() {
-                            set.remove(&id);
-                        }
-                        drop(permit);
-                    });
-                }
+        // As many due tasks as there were free slots: more may be due now, so look again as
+        // soon as some steps have ended, not a tick later (a tick of 64 steps would cap the
+        // engine at 640 steps a second).
+        let claims_full = room > 0 && claimed.as_ref().is_ok_and(|due| due.len() == room);
+        let saturated = room == 0 || claims_full;
+        let now = now_ms();
+        let due = match claimed {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!("engine: claiming due tasks: {e}");
+                Vec::new()
             }
-            Err(e) => tracing::error!("engine: claiming due tasks: {e}"),
+        };
+        // A handed task was due when it was stored, a lease before its next look.
+        let starts = handed
+            .into_iter()
+            .map(|task| {
+                let due_ms = task.next_poll_ms.unwrap_or(now).saturating_sub(lease_ms);
+                (task, due_ms)
+            })
+            .chain(due.into_iter().map(|c| (c.task, c.due_ms)));
+        for (task, due_ms) in starts {
+            engine.metrics.claimed(now.saturating_sub(due_ms));
+            let fresh = in_flight
+                .lock()
+                .map(|mut set| set.insert(task.id.clone()))
+                .unwrap_or(false);
+            if !fresh {
+                continue;
+            }
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
+            let engine = engine.clone();
+            let in_flight = in_flight.clone();
+            tokio::spawn(async move {
+                let id = task.id.clone();
+                let claim = (task.status, task.next_poll_ms);
+                tokio::select! {
+                    () = step(&engine, task) => {}
+                    () = hold(&engine, &id, claim, lease_ms) => {}
+                }
+                if let Ok(mut set) = in_flight.lock() {
+                    set.remove(&id);
+                }
+                drop(permit);
+            });
         }
         let refilled = async {
             if saturated {
@@ -97,13 +129,37 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                 std::future::pending::<()>().await;
             }
         };
-        let woken = tokio::select! {
-            _ = engine.wake.notified() => true,
-            _ = tokio::time::sleep(TICK) => false,
-            () = refilled => false,
-            _ = shutdown.changed() => false,
+        // With every slot taken, new tasks and the tick wait for the room (a look without
+        // room claims nothing).
+        let handed_over = async {
+            if saturated {
+                std::future::pending::<()>().await;
+            } else {
+                engine.handed.ready().await;
+            }
         };
-        if woken {
+        let tick = async {
+            if saturated {
+                std::future::pending::<()>().await;
+            } else {
+                tokio::time::sleep_until(looked + TICK).await;
+            }
+        };
+        let woken = tokio::select! {
+            _ = engine.wake.notified() => Woken::Store,
+            () = handed_over => Woken::Handed,
+            () = tick => Woken::Tick,
+            () = refilled => Woken::Refilled,
+            _ = shutdown.changed() => Woken::Shutdown,
+        };
+        // A look asked for and not yet made (no room) stays asked for.
+        look |= match woken {
+            Woken::Store | Woken::Tick => true,
+            // Room again: the store may hold more due tasks if the last claim was full.
+            Woken::Refilled => claims_full || looked.elapsed() >= TICK,
+            Woken::Handed | Woken::Shutdown => false,
+        };
+        if woken == Woken::Store {
             // The tasks stored within the gap are claimed with this one.
             tokio::select! {
                 () = tokio::time::sleep_until(looked + WAKE_GAP) => {}

@@ -8,6 +8,7 @@ use channels::{Demand, Fit, Offer, Refusal, VideoChannel};
 use store::{BlobStore, Store};
 use tokio::sync::Notify;
 
+use crate::handed::Handed;
 use crate::metrics::EngineMetrics;
 use crate::routing::{ChannelRoute, Routing};
 use crate::settings::TasksConfig;
@@ -46,8 +47,11 @@ pub struct Engine {
     pub(crate) public_urls: Option<PublicUrls>,
     pub(crate) prices: Prices,
     pub(crate) metrics: EngineMetrics,
-    /// Wakes the engine when a task was created or changed by a request.
+    /// Wakes the engine to look at the store when a request changed a task's schedule (or
+    /// stored a new task it could not hand over).
     pub(crate) wake: Notify,
+    /// New tasks stored leased to this relay, for the loop to start without claiming them.
+    pub(crate) handed: Handed,
 }
 
 impl Engine {
@@ -68,6 +72,7 @@ impl Engine {
             prices: parts.prices,
             metrics: EngineMetrics::default(),
             wake: Notify::new(),
+            handed: Handed::default(),
         }
     }
 

@@ -61,8 +61,13 @@ async fn run(store: PgStore, mut rx: mpsc::UnboundedReceiver<Creation>) {
 
 async fn commit(store: &PgStore, group: Vec<Creation>) {
     match attempt(store, &group).await {
-        Ok(answers) => {
+        Ok((answers, version)) => {
             for (creation, answer) in group.into_iter().zip(answers) {
+                // The row as written: its first transition (the engine's, this relay having
+                // stored it leased to itself) writes it without reading it.
+                if let (Ok(()), Some(version)) = (&answer, &version) {
+                    store.versions.put(version.clone(), creation.task);
+                }
                 // A caller that went away has its answer in the store all the same.
                 let _ = creation.done.send(answer);
             }
@@ -131,11 +136,13 @@ struct Writes<'a> {
     records: Vec<IdemRecord>,
 }
 
-/// The statement writing a group ([`write`]).
+/// The statement writing a group ([`write`]); its one row is the new tasks' version (the
+/// transaction's id, their `xmin`), none when it writes no task.
 const WRITE: &str = "WITH new_tasks AS ( \
         INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
             $6::text[], $7::bigint[], $8::text[], $9::jsonb[]) \
+        RETURNING xmin::text AS version \
      ), quota AS ( \
         UPDATE keys SET record = k.record \
         FROM unnest($10::text[], $11::jsonb[]) AS k(id, record) WHERE keys.id = k.id \
@@ -144,21 +151,23 @@ const WRITE: &str = "WITH new_tasks AS ( \
         FROM unnest($12::text[], $13::text[], $14::bigint[], $15::text[]) \
             AS i(key_id, idem_key, created_ms, record) \
         WHERE idempotency.key_id = i.key_id AND idempotency.idem_key = i.idem_key \
-     ) \
-     INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
-     SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
+     ), entries AS ( \
+        INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
+        SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
             e.balance_after, e.at \
-     FROM (SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], \
+        FROM (SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], \
             $20::bigint[], $21::bigint[], $22::bigint[]) WITH ORDINALITY \
             AS u(id, key_id, task_id, kind, amount, balance_after, at, ord) \
-           ORDER BY ord) e";
+           ORDER BY ord) e \
+     ) \
+     SELECT version FROM new_tasks LIMIT 1";
 
 /// The statement writing a group in one round trip, deciding nothing before ([`write_blind`]):
 /// the tasks, the ledger entries (each with its balance after it, numbered in the group's
 /// order) and each key's quota less the sum of its pre-deductions, taken only if it covers
 /// it (a key without a quota covers any), under the keys' row locks taken in id order. A key
 /// that does not cover its sum, or is not there, fails the statement (`relay_refuse`), and
-/// the transaction is rolled back.
+/// the transaction is rolled back. Its one row is the new tasks' version.
 const WRITE_BLIND: &str = "WITH drafts AS ( \
         SELECT * FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], \
             $14::bigint[], $15::bigint[]) WITH ORDINALITY \
@@ -180,6 +189,7 @@ const WRITE_BLIND: &str = "WITH drafts AS ( \
         INSERT INTO tasks (id, created, owner, kind, status, model, due_ms, params, record) \
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
             $6::text[], $7::bigint[], $8::text[], $9::jsonb[]) \
+        RETURNING xmin::text AS version \
      ), entries AS ( \
         INSERT INTO ledger (seq, id, key_id, task_id, kind, amount, balance_after, at) \
         SELECT nextval('ledger_seq'), e.id, e.key_id, e.task_id, e.kind, e.amount, \
@@ -190,27 +200,26 @@ const WRITE_BLIND: &str = "WITH drafts AS ( \
                 d.at, d.ord \
               FROM drafts d JOIN quota q ON q.id = d.key_id ORDER BY d.ord) e \
      ) \
-     SELECT relay_refuse('a key does not cover its pre-deductions, or is not there') \
-     WHERE (SELECT count(*) FROM quota) < (SELECT count(*) FROM totals)";
+     SELECT CASE WHEN (SELECT count(*) FROM quota) < (SELECT count(*) FROM totals) \
+        THEN relay_refuse('a key does not cover its pre-deductions, or is not there')::text \
+        ELSE (SELECT version FROM new_tasks LIMIT 1) END";
 
 const WHAT: &str = "create tasks";
 
-/// The group in one transaction: each creation's answer, or the database's failure of all
-/// (the transaction rolled back; a connection that cannot roll back leaves the pool).
+/// The group in one transaction: each creation's answer and the version of the rows written,
+/// or the database's failure of all (the transaction rolled back; a connection that cannot
+/// roll back leaves the pool).
 ///
 /// A group that only takes from quotas and completes no idempotency record is first written
 /// blind, in one round trip ([`write_blind`]): every creation is written when every key
 /// covers what the group takes from it and nothing is in the way (an id in use, an entry
 /// there, which the constraints refuse). When not, nothing was written, and the group is
 /// decided creation by creation after reading what it checks ([`attempt_on`]).
-async fn attempt(
-    store: &PgStore,
-    group: &[Creation],
-) -> Result<Vec<Result<(), StoreError>>, Fault> {
+async fn attempt(store: &PgStore, group: &[Creation]) -> Result<Answers, Fault> {
     let client = store.client(WHAT).await?;
     if blind(group) {
         match write_blind(&client, store.commits, group).await {
-            Ok(()) => return Ok(group.iter().map(|_| Ok(())).collect()),
+            Ok(version) => return Ok((group.iter().map(|_| Ok(())).collect(), version)),
             Err(fault) => tracing::debug!(
                 creations = group.len(),
                 "task creations decided one by one: {}",
@@ -231,7 +240,7 @@ async fn attempt_on(
     client: &deadpool_postgres::Client,
     commits: Commits,
     group: &[Creation],
-) -> Result<Vec<Result<(), StoreError>>, Fault> {
+) -> Result<Answers, Fault> {
     // Prepared before anything is sent, so that each request of the pipelines below goes out
     // when it is first polled, in order.
     let write_statement = client.prepare_cached(WRITE).await.sql(WHAT)?;
@@ -334,13 +343,14 @@ async fn attempt_on(
         .iter()
         .map(|creation| accept(creation, &mut found, &mut writes))
         .collect();
-    tokio::try_join!(write(client, &write_statement, &found, &writes), async {
-        client
-            .batch_execute(commits.commit())
-            .await
-            .sql("create tasks: commit")
-    },)?;
-    Ok(answers)
+    let (version, ()) =
+        tokio::try_join!(write(client, &write_statement, &found, &writes), async {
+            client
+                .batch_execute(commits.commit())
+                .await
+                .sql("create tasks: commit")
+        },)?;
+    Ok((answers, version))
 }
 
 /// Whether `group` may be written without reading first: no idempotency record to complete
@@ -353,13 +363,14 @@ fn blind(group: &[Creation]) -> bool {
 }
 
 /// `group` written in one round trip, `BEGIN` and `COMMIT` sent with [`WRITE_BLIND`]: the
-/// keys' rows are locked from the write to the commit only. An error when the statement
-/// refused (or failed): the `COMMIT` after it rolled everything back.
+/// keys' rows are locked from the write to the commit only: the version of the rows written.
+/// An error when the statement refused (or failed): the `COMMIT` after it rolled everything
+/// back.
 pub(super) async fn write_blind(
     client: &deadpool_postgres::Client,
     commits: Commits,
     group: &[Creation],
-) -> Result<(), Fault> {
+) -> Result<Option<String>, Fault> {
     let statement = client.prepare_cached(WRITE_BLIND).await.sql(WHAT)?;
     let tasks: Vec<&Creation> = group.iter().collect();
     let t = TaskColumns::of(&tasks);
@@ -376,11 +387,11 @@ pub(super) async fn write_blind(
     let entry_kinds: Vec<&str> = drafts.iter().map(|(d, _)| d.kind.as_str()).collect();
     let amounts: Vec<i64> = drafts.iter().map(|(d, _)| d.amount).collect();
     let ats: Vec<i64> = drafts.iter().map(|(_, at)| big(*at)).collect();
-    tokio::try_join!(
+    let ((), row, ()) = tokio::try_join!(
         async { client.batch_execute(commits.begin()).await.sql(WHAT) },
         async {
             client
-                .execute(
+                .query_opt(
                     &statement,
                     &t.then(&[
                         &entry_ids,
@@ -401,8 +412,20 @@ pub(super) async fn write_blind(
                 .sql("create tasks: commit")
         },
     )?;
-    Ok(())
+    version(row.as_ref())
 }
+
+/// The version in a write's row.
+fn version(row: Option<&tokio_postgres::Row>) -> Result<Option<String>, Fault> {
+    Ok(row
+        .map(|r| r.try_get::<_, Option<String>>(0))
+        .transpose()
+        .sql(WHAT)?
+        .flatten())
+}
+
+/// Each creation's answer, and the version of the rows the group wrote.
+type Answers = (Vec<Result<(), StoreError>>, Option<String>);
 
 /// The columns of the tasks a group writes, one array each.
 struct TaskColumns<'a> {
@@ -527,15 +550,15 @@ fn accept<'a>(
 }
 
 /// The accepted creations in one statement: tasks, keys, idempotency records and ledger
-/// entries (numbered in the order they were accepted).
+/// entries (numbered in the order they were accepted); the version of the rows written.
 async fn write(
     client: &deadpool_postgres::Client,
     statement: &tokio_postgres::Statement,
     found: &Found,
     writes: &Writes<'_>,
-) -> Result<(), Fault> {
+) -> Result<Option<String>, Fault> {
     if writes.tasks.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let t = TaskColumns::of(&writes.tasks);
     let mut key_ids: Vec<&str> = writes.keys.iter().map(String::as_str).collect();
@@ -566,8 +589,8 @@ async fn write(
     let amounts: Vec<i64> = entries.iter().map(|e| e.draft.amount).collect();
     let balances: Vec<Option<i64>> = entries.iter().map(|e| e.balance_after).collect();
     let ats: Vec<i64> = entries.iter().map(|e| big(e.at)).collect();
-    client
-        .execute(
+    let row = client
+        .query_opt(
             statement,
             &t.then(&[
                 &key_ids,
@@ -587,5 +610,5 @@ async fn write(
         )
         .await
         .sql("create tasks: write")?;
-    Ok(())
+    version(row.as_ref())
 }

@@ -409,9 +409,17 @@ async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
         creation(&task(&ids[3], "key_a", Queued, Some(1)), "key_a", 30),
     ];
     let client = store.client("test").await.unwrap();
-    super::group::write_blind(&client, store.commits, &group)
+    let version = super::group::write_blind(&client, store.commits, &group)
         .await
         .unwrap();
+    // The version it answers is the rows' (one transaction wrote them all).
+    for id in &ids[..4] {
+        let row = client
+            .query_one("SELECT xmin::text FROM tasks WHERE id = $1", &[id])
+            .await
+            .unwrap();
+        assert_eq!(version.as_deref(), Some(row.get::<_, &str>(0)));
+    }
     let a = store.key("key_a").await.unwrap().unwrap();
     assert_eq!((a.quota, a.quota_used), (Some(10), 90));
     let b = store.key("key_b").await.unwrap().unwrap();
@@ -614,4 +622,27 @@ async fn a_move_from_a_row_another_instance_changed_keeps_that_change() {
         .unwrap();
     assert_eq!((last.attempts, last.progress), (8, 40));
     assert_eq!(second.task(&id).await.unwrap().unwrap().attempts, 8);
+}
+
+/// The instance that creates a task keeps its row as written, with its version: the task's
+/// first step (the engine's, which stored it leased to itself) writes it without reading it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_task_is_kept_with_its_version() {
+    let schema = PgSchema::new().await;
+    let store = PgStore::connect(&schema.url, 2).await.unwrap();
+    store.create_key(&key("key_a", "ha", None)).await.unwrap();
+    let id = tid("video", 1);
+    let created = task(&id, "key_a", Queued, Some(1));
+    store
+        .create_task(&created, &[draft("key_a", &id, LedgerKind::Prededuct, -5)])
+        .await
+        .unwrap();
+    let client = store.client("test").await.unwrap();
+    let row = client
+        .query_one("SELECT xmin::text FROM tasks WHERE id = $1", &[&id])
+        .await
+        .unwrap();
+    let kept = store.versions.take(&id).expect("kept");
+    assert_eq!(kept.version, row.get::<_, &str>(0));
+    assert_eq!(kept.task, created);
 }
