@@ -71,13 +71,24 @@ impl Relay {
         env: HashMap<String, String>,
     ) -> Relay {
         let text = merge_toml(FAST, extra);
-        let config = Config::from_toml(Some(&text), "test config").expect("test config");
         let data = dir.path().to_owned();
-        let (app, bootstrap) = App::open_with_env(config, &data, Some(ADMIN_TOKEN), &|name| {
-            env.get(name).cloned()
-        })
-        .await
-        .expect("open relay");
+        // A store a test filled and dropped just before may still be locked for a moment by
+        // the background flush of the handle it dropped: opening it is tried again until then.
+        let end = Instant::now() + Duration::from_secs(10);
+        let (app, bootstrap) = loop {
+            let config = Config::from_toml(Some(&text), "test config").expect("test config");
+            match App::open_with_env(config, &data, Some(ADMIN_TOKEN), &|name| {
+                env.get(name).cloned()
+            })
+            .await
+            {
+                Ok(opened) => break opened,
+                Err(e) if Instant::now() < end && format!("{e:#}").contains("acquire lock") => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("open relay: {e:?}"),
+            }
+        };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();

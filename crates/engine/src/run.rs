@@ -32,7 +32,7 @@ const TICK: Duration = Duration::from_millis(100);
 const REFILL: u32 = (CONCURRENCY / 4) as u32;
 /// The least time between two looks when new tasks wake the engine: the tasks stored
 /// meanwhile are claimed together, one claim (a statement on a shared store) for all of
-/// them, instead of one per wake. A new task's first step waits at most this long.
+/// them, instead of one per wake. A task a request made due waits at most this long.
 const WAKE_GAP: Duration = Duration::from_millis(5);
 
 /// What ended the loop's wait.
@@ -64,7 +64,10 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         let lease_ms = engine.settings.claim_lease_secs.max(1).saturating_mul(1000);
         // Start no more than there are slots for: a claimed task waits for its lease otherwise.
         let free = permits.available_permits().min(BATCH);
-        let handed = engine.handed.take(free, now_ms(), lease_ms);
+        // New tasks first, but when the store is to be looked at, half the slots at most: a
+        // stream of new tasks does not keep the due ones (polls) waiting.
+        let first = if look { free.div_ceil(2) } else { free };
+        let mut handed = engine.handed.take(first, now_ms(), lease_ms);
         let room = free - handed.len();
         let claimed = if room == 0 || !look {
             Ok(Vec::new())
@@ -77,7 +80,6 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         // soon as some steps have ended, not a tick later (a tick of 64 steps would cap the
         // engine at 640 steps a second).
         let claims_full = room > 0 && claimed.as_ref().is_ok_and(|due| due.len() == room);
-        let saturated = room == 0 || claims_full;
         let now = now_ms();
         let due = match claimed {
             Ok(due) => due,
@@ -86,6 +88,12 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                 Vec::new()
             }
         };
+        // The slots the claim left, to new tasks again.
+        let left = room - due.len();
+        if left > 0 && handed.len() == first {
+            handed.extend(engine.handed.take(left, now, lease_ms));
+        }
+        let saturated = handed.len() + due.len() == free || claims_full;
         // A handed task was due when it was stored, a lease before its next look.
         let starts = handed
             .into_iter()
