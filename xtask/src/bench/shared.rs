@@ -3,8 +3,10 @@
 //! Three relays get the same load as one, spread over them (a wrk per relay, the connections
 //! split between them); their CPU per request is the three together. PostgreSQL's own
 //! processes are part of what is measured (not foreign), and their CPU per request is shown
-//! apart. On a machine of two cores three relays measure what sharing costs, not what scaling
-//! to more machines gives.
+//! apart, with the WAL it wrote. On a machine of two cores three relays measure what sharing
+//! costs, not what scaling to more machines gives. One relay also runs with the connections
+//! each of three gets: a relay batches what waits at once, so a task's cost depends on how
+//! much load one relay carries, and that run says what a third of the load costs alone.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -37,6 +39,29 @@ fn postgres_ticks() -> u64 {
         .sum()
 }
 
+/// The server's WAL position in bytes (`psql`, run by the caller before and after a load:
+/// what the load wrote, exactly, where the statistics views lag by up to a second).
+fn wal_lsn() -> anyhow::Result<u64> {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-At",
+            "-c",
+        ])
+        .arg("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        .output()
+        .context("running psql (Debian package postgresql-client)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .with_context(|| format!("the WAL position psql gave: {text:?}"))
+}
+
 /// Ticks of this process and the children it waited for (the load generators).
 fn own_ticks() -> u64 {
     cpu_ticks(std::process::id()).0 + {
@@ -56,6 +81,8 @@ fn own_ticks() -> u64 {
 struct Spread {
     run: Run,
     pg_cpu_us: f64,
+    /// WAL PostgreSQL wrote a request, in bytes.
+    wal_bytes: f64,
 }
 
 /// Runs `loads` (one per relay) at once with wrk and measures the relays (`pids`) together.
@@ -72,6 +99,7 @@ fn spread(
             .map(|p| cpu_ticks(*p))
             .fold((0, 0), |(a, b), (x, y)| (a + x, b + y))
     };
+    let wal0 = wal_lsn()?;
     let started = Instant::now();
     let ((relays0, kernel0), machine0, pg0, own0, fake0) = (
         relay_ticks(),
@@ -101,6 +129,7 @@ fn spread(
         own_ticks(),
         cpu_ticks(fake).0,
     );
+    let wal = wal_lsn()?.saturating_sub(wal0);
     let kernel = kernel1.saturating_sub(kernel0);
     let mut out = Outcome::default();
     for o in outs {
@@ -138,6 +167,7 @@ fn spread(
             threads: Vec::new(),
         },
         pg_cpu_us: pg as f64 * tick_us / requests,
+        wal_bytes: wal as f64 / requests,
     })
 }
 
@@ -180,7 +210,7 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         );
     }
     let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
-    let mut rows: Vec<(usize, Spread, Spread)> = Vec::new();
+    let mut rows: Vec<(Spread, Option<Spread>, Spread)> = Vec::new();
     for n in [1usize, 3] {
         let db = Database::create(&format!("relay_bench_{}_{n}", std::process::id()))?;
         let config = format!(
@@ -243,20 +273,38 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         spread(&ctx.gens, &warm(loads(16, &submit)), &pids, fake.pid(), 16)?;
         let s = spread(&ctx.gens, &loads(16, &submit), &pids, fake.pid(), 16)
             .context("durable submissions on PostgreSQL")?;
+        // One relay again with the connections each of three relays gets: what a task costs
+        // at the batch sizes of a third of the load.
+        let share = split(16, 3, 1);
+        let third = if n == 1 {
+            Some(
+                spread(&ctx.gens, &loads(share, &submit), &pids, fake.pid(), share)
+                    .context("durable submissions on PostgreSQL, a third of the connections")?,
+            )
+        } else {
+            None
+        };
         spread(&ctx.gens, &warm(loads(32, &poll)), &pids, fake.pid(), 32)?;
         let p = spread(&ctx.gens, &loads(32, &poll), &pids, fake.pid(), 32)
             .context("polls on PostgreSQL")?;
-        for (what, m) in [
-            ("durable POST /v1/videos, 16 conns", &s),
-            ("GET /v1/videos/{id}, 32 conns", &p),
-        ] {
+        let third_what = format!("durable POST /v1/videos, {share} conns");
+        let measured = [
+            ("durable POST /v1/videos, 16 conns", Some(&s)),
+            (third_what.as_str(), third.as_ref()),
+            ("GET /v1/videos/{id}, 32 conns", Some(&p)),
+        ];
+        for (what, m) in measured
+            .iter()
+            .filter_map(|(what, m)| m.map(|m| (*what, m)))
+        {
             eprintln!(
-                "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs, foreign CPU {:.1}% of a core, stolen {:.1}%",
+                "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs and {:.0} bytes of WAL, foreign CPU {:.1}% of a core, stolen {:.1}%",
                 m.run.rps(),
                 m.run.out.p50_us,
                 m.run.out.p99_us,
                 m.run.cpu_us,
                 m.pg_cpu_us,
+                m.wal_bytes,
                 m.run.foreign_pct,
                 m.run.stolen_pct
             );
@@ -265,15 +313,23 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             &format!("PostgreSQL, {n} relay(s): durable `POST /v1/videos`"),
             &s.run,
         );
+        if let Some(third) = &third {
+            report.run(
+                &format!(
+                    "PostgreSQL, {n} relay(s): durable `POST /v1/videos`, a third of the connections"
+                ),
+                &third.run,
+            );
+        }
         report.run(
             &format!("PostgreSQL, {n} relay(s): `GET /v1/videos/{{id}}`"),
             &p.run,
         );
         drop(relays);
         drop(db);
-        rows.push((n, s, p));
+        rows.push((s, third, p));
     }
-    if let [(_, s1, p1), (_, s3, p3)] = rows.as_slice() {
+    if let [(s1, third, p1), (s3, _, p3)] = rows.as_slice() {
         let shared = s3.run.rps() / s1.run.rps().max(1e-9);
         report.target(
             s1.run.rps() >= 2000.0,
@@ -296,7 +352,7 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             ),
         );
         report.ratio(format!(
-            "PostgreSQL, durable POST /v1/videos, 16 conns: three relays ÷ one = {:.2} ({} ÷ {} req/s; p99 {:.1} vs {:.1} ms; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs)",
+            "PostgreSQL, durable POST /v1/videos, 16 conns: three relays ÷ one = {:.2} ({} ÷ {} req/s; p99 {:.1} vs {:.1} ms; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs, WAL {:.0} vs {:.0} bytes)",
             s3.run.rps() / s1.run.rps().max(1e-9),
             thousands(s3.run.rps()),
             thousands(s1.run.rps()),
@@ -305,8 +361,25 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             s3.run.cpu_us,
             s1.run.cpu_us,
             s3.pg_cpu_us,
-            s1.pg_cpu_us
+            s1.pg_cpu_us,
+            s3.wal_bytes,
+            s1.wal_bytes
         ));
+        if let Some(t) = third {
+            report.ratio(format!(
+                "PostgreSQL, durable POST /v1/videos: three relays at 16 conns in all ÷ one relay at {} conns (each relay's share) = {:.2} ({} ÷ {} req/s; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs, WAL {:.0} vs {:.0} bytes)",
+                t.run.conns,
+                s3.run.rps() / t.run.rps().max(1e-9),
+                thousands(s3.run.rps()),
+                thousands(t.run.rps()),
+                s3.run.cpu_us,
+                t.run.cpu_us,
+                s3.pg_cpu_us,
+                t.pg_cpu_us,
+                s3.wal_bytes,
+                t.wal_bytes
+            ));
+        }
         report.ratio(format!(
             "PostgreSQL, GET /v1/videos/{{id}}, 32 conns: three relays ÷ one = {:.2} ({} ÷ {} req/s; p99 {:.1} vs {:.1} ms; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs)",
             p3.run.rps() / p1.run.rps().max(1e-9),
