@@ -1,10 +1,11 @@
 //! New tasks handed to the loop in memory by the request that stored them.
 //!
-//! A request handler stores its new task already claimed by this relay: its `next_poll_ms`
-//! is the end of a lease, as a claim would have set it, so no other relay sharing the store
-//! takes it meanwhile. The task then waits here for a free step slot, and the loop starts it
-//! as it stored it, with no claim: on a shared store, a statement and a write of the task's
-//! row less per task, and no wait for the loop's next look at the store.
+//! On a store relays share (PostgreSQL, [`store::Store::shared`]), a request handler stores
+//! its new task already claimed by this relay: its `next_poll_ms` is the end of a lease, as a
+//! claim would have set it, so no other relay sharing the store takes it meanwhile. The task
+//! then waits here for a free step slot, and the loop starts it as it stored it, with no claim:
+//! a statement and a write of the task's row less per task, and no wait for the loop's next
+//! look at the store.
 //!
 //! Nothing is lost when a handed task is not started: it is in the store, due when its lease
 //! ends, and the loop's claims find it then (after a stop, or when it waited here for more

@@ -23,7 +23,8 @@ impl Engine {
         self.metrics.ledger(&entries);
     }
 
-    /// Stores a new task with its pre-deduction, durably, and hands it to the loop to submit.
+    /// Stores a new task with its pre-deduction, durably, and hands it to the loop to submit
+    /// (on a shared store; else the loop is woken to claim it).
     pub async fn enqueue(&self, task: &Task) -> Result<(), StoreError> {
         let ledger = prededuct(task);
         let leased = self.leased(task);
@@ -55,9 +56,12 @@ impl Engine {
 
     /// New `task` as it is stored to be handed to the loop: claimed by this relay, its next
     /// look at the end of a lease from now, as a claim would leave it ([`crate::handed`]).
-    /// `None` when the loop has too many waiting already: the task is stored due now.
+    /// `None`, and the task stored due now for the loop's claims, when the store is this
+    /// process's alone (a claim costs no statement there, and a task stored just before a stop
+    /// is taken up at once after the restart rather than when its lease ends), or when the loop
+    /// has too many waiting already.
     fn leased(&self, task: &Task) -> Option<Task> {
-        if !self.handed.has_room() {
+        if !self.store.shared() || !self.handed.has_room() {
             return None;
         }
         let lease = self.settings.claim_lease_secs.max(1).saturating_mul(1000);

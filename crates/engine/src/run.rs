@@ -4,8 +4,8 @@
 //! every other claimer for a lease (`claim_lease_secs`), so relays sharing a store never work
 //! on one task at once, and a dead relay's tasks are taken over when their leases run out.
 //! Every status change is a `transition`, so a cancel racing a completion settles or refunds
-//! exactly once, whoever wins. A new task needs no claim: the request that stored it stored it
-//! claimed by this relay and handed it over in memory ([`crate::handed`]).
+//! exactly once, whoever wins. On a shared store a new task needs no claim: the request that
+//! stored it stored it claimed by this relay and handed it over in memory ([`crate::handed`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -171,6 +171,10 @@ impl PgStore {
 
 #[async_trait::async_trait]
 impl Store for PgStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
     async fn create_task(&self, task: &Task, ledger: &[LedgerDraft]) -> Result<(), StoreError> {
         self.create(task, ledger, None).await
     }

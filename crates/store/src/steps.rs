@@ -30,6 +30,13 @@ pub type AssetUpdate<'a> = &'a (dyn Fn(&mut AssetRecord) + Send + Sync);
 /// engine's work is handed out by [`Store::claim_due`]); the embedded one is one process's.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// Whether other relays may share this store and claim its tasks (PostgreSQL), or it is
+    /// this process's alone (the embedded store: whatever a claim of it holds after a restart
+    /// was held by a process that is gone).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Writes a new task, its owner and due-time index entries and its ledger entries (the
     /// pre-deduction) in one transaction, then flushes. A ledger entry that the key's quota
     /// cannot cover fails the whole step with [`StoreError::InsufficientQuota`] and writes nothing.

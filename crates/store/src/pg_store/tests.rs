@@ -630,6 +630,8 @@ async fn a_move_from_a_row_another_instance_changed_keeps_that_change() {
 async fn a_created_task_is_kept_with_its_version() {
     let schema = PgSchema::new().await;
     let store = PgStore::connect(&schema.url, 2).await.unwrap();
+    // Relays may share it: each stores its new tasks claimed by itself.
+    assert!(store.shared());
     store.create_key(&key("key_a", "ha", None)).await.unwrap();
     let id = tid("video", 1);
     let created = task(&id, "key_a", Queued, Some(1));
