@@ -1,4 +1,5 @@
 use super::*;
+use crate::video::job::ReferenceRole;
 use serde_json::{Value, json};
 
 fn job(model: &str) -> VideoJob {
