@@ -1,3 +1,4 @@
+use super::callback::url_path_and_query;
 use super::*;
 use serde_json::json;
 
