@@ -136,7 +136,8 @@ impl Drop for Database {
     }
 }
 
-fn psql(sql: &str) -> anyhow::Result<()> {
+/// Runs `sql` on the `test` database: what it printed, rows unadorned (`-At`).
+pub(crate) fn psql(sql: &str) -> anyhow::Result<String> {
     let out = Command::new("psql")
         .args([
             "-h",
@@ -145,6 +146,7 @@ fn psql(sql: &str) -> anyhow::Result<()> {
             "postgres",
             "-d",
             "test",
+            "-At",
             "-v",
             "ON_ERROR_STOP=1",
             "-c",
@@ -155,7 +157,7 @@ fn psql(sql: &str) -> anyhow::Result<()> {
     if !out.status.success() {
         bail!("psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// moto's S3 server on a free loopback port, stopped when dropped.

@@ -35,7 +35,8 @@ fn key() -> Key {
     }
 }
 
-fn task(n: u64, price: i64) -> Task {
+/// A new `queued` task numbered `n` (its id in the first format's shape) priced `price`.
+pub(crate) fn task(n: u64, price: i64) -> Task {
     Task {
         id: format!("video_{:026}", n),
         kind: TaskKind::Video,

@@ -71,35 +71,17 @@ impl Handed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use store::{Outputs, TaskKind, TaskStatus};
 
+    /// Task `n`, stored with its lease ending at `lease_end`.
     fn task(n: u64, lease_end: u64) -> Task {
         Task {
-            id: format!("task_{n}"),
-            kind: TaskKind::Video,
-            owner: "key_a".into(),
-            model: "sora-2".into(),
-            status: TaskStatus::Queued,
-            progress: 0,
-            created_at: 0,
-            updated_at: 0,
-            completed_at: None,
-            expires_at: None,
-            deadline_ms: u64::MAX,
             next_poll_ms: Some(lease_end),
-            params: store::Params::new(&serde_json::Value::Null).expect("params"),
-            channel: None,
-            upstream_id: None,
-            submitted_ms: None,
-            polled_ms: None,
-            attempts: 0,
-            sim: None,
-            outputs: Outputs::default(),
-            error: None,
-            warnings: Vec::new(),
-            price: 10,
-            callback_url: None,
+            ..crate::billing_props::task(n, 10)
         }
+    }
+
+    fn ids(tasks: Vec<Task>) -> Vec<String> {
+        tasks.into_iter().map(|t| t.id).collect()
     }
 
     #[test]
@@ -110,18 +92,8 @@ mod tests {
         handed.push(task(1, 11_000));
         handed.push(task(2, 16_000));
         // At 5.5 s the first has 4.5 s left: dropped; the second has 5.5 s: taken.
-        let ids: Vec<String> = handed
-            .take(1, 5_500, 10_000)
-            .into_iter()
-            .map(|t| t.id)
-            .collect();
-        assert_eq!(ids, ["task_1"]);
-        let ids: Vec<String> = handed
-            .take(8, 5_500, 10_000)
-            .into_iter()
-            .map(|t| t.id)
-            .collect();
-        assert_eq!(ids, ["task_2"]);
+        assert_eq!(ids(handed.take(1, 5_500, 10_000)), [task(1, 0).id]);
+        assert_eq!(ids(handed.take(8, 5_500, 10_000)), [task(2, 0).id]);
         assert!(handed.take(8, 5_500, 10_000).is_empty());
     }
 

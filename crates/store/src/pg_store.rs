@@ -39,8 +39,8 @@
 //! step PostgreSQL rolls back as a deadlock or serialization failure runs again (`update`
 //! closures may run more than once). Keys of a batch of charges are locked in id order. A
 //! transition to an unfinished status without ledger entries (a submission's mark, its
-//! acceptance, a reschedule, a renewal) starts from the row as this store last claimed or wrote
-//! it ([`versions`]), else reads it unlocked, and writes it only if the row is still that
+//! acceptance, a reschedule, a renewal) starts from the row as this store last created, claimed
+//! or wrote it ([`versions`]), else reads it unlocked, and writes it only if the row is still that
 //! version (its `xmin`), in one statement with the other such writes waiting at once, committed
 //! on its own ([`moves`]); it reads again when the row changed, and takes the locked
 //! transaction after a few such tries.
@@ -82,7 +82,7 @@
 //! | `group`   | group commit of task creations: the committer, the blind write of a group, or its reads, decisions and one write |
 //! | `moves`   | group commit of transitions' compare-and-swap writes: one statement, one commit |
 //! | `pool`    | [`PgStore`]: connecting, the pool                                      |
-//! | `versions` | the task rows this store claimed or moved last, with their versions (`xmin`): a transition's write without its read |
+//! | `versions` | the task rows this store created, claimed or moved last, with their versions (`xmin`): a transition's write without its read |
 //! | `migrate` | the schema's versions and their application                            |
 //! | `names`   | the enums as the text of their columns                                 |
 //! | `txn`     | statements (prepared, cached), a step's failure, running a transaction again, records as JSON |

@@ -42,21 +42,7 @@ fn postgres_ticks() -> u64 {
 /// The server's WAL position in bytes (`psql`, run by the caller before and after a load:
 /// what the load wrote, exactly, where the statistics views lag by up to a second).
 fn wal_lsn() -> anyhow::Result<u64> {
-    let out = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-At",
-            "-c",
-        ])
-        .arg("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        .output()
-        .context("running psql (Debian package postgresql-client)")?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = crate::cluster::psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")?;
     text.trim()
         .parse()
         .with_context(|| format!("the WAL position psql gave: {text:?}"))

@@ -30,7 +30,7 @@ pub struct PgStore {
     /// Where transitions' compare-and-swap writes go to share a commit ([`super::moves`]);
     /// `None` in the writer's own store.
     pub(super) mover: Option<Mover>,
-    /// The task rows this store claimed or moved last, with their versions: a transition
+    /// The task rows this store created, claimed or moved last, with their versions: a transition
     /// starts from one without reading it ([`super::versions`]).
     pub(super) versions: Arc<Versions>,
     /// How the transactions that lock a key's row begin and commit.

@@ -270,7 +270,7 @@ const CAS_ATTEMPTS: usize = 3;
 /// is still that version (its `xmin`, the transaction that wrote it), committed on its own
 /// with the other such writes waiting at once ([`super::moves`]): no explicit transaction,
 /// where the locked read takes four round trips and a commit of its own, and no read at all
-/// for a task this instance just claimed or moved. A write that finds the row changed reads
+/// for a task this instance just created, claimed or moved. A write that finds the row changed reads
 /// it again (the update closure runs again); `None` when it found it changed
 /// [`CAS_ATTEMPTS`] times after reading it (a task many steps move at once), for the caller
 /// to take the row lock instead.

@@ -1,6 +1,6 @@
 //! The task rows this store read or wrote last, each with its version (the row's `xmin`), so
-//! that a transition of a task this instance just claimed or moved writes it without reading
-//! it first: the compare-and-swap write ([`super::tasks::transition_alone`]) checks the
+//! that a transition of a task this instance just created, claimed or moved writes it without
+//! reading it first: the compare-and-swap write ([`super::tasks::transition_alone`]) checks the
 //! version, so a row another step changed meanwhile is not written and is read again. An
 //! entry that is out of date costs one failed write, never a wrong one.
 //!
