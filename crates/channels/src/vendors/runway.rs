@@ -161,19 +161,6 @@ pub fn pixels_for(tier: &str, ratio: &str) -> Option<&'static str> {
     })
 }
 
-/// The tier of a job: its own, else the one its size's short side names.
-fn tier_of(job: &VideoJob) -> String {
-    if let Some(tier) = &job.resolution {
-        return tier.to_ascii_lowercase();
-    }
-    if job.width.min(job.height) > 900 {
-        "1080p"
-    } else {
-        "720p"
-    }
-    .to_owned()
-}
-
 /// An image of `promptImage`'s array form.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct PromptImage {
@@ -262,7 +249,7 @@ pub fn to_vendor(job: &VideoJob, inputs: Inputs) -> Result<(&'static str, Runway
             job.model
         ));
     }
-    let tier = tier_of(job);
+    let tier = job.tier(&[(900, "720p")], "1080p");
     let ratio = pixels_for(&tier, &job.ratio)
         .ok_or_else(|| format!("runway has no {tier} size for ratio {}", job.ratio))?;
     let prompt_image = match (inputs.first, inputs.last) {

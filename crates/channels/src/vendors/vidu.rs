@@ -248,20 +248,6 @@ pub struct Inputs {
     pub reference_images: Vec<String>,
 }
 
-/// The tier of a job: the one it was fitted to, else the one its size's short side names.
-pub fn tier_of(job: &VideoJob) -> String {
-    if let Some(tier) = &job.resolution {
-        return tier.to_ascii_lowercase();
-    }
-    match job.width.min(job.height) {
-        0..=400 => "360p",
-        401..=600 => "540p",
-        601..=900 => "720p",
-        _ => "1080p",
-    }
-    .to_owned()
-}
-
 /// The endpoint of `inputs`: reference images, first and last frame, first frame, or text.
 pub fn endpoint_of(inputs: &Inputs) -> Result<Endpoint, String> {
     match (
@@ -312,7 +298,7 @@ pub fn to_vendor(
             rules.durations, job.duration_secs
         ));
     }
-    let tier = tier_of(job);
+    let tier = job.tier(&[(400, "360p"), (600, "540p"), (900, "720p")], "1080p");
     if !rules.tiers.contains(&tier.as_str()) {
         return Err(format!(
             "vidu's {model} makes {}, not {tier}",

@@ -116,19 +116,6 @@ pub struct Inputs {
     pub reference_images: Vec<String>,
 }
 
-/// The tier of a job: the one it was fitted to, else the one its size's short side names.
-pub fn tier_of(job: &VideoJob) -> String {
-    if let Some(tier) = &job.resolution {
-        return tier.to_ascii_lowercase();
-    }
-    match job.width.min(job.height) {
-        0..=540 => "480p",
-        541..=900 => "720p",
-        _ => "1080p",
-    }
-    .to_owned()
-}
-
 /// The body for `job`, its images already encoded. Refuses what xAI has no field for (a last
 /// frame, audio, reference videos, a first frame with reference images) rather than dropping
 /// it, and a duration, ratio or tier xAI does not make.
@@ -152,7 +139,7 @@ pub fn to_vendor(
     if !DURATIONS.contains(&job.duration_secs) {
         return Err(format!("xai makes 1 to 15 s, not {} s", job.duration_secs));
     }
-    let tier = tier_of(job);
+    let tier = job.tier(&[(540, "480p"), (900, "720p")], "1080p");
     if !["480p", "720p", "1080p"].contains(&tier.as_str()) {
         return Err(format!("xai makes 480p, 720p or 1080p, not {tier}"));
     }

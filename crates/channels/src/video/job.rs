@@ -42,6 +42,23 @@ pub struct VideoJob {
     pub sim: SimDirectives,
 }
 
+impl VideoJob {
+    /// The tier a vendor is asked for: the job's own (lower case), else the first of `tiers`
+    /// (each the largest short side it takes, in pixels, and its name, smallest first) that
+    /// takes the short side of the job's size, else `top`.
+    pub fn tier(&self, tiers: &[(u32, &str)], top: &str) -> String {
+        if let Some(tier) = &self.resolution {
+            return tier.to_ascii_lowercase();
+        }
+        let short = self.width.min(self.height);
+        tiers
+            .iter()
+            .find(|(most, _)| short <= *most)
+            .map_or(top, |(_, name)| name)
+            .to_owned()
+    }
+}
+
 #[cfg(test)]
 impl VideoJob {
     /// A job for the vendors' unit tests: task `video_1`, `model` and `prompt`, 1280x720 at
@@ -246,4 +263,27 @@ impl CheckVerdict {
 pub struct ChannelCheck {
     pub verdict: CheckVerdict,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VideoJob;
+
+    #[test]
+    fn a_job_s_tier_is_its_own_else_the_first_that_takes_its_short_side() {
+        let tiers = [(540, "480p"), (900, "720p")];
+        let mut job = VideoJob::test("m", "p");
+        job.resolution = Some("1080P".into());
+        assert_eq!(job.tier(&tiers, "1080p"), "1080p");
+        job.resolution = None;
+        for ((width, height), tier) in [
+            ((832, 480), "480p"),
+            ((960, 540), "480p"),
+            ((720, 1280), "720p"),
+            ((1920, 901), "1080p"),
+        ] {
+            (job.width, job.height) = (width, height);
+            assert_eq!(job.tier(&tiers, "1080p"), tier, "{width}x{height}");
+        }
+    }
 }

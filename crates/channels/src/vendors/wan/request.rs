@@ -110,23 +110,10 @@ pub fn size_for(tier: &str, ratio: &str) -> Option<&'static str> {
     })
 }
 
-/// The tier of a job: its own, else the one its size's short side names.
-fn tier_of(job: &VideoJob) -> String {
-    if let Some(tier) = &job.resolution {
-        return tier.to_ascii_lowercase();
-    }
-    match job.width.min(job.height) {
-        0..=540 => "480p",
-        541..=900 => "720p",
-        _ => "1080p",
-    }
-    .to_owned()
-}
-
 /// The path and body for `job`, its media already encoded. Refuses what the model's protocol
 /// has no field for rather than dropping it.
 pub fn to_vendor(job: &VideoJob, media: Inputs) -> Result<(&'static str, WanRequest), String> {
-    let tier = tier_of(job);
+    let tier = job.tier(&[(540, "480p"), (900, "720p")], "1080p");
     let negative_prompt = None;
     let audio = media
         .references
