@@ -273,16 +273,12 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         spread(&ctx.gens, &warm(loads(32, &poll)), &pids, fake.pid(), 32)?;
         let p = spread(&ctx.gens, &loads(32, &poll), &pids, fake.pid(), 32)
             .context("polls on PostgreSQL")?;
-        let third_what = format!("durable POST /v1/videos, {share} conns");
-        let measured = [
-            ("durable POST /v1/videos, 16 conns", Some(&s)),
-            (third_what.as_str(), third.as_ref()),
-            ("GET /v1/videos/{id}, 32 conns", Some(&p)),
-        ];
-        for (what, m) in measured
-            .iter()
-            .filter_map(|(what, m)| m.map(|m| (*what, m)))
-        {
+        let mut measured = vec![("durable POST /v1/videos, 16 conns".to_owned(), &s)];
+        if let Some(third) = &third {
+            measured.push((format!("durable POST /v1/videos, {share} conns"), third));
+        }
+        measured.push(("GET /v1/videos/{id}, 32 conns".to_owned(), &p));
+        for (what, m) in measured {
             eprintln!(
                 "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs and {:.0} bytes of WAL, foreign CPU {:.1}% of a core, stolen {:.1}%",
                 m.run.rps(),
