@@ -7,6 +7,8 @@
 //! costs, not what scaling to more machines gives. One relay also runs with the connections
 //! each of three gets: a relay batches what waits at once, so a task's cost depends on how
 //! much load one relay carries, and that run says what a third of the load costs alone.
+//! Three relays also run each on a database of its own (nothing shared but the server): what
+//! three relay processes cost on this machine, against which sharing one database is measured.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -157,20 +159,22 @@ fn spread(
     })
 }
 
-/// `n` relays on `db`, each over a data directory of its own under `work`.
+/// A relay over each of `configs`, each over a data directory of its own under `work`. Relays
+/// of one database share its first key (printed by the first of them); a relay of a database
+/// of its own has its own.
 fn start_relays(
     binary: &Path,
     work: &Path,
-    config: &str,
-    n: usize,
+    configs: &[String],
+    shared: bool,
 ) -> anyhow::Result<Vec<RelayProc>> {
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work)?;
-    let path = work.join("relay.toml");
-    std::fs::write(&path, config)?;
     let mut relays: Vec<RelayProc> = Vec::new();
-    for i in 0..n {
-        let key = relays.first().map(|r| r.key.clone());
+    for (i, config) in configs.iter().enumerate() {
+        let path = work.join(format!("relay-{i}.toml"));
+        std::fs::write(&path, config)?;
+        let key = relays.first().filter(|_| shared).map(|r| r.key.clone());
         let relay = crate::relay::start_relay_keyed(
             binary,
             &path,
@@ -182,6 +186,25 @@ fn start_relays(
         relays.push(relay_proc(relay)?);
     }
     Ok(relays)
+}
+
+/// How the section's relays meet PostgreSQL.
+#[derive(Clone, Copy, PartialEq)]
+enum Setup {
+    /// `n` relays sharing one database.
+    Shared(usize),
+    /// Three relays, each on a database of its own: nothing shared but the server and the
+    /// machine, the measure of what three relay processes cost here without sharing.
+    Apart,
+}
+
+impl Setup {
+    fn relays(self) -> usize {
+        match self {
+            Setup::Shared(n) => n,
+            Setup::Apart => 3,
+        }
+    }
 }
 
 /// `total` connections split over `n` loads.
@@ -197,20 +220,31 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     }
     let fake = Party::start(&ctx.xtask, "fake-video", &[])?;
     let mut rows: Vec<(Spread, Option<Spread>, Spread)> = Vec::new();
-    for n in [1usize, 3] {
-        let db = Database::create(&format!("relay_bench_{}_{n}", std::process::id()))?;
-        let config = format!(
-            "{}[store]\nurl = \"{}\"\n",
-            videos_config(fake.addr),
-            db.url()
-        );
-        let work = crate::cmd::target_dir()
-            .join("bench")
-            .join(format!("postgres-{n}"));
-        let relays = start_relays(&ctx.relay, &work, &config, n)?;
+    let mut apart: Option<Spread> = None;
+    for setup in [Setup::Shared(1), Setup::Shared(3), Setup::Apart] {
+        let n = setup.relays();
+        let dbs = (0..if setup == Setup::Apart { n } else { 1 })
+            .map(|i| Database::create(&format!("relay_bench_{}_{n}_{i}", std::process::id())))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let configs: Vec<String> = (0..n)
+            .map(|i| {
+                let db = &dbs[i % dbs.len()];
+                format!(
+                    "{}[store]\nurl = \"{}\"\n",
+                    videos_config(fake.addr),
+                    db.url()
+                )
+            })
+            .collect();
+        let name = match setup {
+            Setup::Shared(n) => format!("postgres-{n}"),
+            Setup::Apart => "postgres-apart".to_owned(),
+        };
+        let work = crate::cmd::target_dir().join("bench").join(name);
+        let relays = start_relays(&ctx.relay, &work, &configs, dbs.len() == 1)?;
         let pids: Vec<u32> = relays.iter().map(RelayProc::pid).collect();
         let key = relays[0].key.clone();
-        let submit = |addr: SocketAddr, conns: usize| Load {
+        let submit_as = |addr: SocketAddr, conns: usize, key: &str| Load {
             addr,
             conns,
             secs: ctx.secs,
@@ -223,6 +257,45 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             body: SUBMISSION.into(),
             paths_file: None,
         };
+        let submit = |addr: SocketAddr, conns: usize| submit_as(addr, conns, &key);
+        if setup == Setup::Apart {
+            // Each relay's load with its own database's key.
+            let loads = |secs: Option<u64>| -> Vec<Load> {
+                relays
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let load = submit_as(r.addr, split(16, n, i), &r.key);
+                        match secs {
+                            Some(secs) => load.secs(secs),
+                            None => load,
+                        }
+                    })
+                    .collect()
+            };
+            spread(&ctx.gens, &loads(Some(1)), &pids, fake.pid(), 16)?;
+            let s = spread(&ctx.gens, &loads(None), &pids, fake.pid(), 16)
+                .context("durable submissions on PostgreSQL, a database per relay")?;
+            eprintln!(
+                "bench: PostgreSQL, 3 relays on databases of their own: durable POST /v1/videos, 16 conns: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs and {:.0} bytes of WAL, foreign CPU {:.1}% of a core, stolen {:.1}%",
+                s.run.rps(),
+                s.run.out.p50_us,
+                s.run.out.p99_us,
+                s.run.cpu_us,
+                s.pg_cpu_us,
+                s.wal_bytes,
+                s.run.foreign_pct,
+                s.run.stolen_pct
+            );
+            report.run(
+                "PostgreSQL, 3 relays, a database each: durable `POST /v1/videos`",
+                &s.run,
+            );
+            drop(relays);
+            drop(dbs);
+            apart = Some(s);
+            continue;
+        }
         let call = Call {
             method: "POST",
             path: "/v1/videos".into(),
@@ -308,7 +381,7 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             &p.run,
         );
         drop(relays);
-        drop(db);
+        drop(dbs);
         rows.push((s, third, p));
     }
     if let [(s1, third, p1), (s3, _, p3)] = rows.as_slice() {
@@ -347,6 +420,19 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             s3.wal_bytes,
             s1.wal_bytes
         ));
+        if let Some(a) = &apart {
+            report.ratio(format!(
+                "PostgreSQL, durable POST /v1/videos, 16 conns: three relays sharing one database ÷ three relays on a database each = {:.2}, what sharing costs ({} ÷ {} req/s; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs); three relays on a database each ÷ one relay = {:.2}, what three relay processes cost on this machine without sharing",
+                s3.run.rps() / a.run.rps().max(1e-9),
+                thousands(s3.run.rps()),
+                thousands(a.run.rps()),
+                s3.run.cpu_us,
+                a.run.cpu_us,
+                s3.pg_cpu_us,
+                a.pg_cpu_us,
+                a.run.rps() / s1.run.rps().max(1e-9)
+            ));
+        }
         if let Some(t) = third {
             report.ratio(format!(
                 "PostgreSQL, durable POST /v1/videos: three relays at 16 conns in all ÷ one relay at {} conns (each relay's share) = {:.2} ({} ÷ {} req/s; relay CPU per request {:.1} vs {:.1} µs, PostgreSQL {:.1} vs {:.1} µs, WAL {:.0} vs {:.0} bytes)",

@@ -60,6 +60,15 @@ async fn write(store: &PgStore, group: Vec<Move>) {
     }
 }
 
+/// The statement writing a group: each row by its id (the primary key), if still at the
+/// version its step read.
+pub(super) const MOVE: &str = "UPDATE tasks SET status = u.status, model = u.model, \
+        due_ms = u.due_ms, params = u.params, record = u.record \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], \
+        $6::jsonb[], $7::text[]) AS u(id, status, model, due_ms, params, record, version) \
+     WHERE tasks.id = u.id AND tasks.xmin::text = u.version \
+     RETURNING tasks.id, tasks.xmin::text";
+
 /// The group's writes in one statement: the ids it wrote, each with the row's new version.
 async fn attempt(store: &PgStore, group: &[Move]) -> Result<HashMap<String, String>, String> {
     const WHAT: &str = "transition tasks";
@@ -74,12 +83,7 @@ async fn attempt(store: &PgStore, group: &[Move]) -> Result<HashMap<String, Stri
     let rows = txn::query(
         &client,
         WHAT,
-        "UPDATE tasks SET status = u.status, model = u.model, due_ms = u.due_ms, \
-            params = u.params, record = u.record \
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], \
-            $6::jsonb[], $7::text[]) AS u(id, status, model, due_ms, params, record, version) \
-         WHERE tasks.id = u.id AND tasks.xmin::text = u.version \
-         RETURNING tasks.id, tasks.xmin::text",
+        MOVE,
         &[&ids, &statuses, &models, &due, &params, &records, &versions],
     )
     .await

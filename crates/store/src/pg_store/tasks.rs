@@ -427,15 +427,26 @@ pub(super) async fn claim(
 /// [`crate::Store::task_counts`]: one grouped count over the table.
 pub(super) async fn counts(store: &PgStore) -> Result<Vec<TaskCount>, StoreError> {
     let what = "count tasks";
-    let client = store.client(what).await?;
+    let mut client = store.client(what).await?;
+    // Every row is read: a sequential scan is the plan for it (the session turns them off).
+    let tx = client
+        .transaction()
+        .await
+        .sql(what)
+        .map_err(Fault::into_store)?;
+    tx.batch_execute("SET LOCAL enable_seqscan = on")
+        .await
+        .sql(what)
+        .map_err(Fault::into_store)?;
     let rows = txn::query(
-        &client,
+        &tx,
         what,
         "SELECT kind, status, count(*) FROM tasks GROUP BY kind, status",
         &[],
     )
     .await
     .map_err(Fault::into_store)?;
+    tx.commit().await.sql(what).map_err(Fault::into_store)?;
     let mut counted = Vec::with_capacity(rows.len());
     for row in &rows {
         let (kind, status, n): (String, String, i64) = (
