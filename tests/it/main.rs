@@ -38,6 +38,7 @@ mod messages;
 mod metrics;
 mod minimax;
 mod moto;
+mod postgres;
 mod references;
 mod relays_behind;
 mod restart;

@@ -25,33 +25,52 @@ impl Engine {
 
     /// Stores a new task with its pre-deduction, durably, and hands it to the loop to submit
     /// (on a shared store; else the loop is woken to claim it).
-    pub async fn enqueue(&self, task: &Task) -> Result<(), StoreError> {
+    pub async fn enqueue(self: &Arc<Self>, task: &Task) -> Result<(), StoreError> {
         let ledger = prededuct(task);
-        let leased = self.leased(task);
-        self.store
-            .create_task(leased.as_ref().unwrap_or(task), &ledger)
-            .await?;
-        self.metrics.ledger(&ledger);
-        self.started(leased);
-        Ok(())
+        let Some(leased) = self.leased(task) else {
+            self.store.create_task(task, &ledger).await?;
+            self.metrics.ledger(&ledger);
+            self.wake();
+            return Ok(());
+        };
+        let engine = self.clone();
+        handed_over(tokio::spawn(async move {
+            engine.store.create_task(&leased, &ledger).await?;
+            engine.metrics.ledger(&ledger);
+            engine.handed.push(leased);
+            Ok(())
+        }))
+        .await
     }
 
     /// [`Engine::enqueue`] for a request with an `Idempotency-Key`: the key's record (claimed
     /// by `ticket`) is completed with `answer` in the same store step as the task.
     pub async fn enqueue_idempotent(
-        &self,
+        self: &Arc<Self>,
         task: &Task,
         ticket: &IdemTicket,
         answer: &IdemAnswer,
     ) -> Result<(), StoreError> {
         let ledger = prededuct(task);
-        let leased = self.leased(task);
-        self.store
-            .create_task_idempotent(leased.as_ref().unwrap_or(task), &ledger, ticket, answer)
-            .await?;
-        self.metrics.ledger(&ledger);
-        self.started(leased);
-        Ok(())
+        let Some(leased) = self.leased(task) else {
+            self.store
+                .create_task_idempotent(task, &ledger, ticket, answer)
+                .await?;
+            self.metrics.ledger(&ledger);
+            self.wake();
+            return Ok(());
+        };
+        let (engine, ticket, answer) = (self.clone(), ticket.clone(), answer.clone());
+        handed_over(tokio::spawn(async move {
+            engine
+                .store
+                .create_task_idempotent(&leased, &ledger, &ticket, &answer)
+                .await?;
+            engine.metrics.ledger(&ledger);
+            engine.handed.push(leased);
+            Ok(())
+        }))
+        .await
     }
 
     /// New `task` as it is stored to be handed to the loop: claimed by this relay, its next
@@ -68,15 +87,6 @@ impl Engine {
         let mut leased = task.clone();
         leased.next_poll_ms = Some(now_ms().saturating_add(lease));
         Some(leased)
-    }
-
-    /// A new task was stored: handed to the loop when it was stored leased, else the loop
-    /// looks at the store for it.
-    fn started(&self, leased: Option<Task>) {
-        match leased {
-            Some(task) => self.handed.push(task),
-            None => self.wake(),
-        }
     }
 
     /// Cancels a task that has not ended, refunding its pre-deduction, and asks its upstream
@@ -164,6 +174,17 @@ fn earliest_poll(task: &Task, now: u64, min: u64, lease: u64) -> Option<u64> {
         .max(taken_up.saturating_add(min))
         .min(task.deadline_ms);
     (at < next).then_some(at)
+}
+
+/// The answer of a creation stored leased and handed over on a task of its own, which runs to
+/// its end even when the request that started it goes away (its client gone): a task stored
+/// claimed by this relay is always handed over, never left to wait for its lease to run out.
+async fn handed_over(
+    creation: tokio::task::JoinHandle<Result<(), StoreError>>,
+) -> Result<(), StoreError> {
+    creation
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Backend(format!("storing a new task: {e}"))))
 }
 
 #[cfg(test)]
