@@ -73,6 +73,23 @@ struct Spread {
     wal_bytes: f64,
 }
 
+impl Spread {
+    /// Prints the run's line: `relays` says which, `what` the load.
+    fn print(&self, relays: &str, what: &str) {
+        eprintln!(
+            "bench: PostgreSQL, {relays}: {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs and {:.0} bytes of WAL, foreign CPU {:.1}% of a core, stolen {:.1}%",
+            self.run.rps(),
+            self.run.out.p50_us,
+            self.run.out.p99_us,
+            self.run.cpu_us,
+            self.pg_cpu_us,
+            self.wal_bytes,
+            self.run.foreign_pct,
+            self.run.stolen_pct
+        );
+    }
+}
+
 /// Runs `loads` (one per relay) at once with wrk and measures the relays (`pids`) together.
 fn spread(
     gens: &Generators,
@@ -276,16 +293,9 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             spread(&ctx.gens, &loads(Some(1)), &pids, fake.pid(), 16)?;
             let s = spread(&ctx.gens, &loads(None), &pids, fake.pid(), 16)
                 .context("durable submissions on PostgreSQL, a database per relay")?;
-            eprintln!(
-                "bench: PostgreSQL, 3 relays on databases of their own: durable POST /v1/videos, 16 conns: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs and {:.0} bytes of WAL, foreign CPU {:.1}% of a core, stolen {:.1}%",
-                s.run.rps(),
-                s.run.out.p50_us,
-                s.run.out.p99_us,
-                s.run.cpu_us,
-                s.pg_cpu_us,
-                s.wal_bytes,
-                s.run.foreign_pct,
-                s.run.stolen_pct
+            s.print(
+                "3 relays on databases of their own",
+                "durable POST /v1/videos, 16 conns",
             );
             report.run(
                 "PostgreSQL, 3 relays, a database each: durable `POST /v1/videos`",
@@ -352,17 +362,7 @@ pub fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         }
         measured.push(("GET /v1/videos/{id}, 32 conns".to_owned(), &p));
         for (what, m) in measured {
-            eprintln!(
-                "bench: PostgreSQL, {n} relay(s): {what}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, relays {:.1} µs CPU/request, PostgreSQL {:.1} µs and {:.0} bytes of WAL, foreign CPU {:.1}% of a core, stolen {:.1}%",
-                m.run.rps(),
-                m.run.out.p50_us,
-                m.run.out.p99_us,
-                m.run.cpu_us,
-                m.pg_cpu_us,
-                m.wal_bytes,
-                m.run.foreign_pct,
-                m.run.stolen_pct
-            );
+            m.print(&format!("{n} relay(s)"), &what);
         }
         report.run(
             &format!("PostgreSQL, {n} relay(s): durable `POST /v1/videos`"),
