@@ -343,13 +343,17 @@ async fn attempt_on(
         .iter()
         .map(|creation| accept(creation, &mut found, &mut writes))
         .collect();
-    let (version, ()) =
-        tokio::try_join!(write(client, &write_statement, &found, &writes), async {
+    // Joined, not tried: the `COMMIT` is sent even when the write's error is back before it
+    // is first polled (see [`write_blind`]).
+    let (version, committed) =
+        tokio::join!(write(client, &write_statement, &found, &writes), async {
             client
                 .batch_execute(commits.commit())
                 .await
                 .sql("create tasks: commit")
-        },)?;
+        },);
+    let version = version?;
+    committed?;
     Ok((answers, version))
 }
 
@@ -365,7 +369,13 @@ fn blind(group: &[Creation]) -> bool {
 /// `group` written in one round trip, `BEGIN` and `COMMIT` sent with [`WRITE_BLIND`]: the
 /// keys' rows are locked from the write to the commit only: the version of the rows written.
 /// An error when the statement refused (or failed): the `COMMIT` after it rolled everything
-/// back.
+/// back, and was answered before this returns, so the connection is out of the transaction.
+///
+/// The three are joined, not tried: a statement's error can be back within its first poll
+/// (the thread preempted between sending it and looking for its answer, while the
+/// connection's task sends it and reads the answer on another), and `try_join!` would return
+/// it there, before the `COMMIT` is first polled, that is before it is sent: the connection
+/// would stay in the failed transaction.
 pub(super) async fn write_blind(
     client: &deadpool_postgres::Client,
     commits: Commits,
@@ -387,7 +397,7 @@ pub(super) async fn write_blind(
     let entry_kinds: Vec<&str> = drafts.iter().map(|(d, _)| d.kind.as_str()).collect();
     let amounts: Vec<i64> = drafts.iter().map(|(d, _)| d.amount).collect();
     let ats: Vec<i64> = drafts.iter().map(|(_, at)| big(*at)).collect();
-    let ((), row, ()) = tokio::try_join!(
+    let (begun, row, committed) = tokio::join!(
         async { client.batch_execute(commits.begin()).await.sql(WHAT) },
         async {
             client
@@ -411,7 +421,10 @@ pub(super) async fn write_blind(
                 .await
                 .sql("create tasks: commit")
         },
-    )?;
+    );
+    begun?;
+    let row = row?;
+    committed?;
     version(row.as_ref())
 }
 

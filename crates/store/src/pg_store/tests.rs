@@ -438,16 +438,22 @@ async fn a_blind_group_write_takes_the_quota_exactly_or_writes_nothing() {
         assert!(store.task(id).await.unwrap().is_some());
     }
     // Over key_a's quota (10 left, 20 asked), and a key that is not there: nothing written.
-    for refused in [
+    // Each refusal on the same connection, again and again: its answer can be back before the
+    // `COMMIT` after it is first polled, and the next write must still find the connection out
+    // of the failed transaction.
+    let refusals = (0..20).flat_map(|_| {
         [
-            creation(&task(&ids[4], "key_b", Queued, Some(1)), "key_b", 5),
-            creation(&task(&ids[5], "key_a", Queued, Some(1)), "key_a", 20),
-        ],
-        [
-            creation(&task(&ids[4], "key_b", Queued, Some(1)), "key_b", 5),
-            creation(&task(&ids[5], "key_x", Queued, Some(1)), "key_x", 1),
-        ],
-    ] {
+            [
+                creation(&task(&ids[4], "key_b", Queued, Some(1)), "key_b", 5),
+                creation(&task(&ids[5], "key_a", Queued, Some(1)), "key_a", 20),
+            ],
+            [
+                creation(&task(&ids[4], "key_b", Queued, Some(1)), "key_b", 5),
+                creation(&task(&ids[5], "key_x", Queued, Some(1)), "key_x", 1),
+            ],
+        ]
+    });
+    for refused in refusals {
         let err = super::group::write_blind(&client, store.commits, &refused)
             .await
             .unwrap_err()
