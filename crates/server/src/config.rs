@@ -77,7 +77,23 @@ pub use sections::{
     StoreBackend, StoreConfig, UpstreamConfig, WebhooksConfig,
 };
 
+/// A connection thread's spin on the embedded store, unless `server.spin_us` says otherwise.
+pub const EMBEDDED_SPIN_US: u64 = 50;
+
 impl Config {
+    /// How long a connection thread looks for work after a request before it sleeps, in
+    /// microseconds: `server.spin_us`, else [`EMBEDDED_SPIN_US`] on the embedded store and 0
+    /// on PostgreSQL. There a request waits for the database's round trips, longer than any
+    /// window, and on a machine it shares with the database a spinning thread takes the core
+    /// its answer is computed on (three relays polling one task on two cores answered about
+    /// 1.4 times as many polls without the spin).
+    pub fn spin_us(&self) -> u64 {
+        self.server.spin_us.unwrap_or(match self.store.backend() {
+            StoreBackend::Sled => EMBEDDED_SPIN_US,
+            StoreBackend::Postgres => 0,
+        })
+    }
+
     /// The embedded default alone.
     pub fn embedded() -> Result<Config, ConfigError> {
         Config::from_toml(None, "embedded default")
@@ -150,7 +166,7 @@ impl Config {
                 "server.max_stream_event_bytes must be from {MIN_STREAM_EVENT_BYTES} to {MAX_STREAM_EVENT_BYTES}"
             ));
         }
-        if self.server.spin_us > MAX_SPIN_US {
+        if self.server.spin_us.is_some_and(|us| us > MAX_SPIN_US) {
             return Err(format!(
                 "server.spin_us must be at most {MAX_SPIN_US} (a connection thread would burn its core for that long after every request)"
             ));

@@ -215,9 +215,9 @@ fn wrk_script(load: &Load) -> String {
     s.push_str(
         "done = function(summary, latency, requests)\n  \
            local e = summary.errors\n  \
-           io.write(string.format(\"bench-result requests=%d errors=%d secs=%.3f p50_us=%.1f p99_us=%.1f\\n\",\n    \
+           io.write(string.format(\"bench-result requests=%d errors=%d secs=%.3f p50_us=%.1f p99_us=%.1f max_us=%.1f\\n\",\n    \
              summary.requests - e.status, e.status + e.connect + e.read + e.write + e.timeout,\n    \
-             summary.duration / 1e6, latency:percentile(50), latency:percentile(99)))\n\
+             summary.duration / 1e6, latency:percentile(50), latency:percentile(99), latency.max))\n\
          end\n",
     );
     s

@@ -23,7 +23,7 @@ pub const USAGE: &str =
   counted as an answer (others count as errors). --rate: at most this many requests a second
   in all, each connection sending on its own schedule (a late answer delays only its own
   connection's next request); without it every connection sends back to back. Prints one line:
-  bench-result requests=N errors=N secs=S p50_us=N p99_us=N ttfb_p50_us=N ttfb_p99_us=N";
+  bench-result requests=N errors=N secs=S p50_us=N p99_us=N max_us=N ttfb_p50_us=N ttfb_p99_us=N";
 
 /// What to send, and for how long.
 struct Spec {
@@ -151,12 +151,13 @@ impl Tally {
             n => v[((n - 1) as f64 * p).round() as usize],
         };
         format!(
-            "bench-result requests={} errors={} secs={:.3} p50_us={} p99_us={} ttfb_p50_us={} ttfb_p99_us={}",
+            "bench-result requests={} errors={} secs={:.3} p50_us={} p99_us={} max_us={} ttfb_p50_us={} ttfb_p99_us={}",
             self.ok,
             self.errors,
             self.secs,
             pct(&self.latencies_us, 0.5),
             pct(&self.latencies_us, 0.99),
+            pct(&self.latencies_us, 1.0),
             pct(&self.first_byte_us, 0.5),
             pct(&self.first_byte_us, 0.99),
         )
@@ -372,6 +373,8 @@ pub struct Outcome {
     pub secs: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// The slowest request's time (0 where the generator did not say).
+    pub max_us: f64,
     pub ttfb_us: Option<(f64, f64)>,
 }
 
@@ -402,6 +405,7 @@ pub fn parse_result(output: &str) -> anyhow::Result<Outcome> {
             "secs" => out.secs = number,
             "p50_us" => out.p50_us = number,
             "p99_us" => out.p99_us = number,
+            "max_us" => out.max_us = number,
             "ttfb_p50_us" => ttfb.0 = Some(number),
             "ttfb_p99_us" => ttfb.1 = Some(number),
             _ => {}
@@ -478,13 +482,14 @@ mod tests {
     #[test]
     fn result_lines() {
         let out = parse_result(
-            "Running 5s test\nbench-result requests=100 errors=2 secs=2.000 p50_us=98 p99_us=310.5\n",
+            "Running 5s test\nbench-result requests=100 errors=2 secs=2.000 p50_us=98 p99_us=310.5 max_us=1200\n",
         )
         .unwrap();
         assert_eq!(out.requests, 100);
         assert_eq!(out.errors, 2);
         assert_eq!(out.rps(), 50.0);
         assert_eq!((out.p50_us, out.p99_us, out.ttfb_us), (98.0, 310.5, None));
+        assert_eq!(out.max_us, 1200.0);
         let ours = parse_result(
             "bench-result requests=1 errors=0 secs=1 p50_us=1 p99_us=2 ttfb_p50_us=3 ttfb_p99_us=4",
         )

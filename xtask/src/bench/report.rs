@@ -325,7 +325,11 @@ fn method(secs: u64) -> String {
          at one connection); the ratio lines list every turn's.\n\n\
          Each measurement is {WARMUP_SECS} s of warm-up, then {secs} s measured (the memory run: 60 s, RSS\n\
          sampled every second). Requests per second count answers of the expected status; p50\n\
-         and p99 are the generator's. CPU per request is the server's user + system time from\n\
+         and p99 are the generator's: `wrk` corrects its distribution for coordinated omission\n\
+         before it reports it (each request slower than the run's mean time between two requests\n\
+         of a connection adds the requests that connection would have sent meanwhile, at the\n\
+         latencies they would have seen), so one stall of a connection counts many times in its\n\
+         p99; ours counts the requests it sent. CPU per request is the server's user + system time from\n\
          `/proc/PID/stat` over the run, divided by the requests answered. RSS is `VmRSS` at the\n\
          end and `VmHWM` (reset before the run through `clear_refs`). Foreign CPU is the whole\n\
          machine's busy time from `/proc/stat` (user, nice, system, and interrupts unless the\n\

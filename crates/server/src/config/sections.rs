@@ -43,7 +43,8 @@ pub struct ServerConfig {
     pub max_upload_files: u32,
     /// How long a connection thread keeps looking for work after a request began or ended
     /// before it sleeps, in microseconds ([`crate::serve::spin`]); 0: it sleeps at once.
-    pub spin_us: u64,
+    /// Unset: by the store ([`crate::Config::spin_us`]).
+    pub spin_us: Option<u64>,
 }
 
 impl ServerConfig {

@@ -178,15 +178,19 @@ fn zero_intervals_and_sizes_are_refused() {
 #[test]
 fn a_connection_threads_spin_is_bounded() {
     let default = Config::from_toml(None, "relay.toml").unwrap();
-    assert_eq!(default.server.spin_us, 50);
+    assert_eq!(default.spin_us(), 50, "on the embedded store");
+    let pg = "[store]\nurl = \"postgres://relay@127.0.0.1/relay\"\n";
+    let on_pg = Config::from_toml(Some(pg), "relay.toml").unwrap();
+    assert_eq!(on_pg.spin_us(), 0, "on PostgreSQL");
+    let told = Config::from_toml(Some(&format!("{pg}[server]\nspin_us = 20\n")), "relay.toml");
+    assert_eq!(told.unwrap().spin_us(), 20, "set, on PostgreSQL too");
     let off = Config::from_toml(Some("[server]\nspin_us = 0\n"), "relay.toml").unwrap();
-    assert_eq!(off.server.spin_us, 0);
+    assert_eq!(off.spin_us(), 0);
     let most = format!("[server]\nspin_us = {MAX_SPIN_US}\n");
     assert_eq!(
         Config::from_toml(Some(&most), "relay.toml")
             .unwrap()
-            .server
-            .spin_us,
+            .spin_us(),
         MAX_SPIN_US
     );
     let err = Config::from_toml(

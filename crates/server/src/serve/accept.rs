@@ -48,7 +48,7 @@ pub async fn serve(
     // First: nothing is running yet if the threads cannot be started.
     let mut workers = Workers::start(
         app.config.server.worker_count(),
-        Duration::from_micros(app.config.server.spin_us),
+        Duration::from_micros(app.config.spin_us()),
     )?;
     let (stop_engine, engine_stop) = watch::channel(false);
     let engine = tokio::spawn(engine::run(app.engine.clone(), engine_stop));
