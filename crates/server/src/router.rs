@@ -232,60 +232,64 @@ async fn dispatch(
         | Route::GetBatch(_)
         | Route::DeleteBatch(_)
         | Route::CancelBatch(_)
-        | Route::BatchResults(_) => {
-            use crate::formats::messages;
-            let credential = || presented_secret(headers, true);
-            if let Err(limited) = from.throttle(app, credential) {
-                let mut res = answer(&limited.failures_error());
-                limited.set_headers(&mut res);
-                return res;
-            }
-            let (mut res, key) = match messages::admit(app, &parts).await {
-                Err(refused) => {
-                    if refused.key.is_none()
-                        && refused.answer.status() == http::StatusCode::UNAUTHORIZED
-                    {
-                        let err = ApiError::new(ErrorCode::Unauthorized, "the key was refused");
-                        from.failed(app, credential(), Credential::ApiKey, &err);
+        // Boxed, as the creations below are: a message's future is the largest of the routes
+        // clients use, and inline it would size every request's future, which hyper moves
+        // whole a few times before its first poll (a poll's own is a fraction of it).
+        | Route::BatchResults(_) => Box::pin(async {
+                use crate::formats::messages;
+                let credential = || presented_secret(headers, true);
+                if let Err(limited) = from.throttle(app, credential) {
+                    let mut res = answer(&limited.failures_error());
+                    limited.set_headers(&mut res);
+                    return res;
+                }
+                let (mut res, key) = match messages::admit(app, &parts).await {
+                    Err(refused) => {
+                        if refused.key.is_none()
+                            && refused.answer.status() == http::StatusCode::UNAUTHORIZED
+                        {
+                            let err = ApiError::new(ErrorCode::Unauthorized, "the key was refused");
+                            from.failed(app, credential(), Credential::ApiKey, &err);
+                        }
+                        (refused.answer, refused.key)
                     }
-                    (refused.answer, refused.key)
+                    Ok(key) => {
+                        let res = match route {
+                            Route::Messages => messages::create(app, &key, &parts, body).await,
+                            Route::CountTokens => messages::count_tokens(app, &key, &parts, body).await,
+                            Route::ListModels => messages::list_models(app, &key, &parts),
+                            Route::GetModel(id) => messages::get_model(app, &key, &parts, id),
+                            Route::CreateBatch => match Idem::from_request(&parts, &key) {
+                                Ok(mut idem) => {
+                                    let body = idem.body(body);
+                                    let res = batches::create(app, &key, &parts, body, &mut idem).await;
+                                    idem.finish(app, res).await
+                                }
+                                Err(e) => messages::vendor_error(&e, &messages::request_id(&parts)),
+                            },
+                            Route::ListBatches => batches::list(app, &key, &parts).await,
+                            Route::GetBatch(id) => batches::get(app, &key, &parts, id).await,
+                            Route::DeleteBatch(id) => batches::delete(app, &key, &parts, id).await,
+                            Route::CancelBatch(id) => batches::cancel(app, &key, &parts, id).await,
+                            Route::BatchResults(id) => batches::results(app, &key, &parts, id).await,
+                            _ => error(&ErrorCode::NotFound.into()),
+                        };
+                        (res, Some(key))
+                    }
+                };
+                if let Some(key) = key {
+                    app.limiter
+                        .vendor_headers_shared(
+                            app.cluster.as_deref(),
+                            &app.config.limits,
+                            &key,
+                            &mut res,
+                        )
+                        .await;
                 }
-                Ok(key) => {
-                    let res = match route {
-                        Route::Messages => messages::create(app, &key, &parts, body).await,
-                        Route::CountTokens => messages::count_tokens(app, &key, &parts, body).await,
-                        Route::ListModels => messages::list_models(app, &key, &parts),
-                        Route::GetModel(id) => messages::get_model(app, &key, &parts, id),
-                        Route::CreateBatch => match Idem::from_request(&parts, &key) {
-                            Ok(mut idem) => {
-                                let body = idem.body(body);
-                                let res = batches::create(app, &key, &parts, body, &mut idem).await;
-                                idem.finish(app, res).await
-                            }
-                            Err(e) => messages::vendor_error(&e, &messages::request_id(&parts)),
-                        },
-                        Route::ListBatches => batches::list(app, &key, &parts).await,
-                        Route::GetBatch(id) => batches::get(app, &key, &parts, id).await,
-                        Route::DeleteBatch(id) => batches::delete(app, &key, &parts, id).await,
-                        Route::CancelBatch(id) => batches::cancel(app, &key, &parts, id).await,
-                        Route::BatchResults(id) => batches::results(app, &key, &parts, id).await,
-                        _ => error(&ErrorCode::NotFound.into()),
-                    };
-                    (res, Some(key))
-                }
-            };
-            if let Some(key) = key {
-                app.limiter
-                    .vendor_headers_shared(
-                        app.cluster.as_deref(),
-                        &app.config.limits,
-                        &key,
-                        &mut res,
-                    )
-                    .await;
-            }
-            res
-        }
+                res
+        })
+        .await,
         Route::Metrics => match from.refuse_admin(app, headers) {
             None => admin::metrics(app).await,
             Some(refused) => refused,
@@ -376,7 +380,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = videos::create(app, &key, headers, body, &mut idem).await;
+                    let task = Box::pin(videos::create(app, &key, headers, body, &mut idem)).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::ListVideos => tasks::list::<Videos>(app, &key, query).await,
@@ -385,7 +389,7 @@ async fn dispatch(
                     own_task_poll(app, &key, id, res).await
                 }
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
-                Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
+                Route::VideoContent(id) => Box::pin(videos::content(app, &key, id, query, headers)).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
                 Route::RemixVideo(id) => {
                     let mut idem = match Idem::from_request(&parts, &key) {
@@ -393,7 +397,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = videos::remix(app, &key, id, headers, body, &mut idem).await;
+                    let task = Box::pin(videos::remix(app, &key, id, headers, body, &mut idem)).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::EditVideo | Route::ExtendVideo => {
@@ -408,10 +412,10 @@ async fn dispatch(
                         videos::Derivation::Extend
                     };
                     let task =
-                        videos::edit_or_extend(app, &key, headers, body, how, &mut idem).await;
+                        Box::pin(videos::edit_or_extend(app, &key, headers, body, how, &mut idem)).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
-                Route::CreateCharacter => characters::create(app, &key, headers, body).await,
+                Route::CreateCharacter => Box::pin(characters::create(app, &key, headers, body)).await,
                 Route::ListCharacters => characters::list(app, &key, query).await,
                 Route::GetCharacter(id) => characters::get(app, &key, id).await,
                 Route::DeleteCharacter(id) => characters::delete(app, &key, id).await,
@@ -421,7 +425,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = generations::create(app, &key, headers, body, &mut idem).await;
+                    let task = Box::pin(generations::create(app, &key, headers, body, &mut idem)).await;
                     idem.finish(app, tasks::created::<Generations>(app, task))
                         .await
                 }
@@ -431,10 +435,10 @@ async fn dispatch(
                     own_task_poll(app, &key, id, res).await
                 }
                 Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,
-                Route::Moderation => generations::moderation(app, &key, body).await,
+                Route::Moderation => Box::pin(generations::moderation(app, &key, body)).await,
                 Route::ListVideoModels => video_models::list(app, &key),
                 Route::GetVideoModel(id) => video_models::get(app, &key, id),
-                Route::CreateLibrary => assets::create_library(app, &key, headers, body).await,
+                Route::CreateLibrary => Box::pin(assets::create_library(app, &key, headers, body)).await,
                 Route::ListLibraries => assets::list_libraries(app, &key, query).await,
                 Route::GetLibrary(id) => assets::get_library(app, &key, id).await,
                 Route::DeleteLibrary(id) => assets::delete_library(app, &key, id).await,
@@ -444,7 +448,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let res = assets::upload(app, &key, id, headers, body, &mut idem).await;
+                    let res = Box::pin(assets::upload(app, &key, id, headers, body, &mut idem)).await;
                     idem.finish(app, res).await
                 }
                 Route::ListAssets(id) => assets::list_assets(app, &key, id, query).await,
