@@ -236,58 +236,58 @@ async fn dispatch(
         // clients use, and inline it would size every request's future, which hyper moves
         // whole a few times before its first poll (a poll's own is a fraction of it).
         | Route::BatchResults(_) => Box::pin(async {
-                use crate::formats::messages;
-                let credential = || presented_secret(headers, true);
-                if let Err(limited) = from.throttle(app, credential) {
-                    let mut res = answer(&limited.failures_error());
-                    limited.set_headers(&mut res);
-                    return res;
-                }
-                let (mut res, key) = match messages::admit(app, &parts).await {
-                    Err(refused) => {
-                        if refused.key.is_none()
-                            && refused.answer.status() == http::StatusCode::UNAUTHORIZED
-                        {
-                            let err = ApiError::new(ErrorCode::Unauthorized, "the key was refused");
-                            from.failed(app, credential(), Credential::ApiKey, &err);
-                        }
-                        (refused.answer, refused.key)
+            use crate::formats::messages;
+            let credential = || presented_secret(headers, true);
+            if let Err(limited) = from.throttle(app, credential) {
+                let mut res = answer(&limited.failures_error());
+                limited.set_headers(&mut res);
+                return res;
+            }
+            let (mut res, key) = match messages::admit(app, &parts).await {
+                Err(refused) => {
+                    if refused.key.is_none()
+                        && refused.answer.status() == http::StatusCode::UNAUTHORIZED
+                    {
+                        let err = ApiError::new(ErrorCode::Unauthorized, "the key was refused");
+                        from.failed(app, credential(), Credential::ApiKey, &err);
                     }
-                    Ok(key) => {
-                        let res = match route {
-                            Route::Messages => messages::create(app, &key, &parts, body).await,
-                            Route::CountTokens => messages::count_tokens(app, &key, &parts, body).await,
-                            Route::ListModels => messages::list_models(app, &key, &parts),
-                            Route::GetModel(id) => messages::get_model(app, &key, &parts, id),
-                            Route::CreateBatch => match Idem::from_request(&parts, &key) {
-                                Ok(mut idem) => {
-                                    let body = idem.body(body);
-                                    let res = batches::create(app, &key, &parts, body, &mut idem).await;
-                                    idem.finish(app, res).await
-                                }
-                                Err(e) => messages::vendor_error(&e, &messages::request_id(&parts)),
-                            },
-                            Route::ListBatches => batches::list(app, &key, &parts).await,
-                            Route::GetBatch(id) => batches::get(app, &key, &parts, id).await,
-                            Route::DeleteBatch(id) => batches::delete(app, &key, &parts, id).await,
-                            Route::CancelBatch(id) => batches::cancel(app, &key, &parts, id).await,
-                            Route::BatchResults(id) => batches::results(app, &key, &parts, id).await,
-                            _ => error(&ErrorCode::NotFound.into()),
-                        };
-                        (res, Some(key))
-                    }
-                };
-                if let Some(key) = key {
-                    app.limiter
-                        .vendor_headers_shared(
-                            app.cluster.as_deref(),
-                            &app.config.limits,
-                            &key,
-                            &mut res,
-                        )
-                        .await;
+                    (refused.answer, refused.key)
                 }
-                res
+                Ok(key) => {
+                    let res = match route {
+                        Route::Messages => messages::create(app, &key, &parts, body).await,
+                        Route::CountTokens => messages::count_tokens(app, &key, &parts, body).await,
+                        Route::ListModels => messages::list_models(app, &key, &parts),
+                        Route::GetModel(id) => messages::get_model(app, &key, &parts, id),
+                        Route::CreateBatch => match Idem::from_request(&parts, &key) {
+                            Ok(mut idem) => {
+                                let body = idem.body(body);
+                                let res = batches::create(app, &key, &parts, body, &mut idem).await;
+                                idem.finish(app, res).await
+                            }
+                            Err(e) => messages::vendor_error(&e, &messages::request_id(&parts)),
+                        },
+                        Route::ListBatches => batches::list(app, &key, &parts).await,
+                        Route::GetBatch(id) => batches::get(app, &key, &parts, id).await,
+                        Route::DeleteBatch(id) => batches::delete(app, &key, &parts, id).await,
+                        Route::CancelBatch(id) => batches::cancel(app, &key, &parts, id).await,
+                        Route::BatchResults(id) => batches::results(app, &key, &parts, id).await,
+                        _ => error(&ErrorCode::NotFound.into()),
+                    };
+                    (res, Some(key))
+                }
+            };
+            if let Some(key) = key {
+                app.limiter
+                    .vendor_headers_shared(
+                        app.cluster.as_deref(),
+                        &app.config.limits,
+                        &key,
+                        &mut res,
+                    )
+                    .await;
+            }
+            res
         })
         .await,
         Route::Metrics => match from.refuse_admin(app, headers) {
